@@ -1,0 +1,66 @@
+//! The command line: one module per subcommand, each with its clap `Args` and a `run` returning
+//! the exit code. This is the only layer that prints; everything below returns values.
+//!
+//! Exit codes: 0 success; 1 a valid request whose work failed (e.g. schemas out of date);
+//! 2 invalid input (plan, policy, flags) — nothing was executed.
+
+mod graph;
+mod report;
+mod schema;
+mod validate;
+
+use std::io;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use report::Format;
+
+/// Exit code: everything went well.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the input was valid but the work failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: invalid input; nothing was executed.
+pub const EXIT_INVALID: u8 = 2;
+
+/// pagantic — a declarative pipeline runner for LLM work.
+///
+/// Describe a pipeline once in a YAML plan file (retrieve, rerank, infer, structured output,
+/// voting, agent tool loops, validation); pagantic checks it in milliseconds and builds it into a
+/// step graph.
+#[derive(Debug, Parser)]
+#[command(name = "pagantic", version, about, long_about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check plan files: YAML, schema, references, templates, prompt files and policy. Loads no
+    /// model and runs nothing. Exit 0 when every plan is valid, 2 otherwise.
+    Validate(validate::Args),
+    /// Write the JSON Schemas of plan and policy files (for editors and CI), or check they are current.
+    Schema(schema::Args),
+    /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
+    Graph(graph::Args),
+}
+
+/// Parses the command line, runs the command, and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Schema(args) => schema::run(&args),
+        Command::Graph(args) => graph::run(&args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        // A closed pipe (`pagantic graph plan.yaml | head`) is not an error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(EXIT_OK),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}

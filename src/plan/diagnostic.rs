@@ -1,0 +1,586 @@
+//! Diagnostics about plan and policy files: what went wrong, where, and what to do.
+//!
+//! What kind of problem it is ([`PlanError`], with its stable code, message and help) is kept apart
+//! from where it is ([`Diagnostic`]: the source file, labelled byte spans, and a run-time hint such
+//! as "did you mean"). Codes are public API: never rename or reuse one; `docs/diagnostics.md` lists
+//! them all and a test keeps the list and the code in step.
+
+use std::fmt;
+use std::sync::Arc;
+
+use miette::{
+    LabeledSpan, MietteError, MietteSpanContents, Severity, SourceCode, SourceSpan, SpanContents,
+};
+use thiserror::Error;
+
+/// A file's name and text, shared by every diagnostic about it.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: Arc<str>,
+    pub text: Arc<str>,
+}
+
+impl Source {
+    pub fn new(name: impl Into<Arc<str>>, text: impl Into<Arc<str>>) -> Self {
+        Source {
+            name: name.into(),
+            text: text.into(),
+        }
+    }
+
+    /// 1-based line and column (in characters) of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &self.text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        (line, column)
+    }
+}
+
+impl SourceCode for Source {
+    fn read_span<'a>(
+        &'a self,
+        span: &SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        let contents = self
+            .text
+            .read_span(span, context_lines_before, context_lines_after)?;
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.to_string(),
+            contents.data(),
+            *contents.span(),
+            contents.line(),
+            contents.column(),
+            contents.line_count(),
+        )))
+    }
+}
+
+/// Every kind of problem found while loading and checking a plan or policy file.
+#[derive(Debug, Clone, Error, miette::Diagnostic)]
+pub enum PlanError {
+    /// The file could not be read. Check the path and permissions.
+    #[error("cannot read {path}: {reason}")]
+    #[diagnostic(
+        code(plan::read_failed),
+        help("check that the path exists and is readable")
+    )]
+    ReadFailed { path: String, reason: String },
+
+    /// The file is not UTF-8 text.
+    #[error("the file is not UTF-8 text")]
+    #[diagnostic(
+        code(plan::not_utf8),
+        help("plans are YAML text files; save this one as UTF-8")
+    )]
+    NotUtf8,
+
+    /// The file holds no YAML document.
+    #[error("the file is empty")]
+    #[diagnostic(
+        code(plan::empty),
+        help("a plan needs at least `version: 1`, a `name` and `steps`")
+    )]
+    Empty,
+
+    /// The YAML does not parse.
+    #[error("invalid YAML: {message}")]
+    #[diagnostic(code(yaml::syntax), help("fix the YAML syntax at the marked position"))]
+    YamlSyntax { message: String },
+
+    /// A mapping has the same key twice; YAML parsers disagree on which wins, so we refuse.
+    #[error("duplicate key `{key}`")]
+    #[diagnostic(code(yaml::duplicate_key), help("remove or rename one of the two"))]
+    DuplicateKey { key: String },
+
+    /// A mapping key that is a mapping, a sequence or null.
+    #[error("mapping keys must be strings")]
+    #[diagnostic(code(yaml::complex_key), help("use a plain string as the key"))]
+    ComplexKey,
+
+    /// A YAML tag pagantic does not understand.
+    #[error("unsupported tag `{tag}`")]
+    #[diagnostic(
+        code(yaml::unsupported_tag),
+        help(
+            "only the core tags !!str, !!int, !!float, !!bool, !!null, !!map and !!seq are accepted"
+        )
+    )]
+    UnsupportedTag { tag: String },
+
+    /// A scalar that cannot be a JSON value (e.g. `.inf`, or a tagged scalar of the wrong type).
+    #[error("{message}")]
+    #[diagnostic(
+        code(yaml::bad_scalar),
+        help("write a value JSON can hold, or quote it to make it a string")
+    )]
+    BadScalar { message: String },
+
+    /// Nesting beyond the supported depth.
+    #[error("the document is nested more than {max} levels deep")]
+    #[diagnostic(
+        code(yaml::too_deep),
+        help("plans never need this much nesting; flatten the structure")
+    )]
+    TooDeep { max: usize },
+
+    /// Aliases expand the document beyond the supported size.
+    #[error("the document expands to more than {max} nodes")]
+    #[diagnostic(
+        code(yaml::too_large),
+        help("aliases are expanded in place; use fewer or smaller ones")
+    )]
+    TooLarge { max: usize },
+
+    /// A second `---` document in one file.
+    #[error("a plan file holds exactly one YAML document")]
+    #[diagnostic(
+        code(yaml::multiple_documents),
+        help("move the second document into its own file")
+    )]
+    MultipleDocuments,
+
+    /// A field the schema does not define here.
+    #[error("unknown field `{field}` in {place}")]
+    #[diagnostic(code(plan::unknown_field))]
+    UnknownField { field: String, place: String },
+
+    /// A required field is absent.
+    #[error("missing field `{field}` in {place}")]
+    #[diagnostic(code(plan::missing_field))]
+    MissingField { field: String, place: String },
+
+    /// A value of the wrong JSON type.
+    #[error("{place}: expected {expected}, found {found}")]
+    #[diagnostic(code(plan::wrong_type))]
+    WrongType {
+        place: String,
+        expected: String,
+        found: String,
+    },
+
+    /// An unknown `type:` of a step.
+    #[error("unknown step type `{found}`")]
+    #[diagnostic(code(plan::unknown_step_type))]
+    UnknownStepType { found: String },
+
+    /// A value outside the allowed set.
+    #[error("{place}: `{found}` is not one of {allowed}")]
+    #[diagnostic(code(plan::invalid_value))]
+    InvalidValue {
+        place: String,
+        found: String,
+        allowed: String,
+    },
+
+    /// A number or length outside its bounds.
+    #[error("{place}: {message}")]
+    #[diagnostic(code(plan::out_of_range))]
+    OutOfRange { place: String, message: String },
+
+    /// A duration that does not parse.
+    #[error("{place}: `{found}` is not a duration")]
+    #[diagnostic(
+        code(plan::bad_duration),
+        help("write a number and a unit (ms, s, m, h), e.g. `500ms`, `30s`, `1m30s`")
+    )]
+    BadDuration { place: String, found: String },
+
+    /// A step name that is not an identifier.
+    #[error("{place}: `{found}` is not a valid name")]
+    #[diagnostic(
+        code(plan::invalid_name),
+        help(
+            "names start with a letter or `_` and contain only letters, digits and `_`, so templates can write `steps.<name>`"
+        )
+    )]
+    InvalidName { place: String, found: String },
+
+    /// Any other schema violation.
+    #[error("{place}: {message}")]
+    #[diagnostic(
+        code(plan::schema_violation),
+        help("see schemas/plan.schema.json for the plan format")
+    )]
+    SchemaViolation { place: String, message: String },
+
+    /// Two steps with one name.
+    #[error("duplicate step name `{name}`")]
+    #[diagnostic(
+        code(plan::duplicate_step),
+        help("step names must be unique within a plan; rename one of them")
+    )]
+    DuplicateStep { name: String },
+
+    /// `needs` (or a fallback) names a step that does not exist.
+    #[error("unknown step `{name}`")]
+    #[diagnostic(code(plan::unknown_step))]
+    UnknownStep { name: String },
+
+    /// The steps' dependencies form a cycle.
+    #[error("dependency cycle: {path}")]
+    #[diagnostic(
+        code(plan::cycle),
+        help(
+            "a step cannot (even indirectly) need itself; remember that a step without `needs` follows the step before it"
+        )
+    )]
+    Cycle { path: String },
+
+    /// A step names a model not declared in `models:`.
+    #[error("unknown model `{name}`")]
+    #[diagnostic(code(plan::unknown_model))]
+    UnknownModel { name: String },
+
+    /// A step uses a model of a kind it cannot use.
+    #[error("model `{name}` is a {kind} model, but {role} is needed here")]
+    #[diagnostic(code(plan::wrong_model_kind))]
+    WrongModelKind {
+        name: String,
+        kind: String,
+        role: String,
+    },
+
+    /// A step names a corpus not declared in `corpora:`.
+    #[error("unknown corpus `{name}`")]
+    #[diagnostic(code(plan::unknown_corpus))]
+    UnknownCorpus { name: String },
+
+    /// A step or agent names a tool not declared in `tools:`.
+    #[error("unknown tool `{name}`")]
+    #[diagnostic(code(plan::unknown_tool))]
+    UnknownTool { name: String },
+
+    /// A route step names an agent not declared in `agents:`.
+    #[error("unknown agent `{name}`")]
+    #[diagnostic(code(plan::unknown_agent))]
+    UnknownAgent { name: String },
+
+    /// A prompt file that does not exist.
+    #[error("prompt file `{name}` not found")]
+    #[diagnostic(code(plan::prompt_not_found))]
+    PromptNotFound { name: String },
+
+    /// A template (inline or in a prompt file) that does not parse.
+    #[error("template syntax error: {message}")]
+    #[diagnostic(
+        code(plan::template_syntax),
+        help(
+            "see the minijinja syntax: {{{{ expr }}}}, {{% if %}}…{{% endif %}}, {{% for %}}…{{% endfor %}}"
+        )
+    )]
+    TemplateSyntax { message: String },
+
+    /// A template reads a variable nothing provides.
+    #[error("`{variable}` is not defined here")]
+    #[diagnostic(code(plan::unknown_variable))]
+    UnknownVariable { variable: String },
+
+    /// A template reads `input` in a step that has no upstream step.
+    #[error("`input` is not defined in step `{step}`: it has no upstream step")]
+    #[diagnostic(
+        code(plan::no_input),
+        help("use `inputs.<name>` for the plan's inputs, or give the step `needs`")
+    )]
+    NoInput { step: String },
+
+    /// A JSON Schema in the plan that is not a valid JSON Schema.
+    #[error("invalid JSON Schema: {message}")]
+    #[diagnostic(
+        code(plan::invalid_schema),
+        help("the value must be a JSON Schema (draft 2020-12)")
+    )]
+    InvalidSchema { message: String },
+
+    /// A schema file that cannot be read or parsed.
+    #[error("cannot load schema file `{path}`: {reason}")]
+    #[diagnostic(
+        code(plan::schema_file),
+        help("the path is relative to the plan file and must hold JSON")
+    )]
+    SchemaFile { path: String, reason: String },
+
+    /// A regular expression that does not compile.
+    #[error("invalid regular expression: {message}")]
+    #[diagnostic(code(plan::invalid_regex))]
+    InvalidRegex { message: String },
+
+    /// Of two alternative fields, none or both were given.
+    #[error("give exactly one of `{first}` and `{second}`")]
+    #[diagnostic(code(plan::exclusive_fields))]
+    ExclusiveFields { first: String, second: String },
+
+    /// An input's default does not have the input's type.
+    #[error("the default of input `{input}` is not of type {expected}")]
+    #[diagnostic(
+        code(plan::input_default_type),
+        help("change the default or the input's `type`")
+    )]
+    InputDefaultType { input: String, expected: String },
+
+    /// A corpus with no documents at all.
+    #[error("corpus `{name}` has no documents")]
+    #[diagnostic(code(plan::empty_corpus), help("give `files`, `documents` or `jsonl`"))]
+    EmptyCorpus { name: String },
+
+    /// An agent must run exactly one thing.
+    #[error("agent `{name}` must have exactly one of `tool`, `plan` and `template`")]
+    #[diagnostic(code(plan::agent_target))]
+    AgentTarget { name: String },
+
+    /// A step whose type the policy does not allow.
+    #[error("step type `{step_type}` is not allowed by the {origin}")]
+    #[diagnostic(code(policy::step_type_not_allowed))]
+    StepTypeNotAllowed { step_type: String, origin: String },
+
+    /// More steps than the policy allows.
+    #[error("the plan has {count} steps; the {origin} allows at most {max}")]
+    #[diagnostic(code(policy::too_many_steps), help("split the plan, or merge steps"))]
+    TooManySteps {
+        count: usize,
+        max: u32,
+        origin: String,
+    },
+
+    /// A graph where the policy requires a chain.
+    #[error("the {origin} requires a linear plan, but {reason}")]
+    #[diagnostic(
+        code(policy::not_linear),
+        help("remove `needs` that fan out or join, so each step follows exactly one other")
+    )]
+    NotLinear { reason: String, origin: String },
+
+    /// A tool the policy does not allow.
+    #[error("tool `{name}` is not allowed by the {origin}")]
+    #[diagnostic(code(policy::tool_not_allowed))]
+    ToolNotAllowed { name: String, origin: String },
+
+    /// A timeout longer than the policy allows.
+    #[error("timeout {found} exceeds the limit of {max} (timeout_per_step, set by the {origin})")]
+    #[diagnostic(code(policy::timeout_exceeds), help("lower the step's timeout"))]
+    TimeoutExceeds {
+        found: String,
+        max: String,
+        origin: String,
+    },
+
+    /// More tool iterations than the policy allows.
+    #[error("max_tool_iterations {found} exceeds the limit of {max} set by the {origin}")]
+    #[diagnostic(
+        code(policy::tool_iterations_exceed),
+        help("lower the step's max_tool_iterations")
+    )]
+    ToolIterationsExceed {
+        found: u32,
+        max: u32,
+        origin: String,
+    },
+
+    /// A step that may use more tokens than the policy's whole budget.
+    #[error("this step may use {found} tokens; the budget set by the {origin} is {max}")]
+    #[diagnostic(
+        code(policy::max_tokens_exceed),
+        help("lower max_tokens (for redundant steps, max_tokens × n counts)")
+    )]
+    MaxTokensExceed {
+        found: u64,
+        max: u64,
+        origin: String,
+    },
+}
+
+/// One problem, located: the kind of problem, the file, and labelled spans in it.
+#[derive(Debug, Clone)]
+pub struct Diagnostic {
+    pub error: PlanError,
+    pub source: Option<Source>,
+    pub labels: Vec<LabeledSpan>,
+    /// A run-time help line (e.g. "did you mean `model`?"), shown after the kind's own help.
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic with no location yet.
+    pub fn new(error: PlanError) -> Self {
+        Diagnostic {
+            error,
+            source: None,
+            labels: Vec::new(),
+            hint: None,
+        }
+    }
+
+    /// Located in `source`, with a primary label on `span`.
+    pub fn at(
+        error: PlanError,
+        source: &Source,
+        span: std::ops::Range<usize>,
+        label: impl Into<String>,
+    ) -> Self {
+        Diagnostic {
+            error,
+            source: Some(source.clone()),
+            labels: vec![LabeledSpan::new_primary_with_span(Some(label.into()), span)],
+            hint: None,
+        }
+    }
+
+    /// Adds a secondary label.
+    pub fn with_label(mut self, span: std::ops::Range<usize>, label: impl Into<String>) -> Self {
+        self.labels
+            .push(LabeledSpan::new_with_span(Some(label.into()), span));
+        self
+    }
+
+    /// Adds a run-time help line.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The stable code, e.g. `plan::unknown_step`.
+    pub fn code(&self) -> String {
+        miette::Diagnostic::code(&self.error)
+            .map(|c| c.to_string())
+            .unwrap_or_default()
+    }
+
+    /// The file name, 1-based line and column of the primary label, when located.
+    pub fn location(&self) -> Option<(&str, usize, usize)> {
+        let source = self.source.as_ref()?;
+        let label = self
+            .labels
+            .iter()
+            .find(|l| l.primary())
+            .or(self.labels.first())?;
+        let (line, column) = source.line_col(label.offset());
+        Some((&source.name, line, column))
+    }
+
+    /// The help text: the kind's own help, then the hint.
+    pub fn help_text(&self) -> Option<String> {
+        let own = miette::Diagnostic::help(&self.error).map(|h| h.to_string());
+        match (own, &self.hint) {
+            (Some(own), Some(hint)) => Some(format!("{hint}\n{own}")),
+            (Some(own), None) => Some(own),
+            (None, Some(hint)) => Some(hint.clone()),
+            (None, None) => None,
+        }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Diagnostic {}
+
+impl miette::Diagnostic for Diagnostic {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        miette::Diagnostic::code(&self.error)
+    }
+
+    fn severity(&self) -> Option<Severity> {
+        Some(Severity::Error)
+    }
+
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help_text()
+            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        self.source.as_ref().map(|s| s as &dyn SourceCode)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        if self.labels.is_empty() {
+            None
+        } else {
+            Some(Box::new(self.labels.iter().cloned()))
+        }
+    }
+}
+
+/// "did you mean `x`?" for the closest of `candidates` to `found`, when one is close enough.
+pub fn did_you_mean<'a>(
+    found: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    closest(found, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// The candidate closest to `found`, if similar enough to be a typo: within a small edit distance
+/// (one edit per three characters, at least one), or very similar by Jaro-Winkler.
+pub fn closest<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let found_lower = found.to_lowercase();
+    let max_edits = (found.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .filter_map(|c| {
+            let lower = c.to_lowercase();
+            let edits = strsim::damerau_levenshtein(&found_lower, &lower);
+            let similarity = strsim::jaro_winkler(&found_lower, &lower);
+            (edits <= max_edits || similarity >= 0.85).then_some((edits, -similarity, c))
+        })
+        .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
+        .map(|(_, _, c)| c)
+}
+
+/// A help line naming what is available: "did you mean …?" when one is close, else the list.
+pub fn suggestion<'a>(
+    found: &str,
+    what: &str,
+    available: impl IntoIterator<Item = &'a str> + Clone,
+) -> String {
+    if let Some(hint) = did_you_mean(found, available.clone()) {
+        return hint;
+    }
+    let names: Vec<String> = available.into_iter().map(|n| format!("`{n}`")).collect();
+    if names.is_empty() {
+        format!("no {what} are declared")
+    } else {
+        format!("declared {what}: {}", names.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_count_characters() {
+        let source = Source::new("p.yaml", "a: 1\nbé: x\n");
+        assert_eq!(source.line_col(0), (1, 1));
+        assert_eq!(source.line_col(5), (2, 1));
+        assert_eq!(source.line_col(9), (2, 4));
+    }
+
+    #[test]
+    fn suggestions_prefer_a_close_name_and_otherwise_list() {
+        assert_eq!(
+            did_you_mean("modle", ["model", "prompt"]),
+            Some("did you mean `model`?".into())
+        );
+        assert_eq!(did_you_mean("zzz", ["model", "prompt"]), None);
+        assert_eq!(
+            did_you_mean("lm", ["llm", "ranker"]),
+            Some("did you mean `llm`?".into())
+        );
+        assert_eq!(did_you_mean("x", ["llm", "ranker"]), None);
+        assert_eq!(
+            suggestion("zzz", "models", ["llm", "ranker"]),
+            "declared models: `llm`, `ranker`"
+        );
+        assert_eq!(suggestion("zzz", "models", []), "no models are declared");
+    }
+}

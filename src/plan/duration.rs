@@ -1,0 +1,158 @@
+//! Human-written durations such as `500ms`, `30s`, `1m30s` or `2h`.
+//!
+//! Plans and policies write timeouts and backoffs as strings; this type keeps the text the user
+//! wrote (for messages) and the parsed [`Duration`] (for the executor and policy comparisons). Its
+//! JSON Schema is a string with a pattern, so editors flag a bad duration as it is typed.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The pattern every duration must match; the schema stage reports a mismatch as `plan::bad_duration`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
+/// A duration written as one or more `<number><unit>` parts, unit `ms`, `s`, `m` or `h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DurationSpec(Duration);
+
+impl DurationSpec {
+    /// The parsed duration.
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// Parses `1m30s`-style text; the error says what is wrong in words.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut total = Duration::ZERO;
+        let mut rest = text.trim();
+        if rest.is_empty() {
+            return Err("a duration cannot be empty".into());
+        }
+        while !rest.is_empty() {
+            let number_len = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .ok_or_else(|| format!("`{text}` has a number without a unit (ms, s, m or h)"))?;
+            let (number, after) = rest.split_at(number_len);
+            let unit_len = after
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(after.len());
+            let (unit, next) = after.split_at(unit_len);
+            let value: f64 = number
+                .parse()
+                .map_err(|_| format!("`{number}` in `{text}` is not a number"))?;
+            let seconds_per_unit = match unit {
+                "ms" => 0.001,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                other => {
+                    return Err(format!(
+                        "`{other}` in `{text}` is not a unit; use ms, s, m or h"
+                    ));
+                }
+            };
+            let part = Duration::try_from_secs_f64(value * seconds_per_unit)
+                .map_err(|_| format!("`{text}` is too long a duration"))?;
+            total = total
+                .checked_add(part)
+                .ok_or_else(|| format!("`{text}` is too long a duration"))?;
+            rest = next;
+        }
+        Ok(DurationSpec(total))
+    }
+}
+
+impl fmt::Display for DurationSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_millis();
+        if millis % 3_600_000 == 0 && millis > 0 {
+            write!(f, "{}h", millis / 3_600_000)
+        } else if millis % 60_000 == 0 && millis > 0 {
+            write!(f, "{}m", millis / 60_000)
+        } else if millis % 1000 == 0 {
+            write!(f, "{}s", millis / 1000)
+        } else {
+            write!(f, "{millis}ms")
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        DurationSpec::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for DurationSpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl JsonSchema for DurationSpec {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "description": "A duration: one or more <number><unit> parts, unit ms, s, m or h (e.g. 500ms, 30s, 1m30s).",
+            "examples": ["500ms", "30s", "1m30s"]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units_and_compounds() {
+        let cases = [
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("1m30s", 90_000),
+            ("2h", 7_200_000),
+            ("1.5s", 1_500),
+            ("0s", 0),
+        ];
+        for (text, millis) in cases {
+            assert_eq!(
+                DurationSpec::parse(text).map(|d| d.get().as_millis()),
+                Ok(millis),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_what_the_pattern_rejects() {
+        for text in ["", "30", "30 sec", "s", "1d", "-1s", "1e400h"] {
+            assert!(
+                DurationSpec::parse(text).is_err(),
+                "{text} should be rejected"
+            );
+        }
+    }
+
+    #[test]
+    fn displays_in_the_largest_whole_unit() {
+        for (text, shown) in [
+            ("90s", "90s"),
+            ("120s", "2m"),
+            ("3600s", "1h"),
+            ("1500ms", "1500ms"),
+        ] {
+            assert_eq!(
+                DurationSpec::parse(text).map(|d| d.to_string()).as_deref(),
+                Ok(shown)
+            );
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Loading a plan or policy file: text → spanned YAML tree → schema check → typed value.
+//!
+//! Each stage collects every problem it can find before stopping, and a later stage runs only on
+//! what the earlier one accepted: a tree that breaks the schema is never deserialised, so serde
+//! sees only well-shaped values. Loading reads files and nothing else: no model, no network.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::diagnostic::{Diagnostic, PlanError, Source};
+use super::schema::{self, DocumentKind, describe_place};
+use super::yaml::{self, MAX_DEPTH, MAX_NODES, Node, YamlError};
+
+/// A parsed, schema-valid document, with its source and tree kept for locating later problems.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    pub value: T,
+    pub source: Source,
+    pub root: Node,
+}
+
+/// Reads `path` and loads it as a document of `kind`.
+pub fn load_file<T: DeserializeOwned>(
+    path: &Path,
+    kind: DocumentKind,
+) -> Result<Loaded<T>, Vec<Diagnostic>> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| {
+        vec![Diagnostic::new(PlanError::ReadFailed {
+            path: name.clone(),
+            reason: e.to_string(),
+        })]
+    })?;
+    load_bytes(&name, bytes, kind)
+}
+
+/// Loads a document of `kind` from bytes, naming it `name` in diagnostics.
+pub fn load_bytes<T: DeserializeOwned>(
+    name: &str,
+    bytes: Vec<u8>,
+    kind: DocumentKind,
+) -> Result<Loaded<T>, Vec<Diagnostic>> {
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(error) => {
+            let at = error.utf8_error().valid_up_to();
+            let source = Source::new(name, String::from_utf8_lossy(error.as_bytes()).into_owned());
+            return Err(vec![Diagnostic::at(
+                PlanError::NotUtf8,
+                &source,
+                at..at + 1,
+                "not UTF-8",
+            )]);
+        }
+    };
+    let source = Source::new(name, text);
+    let root = yaml::parse(&source.text).map_err(|e| vec![yaml_diagnostic(e, &source)])?;
+    let instance = root.to_json();
+    let problems = schema::validate(kind, &root, &instance, &source);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let value = deserialize(kind, &root, instance, &source)?;
+    Ok(Loaded {
+        value,
+        source,
+        root,
+    })
+}
+
+/// Deserialises a schema-valid value; the rare errors serde still finds (a number too large for
+/// its field, say) are located through the path serde reports.
+fn deserialize<T: DeserializeOwned>(
+    kind: DocumentKind,
+    root: &Node,
+    instance: Value,
+    source: &Source,
+) -> Result<T, Vec<Diagnostic>> {
+    serde_path_to_error::deserialize(instance).map_err(|error| {
+        let path: Vec<String> = error
+            .path()
+            .iter()
+            .filter_map(|segment| match segment {
+                serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                serde_path_to_error::Segment::Enum { .. }
+                | serde_path_to_error::Segment::Unknown => None,
+            })
+            .collect();
+        let node = root.locate(&path).node;
+        let place = describe_place(kind, root, &path);
+        vec![Diagnostic::at(
+            PlanError::SchemaViolation {
+                place,
+                message: error.inner().to_string(),
+            },
+            source,
+            node.span.clone(),
+            "here",
+        )]
+    })
+}
+
+/// The hint for `key: {{ template }}`, which YAML reads as a mapping.
+pub const QUOTE_TEMPLATES: &str =
+    "in YAML a value starting with `{` is a mapping; quote templates: \"{{ inputs.question }}\"";
+
+fn yaml_diagnostic(error: YamlError, source: &Source) -> Diagnostic {
+    match error {
+        YamlError::Syntax { message, at } => {
+            let end = (at + 1).min(source.text.len()).max(at);
+            Diagnostic::at(PlanError::YamlSyntax { message }, source, at..end, "here")
+        }
+        YamlError::DuplicateKey { key, first, second } => Diagnostic::at(
+            PlanError::DuplicateKey { key },
+            source,
+            second,
+            "defined again here",
+        )
+        .with_label(first, "first defined here"),
+        YamlError::ComplexKey { at } => {
+            let unquoted_template = source
+                .text
+                .get(..at.start)
+                .is_some_and(|before| before.ends_with('{'));
+            let diagnostic = Diagnostic::at(PlanError::ComplexKey, source, at, "not a string key");
+            if unquoted_template {
+                diagnostic.with_hint(QUOTE_TEMPLATES)
+            } else {
+                diagnostic
+            }
+        }
+        YamlError::UnsupportedTag { tag, at } => Diagnostic::at(
+            PlanError::UnsupportedTag { tag },
+            source,
+            at,
+            "unsupported tag",
+        ),
+        YamlError::BadScalar { message, at } => {
+            Diagnostic::at(PlanError::BadScalar { message }, source, at, "here")
+        }
+        YamlError::TooDeep { at } => Diagnostic::at(
+            PlanError::TooDeep { max: MAX_DEPTH },
+            source,
+            at,
+            "too deep",
+        ),
+        YamlError::TooLarge { at } => Diagnostic::at(
+            PlanError::TooLarge { max: MAX_NODES },
+            source,
+            at,
+            "limit reached here",
+        ),
+        YamlError::MultipleDocuments { at } => Diagnostic::at(
+            PlanError::MultipleDocuments,
+            source,
+            at,
+            "a second document starts here",
+        ),
+        YamlError::Empty => Diagnostic::at(PlanError::Empty, source, 0..0, "nothing here"),
+    }
+}

@@ -1,0 +1,381 @@
+//! The plan file as written: `RawPlan` and everything it declares besides steps.
+//!
+//! These types are the user's contract. Their doc comments become the descriptions in
+//! `schemas/plan.schema.json`, which editors show as help; the schema is generated from them and
+//! committed, and a test fails when the two drift. Names referring to other parts of the plan are
+//! plain strings here; `plan::check` resolves them and reports what does not exist.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::duration::DurationSpec;
+use super::policy::PlanPolicy;
+use super::steps::RawStep;
+
+/// A pagantic plan: the inputs it takes, the models, corpora and tools it uses, and its steps.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "pagantic plan")]
+pub struct RawPlan {
+    /// Plan format version; always `1`.
+    #[schemars(range(min = 1, max = 1))]
+    pub version: u32,
+    /// A short name for the plan (used in run records and logs).
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// What the plan does.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Inputs the plan takes (`-i name=value`, or a batch row's columns); templates read them as `inputs.<name>`.
+    #[serde(default)]
+    pub inputs: IndexMap<String, InputSpec>,
+    /// Constants templates read as `vars.<name>`.
+    #[serde(default)]
+    pub vars: IndexMap<String, Value>,
+    /// Models steps refer to by name.
+    #[serde(default)]
+    pub models: IndexMap<String, ModelSpec>,
+    /// Document collections `retrieve` steps search.
+    #[serde(default)]
+    pub corpora: IndexMap<String, CorpusSpec>,
+    /// Tools that `tool`, `agent` and `structured` steps may call.
+    #[serde(default)]
+    pub tools: IndexMap<String, ToolSpec>,
+    /// Agents that `route` steps may choose from.
+    #[serde(default)]
+    pub agents: IndexMap<String, AgentSpec>,
+    /// Limits the plan runs under; a `--policy` file can tighten them further.
+    #[serde(default)]
+    pub policy: Option<PlanPolicy>,
+    /// The steps, in order. A step without `needs` follows the one before it.
+    #[schemars(length(min = 1))]
+    pub steps: Vec<RawStep>,
+    /// A template for the plan's result (default: the last step's output).
+    #[serde(default)]
+    pub output: Option<String>,
+}
+
+/// One declared input.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    /// The input's type (default `string`).
+    #[serde(rename = "type", default)]
+    pub kind: InputType,
+    /// What the input means (shown in `--help`-style listings and errors).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Whether a run must supply it; defaults to true unless `default` is given.
+    #[serde(default)]
+    pub required: Option<bool>,
+    /// The value used when a run does not supply one.
+    #[serde(default)]
+    pub default: Option<Value>,
+    /// The only values accepted.
+    #[serde(rename = "enum", default)]
+    pub allowed: Option<Vec<Value>>,
+}
+
+/// JSON types an input may have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputType {
+    #[default]
+    String,
+    Number,
+    Integer,
+    Boolean,
+    Array,
+    Object,
+}
+
+impl InputType {
+    /// Whether `value` has this type.
+    pub fn accepts(self, value: &Value) -> bool {
+        match self {
+            InputType::String => value.is_string(),
+            InputType::Number => value.is_number(),
+            InputType::Integer => value.is_i64() || value.is_u64(),
+            InputType::Boolean => value.is_boolean(),
+            InputType::Array => value.is_array(),
+            InputType::Object => value.is_object(),
+        }
+    }
+
+    /// The name used in YAML.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputType::String => "string",
+            InputType::Number => "number",
+            InputType::Integer => "integer",
+            InputType::Boolean => "boolean",
+            InputType::Array => "array",
+            InputType::Object => "object",
+        }
+    }
+}
+
+/// A model, by engine. `kind` picks the engine.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ModelSpec {
+    /// A local GGUF model run in-process by mistral.rs.
+    Mistralrs {
+        /// `default` (the embedded Qwen2.5-Coder-0.5B-Instruct), a path to a `.gguf` file, or a Hugging Face model id.
+        #[serde(default)]
+        source: Option<String>,
+        /// Context window in tokens (default: the model's own).
+        #[serde(default)]
+        #[schemars(range(min = 256))]
+        context_length: Option<u32>,
+    },
+    /// An OpenAI-compatible chat-completions server (vLLM, llama.cpp server, mistralrs-server…).
+    Openai {
+        /// The server's base URL, e.g. `http://127.0.0.1:8000/v1`.
+        base_url: String,
+        /// The model name the server expects.
+        model: String,
+        /// Environment variable holding the API key, if the server needs one.
+        #[serde(default)]
+        api_key_env: Option<String>,
+        /// Longest one request may take.
+        #[serde(default)]
+        timeout: Option<DurationSpec>,
+    },
+    /// A deterministic stand-in for tests and dry runs: replies from a list, from rules, or an echo.
+    Scripted {
+        /// Replies given in turn (the last one repeats).
+        #[serde(default)]
+        replies: Vec<String>,
+        /// Replies chosen by the last user message; the first matching rule wins.
+        #[serde(default)]
+        rules: Vec<ScriptRule>,
+        /// Reply with the last user message when no rule or listed reply applies.
+        #[serde(default)]
+        echo: bool,
+        /// Fail this many calls first (then answer normally), to exercise retries.
+        #[serde(default)]
+        fail_first: Option<u32>,
+        /// Wait this long before answering, to exercise timeouts.
+        #[serde(default)]
+        stall: Option<DurationSpec>,
+    },
+    /// An ONNX Runtime scorer: a cross-encoder (scores pairs) or a bi-encoder (embeds texts).
+    Onnx {
+        /// What the model computes.
+        task: OnnxTask,
+        /// Path to the `.onnx` file or a directory holding `model.onnx`, or `default` for the embedded MiniLM.
+        source: String,
+        /// Path to `tokenizer.json` (default: next to the model).
+        #[serde(default)]
+        tokenizer: Option<String>,
+        /// Pairs or texts per inference batch (default 32).
+        #[serde(default)]
+        #[schemars(range(min = 1, max = 4096))]
+        batch_size: Option<u32>,
+    },
+}
+
+impl ModelSpec {
+    /// The `kind:` name.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            ModelSpec::Mistralrs { .. } => "mistralrs",
+            ModelSpec::Openai { .. } => "openai",
+            ModelSpec::Scripted { .. } => "scripted",
+            ModelSpec::Onnx { .. } => "onnx",
+        }
+    }
+}
+
+/// What an ONNX model computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnnxTask {
+    /// Scores (query, passage) pairs jointly.
+    CrossEncoder,
+    /// Embeds texts; scores by cosine similarity.
+    BiEncoder,
+}
+
+/// A scripted engine rule.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptRule {
+    /// Applies when the last user message contains this text.
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// Applies when the last user message matches this regular expression.
+    #[serde(default)]
+    pub matches: Option<String>,
+    /// The reply.
+    pub reply: String,
+}
+
+/// A collection of documents, split into passages for retrieval.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CorpusSpec {
+    /// Glob patterns of text files, relative to the plan file.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Documents written inline.
+    #[serde(default)]
+    pub documents: Vec<InlineDocument>,
+    /// A JSON Lines file with one document per line, relative to the plan file.
+    #[serde(default)]
+    pub jsonl: Option<JsonlSource>,
+    /// How documents are split into passages.
+    #[serde(default)]
+    pub chunk: Option<ChunkSpec>,
+}
+
+/// A document written inline in the plan.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InlineDocument {
+    /// The text.
+    pub content: String,
+    /// Where it came from (shown with each candidate).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Free-form metadata carried with each candidate.
+    #[serde(default)]
+    pub metadata: IndexMap<String, Value>,
+}
+
+/// A JSON Lines document source.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JsonlSource {
+    /// Path of the file, relative to the plan file.
+    pub path: String,
+    /// The field holding the text (default `content`).
+    #[serde(default)]
+    pub content_field: Option<String>,
+    /// The field naming the document (default: the line number).
+    #[serde(default)]
+    pub source_field: Option<String>,
+}
+
+/// How documents are split into passages.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkSpec {
+    /// Longest passage in characters.
+    #[schemars(range(min = 1))]
+    pub max_chars: u32,
+    /// Split at paragraph boundaries first (default), or purely by size.
+    #[serde(default)]
+    pub by: ChunkBy,
+}
+
+/// Where passages are cut.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkBy {
+    /// Blank-line paragraphs, packed up to `max_chars`.
+    #[default]
+    Paragraph,
+    /// Fixed-size pieces of `max_chars`.
+    Size,
+}
+
+/// A tool steps and agents may call. `kind` picks how it runs.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolSpec {
+    /// Runs a program directly (never through a shell) with an argv template.
+    Command {
+        /// What the tool does, for the model.
+        description: String,
+        /// The program and its arguments; each element is a template that sees `args`.
+        #[schemars(length(min = 1))]
+        argv: Vec<String>,
+        /// JSON Schema of the arguments; calls are validated against it before running.
+        #[serde(default)]
+        parameters: Option<Value>,
+        /// Longest the program may run; it and its children are killed after (default 30s).
+        #[serde(default)]
+        timeout: Option<DurationSpec>,
+        /// Most bytes of output kept (default 65536); the rest is cut and marked.
+        #[serde(default)]
+        #[schemars(range(min = 1))]
+        max_output_bytes: Option<u64>,
+        /// Working directory, relative to the plan file.
+        #[serde(default)]
+        working_dir: Option<String>,
+        /// Environment variables passed through; all others are cleared.
+        #[serde(default)]
+        env: Vec<String>,
+        /// What the tool may change (default `external`, the most cautious).
+        #[serde(default)]
+        side_effects: SideEffects,
+        /// Whether calling it twice is the same as once; only idempotent tools are retried automatically.
+        #[serde(default)]
+        idempotent: bool,
+    },
+    /// A tool compiled into pagantic.
+    Builtin {
+        /// Which built-in tool.
+        builtin: BuiltinTool,
+        /// Override the tool's description for the model.
+        #[serde(default)]
+        description: Option<String>,
+        /// For `read_file`: the directory files may be read from, relative to the plan file.
+        #[serde(default)]
+        root: Option<String>,
+    },
+}
+
+/// What a tool may change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffects {
+    /// Pure computation.
+    None,
+    /// Reads local state.
+    Read,
+    /// Changes local state.
+    Write,
+    /// Reaches outside the machine.
+    #[default]
+    External,
+}
+
+/// Tools compiled into pagantic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinTool {
+    /// Evaluates arithmetic expressions.
+    Calculator,
+    /// Reads a text file inside `root`.
+    ReadFile,
+    /// The current date and time (UTC).
+    CurrentTime,
+}
+
+/// An agent a `route` step may choose: a description for the router, an argument schema, and what it runs.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    /// What the agent does, for the router.
+    pub description: String,
+    /// JSON Schema of the agent's arguments; a route is rejected before running when they do not validate.
+    #[serde(default)]
+    pub parameters: Option<Value>,
+    /// Runs this tool (by its name in `tools:`) with the agent's arguments.
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// Runs this plan file (relative to this one) with the agent's arguments as inputs.
+    #[serde(default)]
+    pub plan: Option<String>,
+    /// Renders this inline template (it sees `args`) and sends it to `model`.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// The model for `template` agents.
+    #[serde(default)]
+    pub model: Option<String>,
+}

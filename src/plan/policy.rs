@@ -1,0 +1,237 @@
+//! Plan policies: the limits a plan runs under.
+//!
+//! A policy can sit inline in a plan (`policy:`) or in its own file passed with `--policy`, so a
+//! team can hold every plan in CI to the same rules. A policy file can only tighten: the policy in
+//! force is, field by field, the stricter of the two. Each limit remembers which file imposed it so
+//! a violation can say so.
+
+use indexmap::IndexSet;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::duration::DurationSpec;
+use super::steps::StepType;
+
+/// Limits a plan must respect. Every field is optional; an absent field imposes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanPolicy {
+    /// Most steps the plan may declare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_steps: Option<u32>,
+    /// Step types the plan may use; any other type is rejected before anything runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_step_types: Option<Vec<StepType>>,
+    /// When true, every step must have at most one predecessor and one successor (a chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_linear: Option<bool>,
+    /// Longest a single step may run (e.g. `60s`); also the default step timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_per_step: Option<DurationSpec>,
+    /// Tools (by their name in `tools:`) that steps and agents may call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Upper bound for any agent step's `max_tool_iterations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tool_iterations: Option<u32>,
+    /// Token budget for one run of the plan; no single step may ask for more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u64>,
+}
+
+/// Where a policy came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyOrigin {
+    /// The plan's own `policy:` block.
+    Plan,
+    /// The file given with `--policy`.
+    File,
+}
+
+/// One limit in force, and which policy set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit<T> {
+    pub value: T,
+    pub origin: PolicyOrigin,
+}
+
+/// The policy in force: for every field, the stricter of the plan's and the policy file's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EffectivePolicy {
+    pub max_steps: Option<Limit<u32>>,
+    pub allowed_step_types: Option<Limit<Vec<StepType>>>,
+    pub require_linear: Option<Limit<bool>>,
+    pub timeout_per_step: Option<Limit<DurationSpec>>,
+    pub allowed_tools: Option<Limit<Vec<String>>>,
+    pub max_tool_iterations: Option<Limit<u32>>,
+    pub max_tokens: Option<Limit<u64>>,
+}
+
+impl EffectivePolicy {
+    /// Combines the plan's policy with an external one; the external policy can only tighten.
+    pub fn combine(plan: Option<&PlanPolicy>, file: Option<&PlanPolicy>) -> Self {
+        let empty = PlanPolicy::default();
+        let plan = plan.unwrap_or(&empty);
+        let file = file.unwrap_or(&empty);
+        EffectivePolicy {
+            max_steps: stricter(plan.max_steps, file.max_steps, |a, b| b < a),
+            allowed_step_types: intersect(&plan.allowed_step_types, &file.allowed_step_types),
+            require_linear: stricter(plan.require_linear, file.require_linear, |a, b| b && !a),
+            timeout_per_step: stricter(plan.timeout_per_step, file.timeout_per_step, |a, b| b < a),
+            allowed_tools: intersect(&plan.allowed_tools, &file.allowed_tools),
+            max_tool_iterations: stricter(
+                plan.max_tool_iterations,
+                file.max_tool_iterations,
+                |a, b| b < a,
+            ),
+            max_tokens: stricter(plan.max_tokens, file.max_tokens, |a, b| b < a),
+        }
+    }
+}
+
+/// Picks the file's value when `tighter(plan, file)` says it is stricter, else the plan's.
+fn stricter<T: Copy>(
+    plan: Option<T>,
+    file: Option<T>,
+    tighter: impl Fn(T, T) -> bool,
+) -> Option<Limit<T>> {
+    match (plan, file) {
+        (None, None) => None,
+        (Some(value), None) => Some(Limit {
+            value,
+            origin: PolicyOrigin::Plan,
+        }),
+        (None, Some(value)) => Some(Limit {
+            value,
+            origin: PolicyOrigin::File,
+        }),
+        (Some(p), Some(f)) if tighter(p, f) => Some(Limit {
+            value: f,
+            origin: PolicyOrigin::File,
+        }),
+        (Some(p), Some(_)) => Some(Limit {
+            value: p,
+            origin: PolicyOrigin::Plan,
+        }),
+    }
+}
+
+/// An allow-list in force is the intersection of both; the file is named when it removed anything.
+fn intersect<T: Clone + PartialEq + Eq + std::hash::Hash>(
+    plan: &Option<Vec<T>>,
+    file: &Option<Vec<T>>,
+) -> Option<Limit<Vec<T>>> {
+    match (plan, file) {
+        (None, None) => None,
+        (Some(p), None) => Some(Limit {
+            value: p.clone(),
+            origin: PolicyOrigin::Plan,
+        }),
+        (None, Some(f)) => Some(Limit {
+            value: f.clone(),
+            origin: PolicyOrigin::File,
+        }),
+        (Some(p), Some(f)) => {
+            let allowed: IndexSet<&T> = f.iter().collect();
+            let value: Vec<T> = p.iter().filter(|x| allowed.contains(x)).cloned().collect();
+            let origin = if value.len() < p.len() {
+                PolicyOrigin::File
+            } else {
+                PolicyOrigin::Plan
+            };
+            Some(Limit { value, origin })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(
+        max_steps: Option<u32>,
+        types: Option<Vec<StepType>>,
+        linear: Option<bool>,
+    ) -> PlanPolicy {
+        PlanPolicy {
+            max_steps,
+            allowed_step_types: types,
+            require_linear: linear,
+            ..PlanPolicy::default()
+        }
+    }
+
+    #[test]
+    fn a_policy_file_tightens_but_never_loosens() {
+        let plan = policy(
+            Some(12),
+            Some(vec![StepType::Infer, StepType::Retrieve]),
+            Some(true),
+        );
+        let file = policy(
+            Some(50),
+            Some(vec![StepType::Infer, StepType::Tool]),
+            Some(false),
+        );
+        let effective = EffectivePolicy::combine(Some(&plan), Some(&file));
+        assert_eq!(
+            effective.max_steps,
+            Some(Limit {
+                value: 12,
+                origin: PolicyOrigin::Plan
+            })
+        );
+        assert_eq!(
+            effective.allowed_step_types,
+            Some(Limit {
+                value: vec![StepType::Infer],
+                origin: PolicyOrigin::File
+            })
+        );
+        assert_eq!(
+            effective.require_linear,
+            Some(Limit {
+                value: true,
+                origin: PolicyOrigin::Plan
+            })
+        );
+    }
+
+    #[test]
+    fn a_policy_file_alone_applies_in_full() {
+        let file = policy(Some(3), None, Some(true));
+        let effective = EffectivePolicy::combine(None, Some(&file));
+        assert_eq!(
+            effective.max_steps,
+            Some(Limit {
+                value: 3,
+                origin: PolicyOrigin::File
+            })
+        );
+        assert_eq!(
+            effective.require_linear,
+            Some(Limit {
+                value: true,
+                origin: PolicyOrigin::File
+            })
+        );
+        assert_eq!(effective.allowed_step_types, None);
+    }
+
+    #[test]
+    fn the_stricter_limit_wins_whichever_side_it_is_on() {
+        let plan = policy(Some(20), None, None);
+        let file = policy(Some(5), None, None);
+        let effective = EffectivePolicy::combine(Some(&plan), Some(&file));
+        assert_eq!(
+            effective.max_steps,
+            Some(Limit {
+                value: 5,
+                origin: PolicyOrigin::File
+            })
+        );
+    }
+}

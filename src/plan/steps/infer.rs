@@ -1,0 +1,54 @@
+//! `type: infer` — one call to a language model with a templated prompt.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommon, StepConfig};
+
+/// Call a language model with a prompt and return its text (plus usage).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct InferStep {
+    #[serde(flatten)]
+    pub common: StepCommon,
+    /// The model to call, by its name in `models:`.
+    pub model: String,
+    #[serde(flatten)]
+    pub prompt: PromptSpec,
+    #[serde(flatten)]
+    pub sampling: Sampling,
+    /// Constrain decoding so the text matches a regex, a grammar or a JSON Schema.
+    #[serde(default)]
+    pub constraint: Option<Constraint>,
+}
+
+/// A decoder constraint: exactly one of the forms below.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Constraint {
+    /// The output must match this regular expression.
+    Regex(String),
+    /// The output must match this Lark grammar.
+    Lark(String),
+    /// The output must match this GBNF grammar (llama.cpp's format).
+    Gbnf(String),
+    /// The output must be JSON valid against this schema (inline, or a file path).
+    JsonSchema(SchemaSource),
+}
+
+impl StepConfig for InferStep {
+    fn references<'a>(&'a self, refs: &mut References<'a>) {
+        refs.model(&["model"], &self.model, ModelRole::Llm);
+        self.prompt.references(refs);
+        refs.sampling(&self.sampling);
+        match &self.constraint {
+            Some(Constraint::Regex(regex)) => refs
+                .regexes
+                .push((vec!["constraint".into(), "regex".into()], regex)),
+            Some(Constraint::JsonSchema(schema)) => {
+                refs.schema(&["constraint", "json_schema"], schema)
+            }
+            Some(Constraint::Lark(_) | Constraint::Gbnf(_)) | None => {}
+        }
+    }
+}

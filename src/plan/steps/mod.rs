@@ -1,0 +1,345 @@
+//! The YAML shape of every step type, and what each step refers to.
+//!
+//! Each step type lives in its own file: its config struct (whose doc comments become the JSON
+//! Schema's help text) and a [`StepConfig`] impl listing the models, tools, corpora, templates and
+//! JSON Schemas it refers to, so that the checks in `plan::check` stay generic. Adding a step type
+//! is one file here plus one line in the [`steps!`] registry below, which expands to the tagged
+//! [`RawStep`] enum, the [`StepType`] list used by policies and "did you mean", and the dispatch.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::duration::DurationSpec;
+
+mod agent;
+mod infer;
+mod redundant;
+mod rerank;
+mod retrieve;
+mod route;
+mod structured;
+mod template;
+mod tool;
+mod validate;
+
+pub use agent::{AgentStep, ToolCallMode};
+pub use infer::{Constraint, InferStep};
+pub use redundant::{RedundantStep, Voting, VotingMethod};
+pub use rerank::RerankStep;
+pub use retrieve::{RetrieveScorer, RetrieveStep};
+pub use route::RouteStep;
+pub use structured::StructuredStep;
+pub use template::TemplateStep;
+pub use tool::ToolStep;
+pub use validate::{ValidateRule, ValidateStep};
+
+/// Declares the step types: `Variant(Config) = "yaml-name"`, each with its doc comment.
+macro_rules! steps {
+    ($($(#[doc = $doc:literal])* $variant:ident($config:ty) = $name:literal,)+) => {
+        /// One step of a plan, as written. `type` picks the kind of step.
+        #[derive(Debug, Clone, Deserialize, JsonSchema)]
+        #[serde(tag = "type")]
+        pub enum RawStep {
+            $($(#[doc = $doc])* #[serde(rename = $name)] $variant($config),)+
+        }
+
+        /// The kinds of step, as named in `type:` and in policies.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize, JsonSchema)]
+        pub enum StepType {
+            $($(#[doc = $doc])* #[serde(rename = $name)] $variant,)+
+        }
+
+        impl StepType {
+            /// Every step type, in declaration order.
+            pub const ALL: &'static [StepType] = &[$(StepType::$variant),+];
+
+            /// The name used in YAML.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(StepType::$variant => $name,)+
+                }
+            }
+        }
+
+        impl RawStep {
+            /// This step's type.
+            pub fn step_type(&self) -> StepType {
+                match self {
+                    $(RawStep::$variant(_) => StepType::$variant,)+
+                }
+            }
+
+            /// The fields every step has.
+            pub fn common(&self) -> &StepCommon {
+                match self {
+                    $(RawStep::$variant(step) => &step.common,)+
+                }
+            }
+
+            /// What this step refers to.
+            pub fn references(&self) -> References<'_> {
+                let mut refs = References::default();
+                match self {
+                    $(RawStep::$variant(step) => step.references(&mut refs),)+
+                }
+                refs
+            }
+        }
+    };
+}
+
+steps! {
+    /// Call a language model with a prompt and return its text.
+    Infer(InferStep) = "infer",
+    /// Ask a model for JSON that must validate against a schema: constrained decoding, then repair, enum normalisation, validation and retries with the errors fed back.
+    Structured(StructuredStep) = "structured",
+    /// Ask N times and vote: majority, unanimity, similarity or per-field majority, with a confidence.
+    Redundant(RedundantStep) = "redundant",
+    /// A tool-calling loop: the model calls declared tools until it gives a final answer.
+    Agent(AgentStep) = "agent",
+    /// Find the passages of a corpus that best match a query.
+    Retrieve(RetrieveStep) = "retrieve",
+    /// Re-score candidates (by default the previous step's output) and keep the best.
+    Rerank(RerankStep) = "rerank",
+    /// Check the input against rules; pass it through unchanged when every rule holds.
+    Validate(ValidateStep) = "validate",
+    /// Call one declared tool with templated arguments.
+    Tool(ToolStep) = "tool",
+    /// Render a template; no model involved.
+    Template(TemplateStep) = "template",
+    /// A model picks which declared agents to run (one, several in parallel, or in sequence), then a second call synthesises the answer.
+    Route(RouteStep) = "route",
+}
+
+impl std::fmt::Display for StepType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Fields every step has, whatever its type.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct StepCommon {
+    /// The step's name: unique in the plan; templates read its result as `steps.<name>.output`.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    pub name: String,
+    /// What the step is for (shown in `pagantic graph` and run records).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Steps whose outputs this one needs. Without `needs`, a step follows the step before it and receives its output as `input`.
+    #[serde(default)]
+    pub needs: Option<Vec<String>>,
+    /// A minijinja expression; when it is false the step is skipped.
+    #[serde(default)]
+    pub when: Option<String>,
+    /// How to retry a failed attempt (only failures the taxonomy calls retryable are retried).
+    #[serde(default)]
+    pub retry: Option<RetrySpec>,
+    /// Longest one attempt may take (e.g. `30s`); defaults to the policy's `timeout_per_step`.
+    #[serde(default)]
+    pub timeout: Option<DurationSpec>,
+}
+
+/// Retry settings for a step.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Attempts in all, the first included.
+    #[schemars(range(min = 1, max = 100))]
+    pub max_attempts: u32,
+    /// Wait before the second attempt; doubles after each further failure.
+    #[serde(default)]
+    pub backoff: Option<DurationSpec>,
+}
+
+/// Where a model step's prompt comes from: a file in `prompts/`, or inline text; plus an optional system message.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct PromptSpec {
+    /// A prompt template file, relative to the plan's `prompts/` directory (e.g. `answer.j2`).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// An inline prompt template (minijinja), used instead of `prompt`.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// An inline system message template.
+    #[serde(default)]
+    pub system: Option<String>,
+}
+
+impl PromptSpec {
+    fn references<'a>(&'a self, refs: &mut References<'a>) {
+        if let Some(file) = &self.prompt {
+            refs.template(&["prompt"], file, TemplateSource::File);
+        }
+        if let Some(text) = &self.template {
+            refs.template(&["template"], text, TemplateSource::Inline);
+        }
+        if let Some(text) = &self.system {
+            refs.template(&["system"], text, TemplateSource::Inline);
+        }
+        if self.prompt.is_some() == self.template.is_some() {
+            refs.exclusive(&["prompt", "template"], self.prompt.is_some());
+        }
+    }
+}
+
+/// Sampling settings shared by the steps that call a language model.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct Sampling {
+    /// Most tokens to generate.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature; 0 is greedy.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 2.0))]
+    pub temperature: Option<f64>,
+    /// Random seed, for reproducible sampling.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Stop generating at any of these strings.
+    #[serde(default)]
+    pub stop: Option<Vec<String>>,
+}
+
+/// A JSON Schema given inline, or as a path to a `.json` file relative to the plan.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum SchemaSource {
+    /// Path to a JSON Schema file, relative to the plan file.
+    File(String),
+    /// An inline JSON Schema.
+    Inline(IndexMap<String, Value>),
+}
+
+/// What kind of model a reference needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelRole {
+    /// A language model (mistralrs, openai or scripted).
+    Llm,
+    /// An ONNX cross-encoder or bi-encoder.
+    Scorer,
+    /// An ONNX bi-encoder (dense retrieval embeds the corpus and the query separately).
+    Embedder,
+}
+
+/// How a template string is to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// Inline minijinja template text.
+    Inline,
+    /// A minijinja expression (`when:`, validate `expr`).
+    Expression,
+    /// The name of a file in `prompts/`.
+    File,
+}
+
+/// A field path relative to the step, e.g. `["rules", "2", "regex"]`.
+pub type FieldPath = Vec<String>;
+
+/// A name this step refers to, and where it wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedRef<'a> {
+    pub path: FieldPath,
+    pub name: &'a str,
+}
+
+/// A template a step uses, and the variables it may read beyond the usual ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateRef<'a> {
+    pub path: FieldPath,
+    pub text: &'a str,
+    pub source: TemplateSource,
+    /// Variables this template sees besides `inputs`, `input`, `steps`, `vars` and `row`.
+    pub extra_variables: &'static [&'static str],
+}
+
+/// What a step refers to; filled by each step type's [`StepConfig::references`].
+#[derive(Debug, Default)]
+pub struct References<'a> {
+    pub models: Vec<(NamedRef<'a>, ModelRole)>,
+    pub tools: Vec<NamedRef<'a>>,
+    pub corpora: Vec<NamedRef<'a>>,
+    pub agents: Vec<NamedRef<'a>>,
+    /// Other steps named outside `needs` (e.g. a voting fallback).
+    pub steps: Vec<NamedRef<'a>>,
+    pub templates: Vec<TemplateRef<'a>>,
+    pub schemas: Vec<(FieldPath, &'a SchemaSource)>,
+    /// Inline JSON Schemas given as plain values (validate rules).
+    pub schema_values: Vec<(FieldPath, &'a Value)>,
+    /// Regular expressions to compile.
+    pub regexes: Vec<(FieldPath, &'a str)>,
+    /// Pairs of fields of which exactly one must be given: (the pair, whether both were given).
+    pub exclusive: Vec<([&'static str; 2], bool)>,
+    pub max_tokens: Option<(FieldPath, u64)>,
+    pub max_tool_iterations: Option<(FieldPath, u32)>,
+}
+
+fn path(segments: &[&str]) -> FieldPath {
+    segments.iter().map(|s| s.to_string()).collect()
+}
+
+impl<'a> References<'a> {
+    pub(crate) fn model(&mut self, at: &[&str], name: &'a str, role: ModelRole) {
+        self.models.push((
+            NamedRef {
+                path: path(at),
+                name,
+            },
+            role,
+        ));
+    }
+    pub(crate) fn tool(&mut self, at: FieldPath, name: &'a str) {
+        self.tools.push(NamedRef { path: at, name });
+    }
+    pub(crate) fn corpus(&mut self, at: &[&str], name: &'a str) {
+        self.corpora.push(NamedRef {
+            path: path(at),
+            name,
+        });
+    }
+    pub(crate) fn agent(&mut self, at: FieldPath, name: &'a str) {
+        self.agents.push(NamedRef { path: at, name });
+    }
+    pub(crate) fn step(&mut self, at: &[&str], name: &'a str) {
+        self.steps.push(NamedRef {
+            path: path(at),
+            name,
+        });
+    }
+    pub(crate) fn template(&mut self, at: &[&str], text: &'a str, source: TemplateSource) {
+        self.template_at(path(at), text, source, &[]);
+    }
+    pub(crate) fn template_at(
+        &mut self,
+        at: FieldPath,
+        text: &'a str,
+        source: TemplateSource,
+        extra_variables: &'static [&'static str],
+    ) {
+        self.templates.push(TemplateRef {
+            path: at,
+            text,
+            source,
+            extra_variables,
+        });
+    }
+    pub(crate) fn schema(&mut self, at: &[&str], schema: &'a SchemaSource) {
+        self.schemas.push((path(at), schema));
+    }
+    pub(crate) fn exclusive(&mut self, pair: &[&'static str; 2], both: bool) {
+        self.exclusive.push((*pair, both));
+    }
+    pub(crate) fn sampling(&mut self, sampling: &'a Sampling) {
+        if let Some(max) = sampling.max_tokens {
+            self.max_tokens = Some((path(&["max_tokens"]), u64::from(max)));
+        }
+    }
+}
+
+/// Implemented by every step config: lists what the step refers to.
+pub trait StepConfig {
+    fn references<'a>(&'a self, refs: &mut References<'a>);
+}

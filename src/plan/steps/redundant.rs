@@ -1,0 +1,85 @@
+//! `type: redundant` — N candidates and a vote (the seed's RedundantLoop).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommon, StepConfig};
+
+/// Ask the model N times (concurrently) and vote on the answers.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RedundantStep {
+    #[serde(flatten)]
+    pub common: StepCommon,
+    /// The model to call, by its name in `models:`.
+    pub model: String,
+    #[serde(flatten)]
+    pub prompt: PromptSpec,
+    #[serde(flatten)]
+    pub sampling: Sampling,
+    /// How many candidates to ask for (default 3).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
+    pub n: Option<u32>,
+    /// Per-candidate temperatures (cycled when shorter than `n`).
+    #[serde(default)]
+    pub temperatures: Option<Vec<f64>>,
+    /// Per-candidate seeds (cycled when shorter than `n`).
+    #[serde(default)]
+    pub seeds: Option<Vec<u64>>,
+    /// When set, each candidate is structured JSON valid against this schema (needed by `field_majority`).
+    #[serde(default)]
+    pub schema: Option<SchemaSource>,
+    /// How the candidates are combined.
+    #[serde(default)]
+    pub voting: Voting,
+}
+
+/// Voting settings.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Voting {
+    /// The voting method (default `majority`).
+    #[serde(default)]
+    pub method: VotingMethod,
+    /// Fail (or hand over to `fallback`) when the winner's confidence is below this share.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_confidence: Option<f64>,
+    /// A step to run instead when confidence is below `min_confidence`.
+    #[serde(default)]
+    pub fallback: Option<String>,
+}
+
+/// How candidates are combined into one answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VotingMethod {
+    /// The most frequent answer wins (ties: the first seen); confidence is its share.
+    #[default]
+    Majority,
+    /// Every candidate must agree, else the step fails naming the one that differs.
+    Unanimity,
+    /// The candidate most similar to all the others wins.
+    Similarity,
+    /// Per-field majority over JSON objects.
+    FieldMajority,
+}
+
+impl StepConfig for RedundantStep {
+    fn references<'a>(&'a self, refs: &mut References<'a>) {
+        refs.model(&["model"], &self.model, ModelRole::Llm);
+        self.prompt.references(refs);
+        refs.sampling(&self.sampling);
+        if let Some(schema) = &self.schema {
+            refs.schema(&["schema"], schema);
+        }
+        if let Some(fallback) = &self.voting.fallback {
+            refs.step(&["voting", "fallback"], fallback);
+        }
+        if let Some(max) = self.sampling.max_tokens {
+            let n = u64::from(self.n.unwrap_or(3));
+            refs.max_tokens = Some((vec!["max_tokens".into()], u64::from(max) * n));
+        }
+    }
+}

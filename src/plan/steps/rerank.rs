@@ -1,0 +1,39 @@
+//! `type: rerank` — re-score candidates and keep the best.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{ModelRole, References, StepCommon, StepConfig, TemplateSource};
+
+/// Re-score candidates (the previous step's output unless `candidates` says otherwise) and keep the
+/// best `top_k` whose score is at least `min_score`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RerankStep {
+    #[serde(flatten)]
+    pub common: StepCommon,
+    /// A scorer model (from `models:`, kind onnx); without one the keyword scorer is used.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The query to score against, a template; defaults to the query of the retrieve step upstream.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Keep at most this many candidates.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10000))]
+    pub top_k: Option<u32>,
+    /// Drop candidates scoring below this (inclusive: a score equal to it is kept).
+    #[serde(default)]
+    pub min_score: Option<f64>,
+}
+
+impl StepConfig for RerankStep {
+    fn references<'a>(&'a self, refs: &mut References<'a>) {
+        if let Some(model) = &self.model {
+            refs.model(&["model"], model, ModelRole::Scorer);
+        }
+        if let Some(query) = &self.query {
+            refs.template(&["query"], query, TemplateSource::Inline);
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! `type: validate` — deterministic checks on the previous step's output.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{References, StepCommon, StepConfig, TemplateSource};
+
+/// Check the input against rules; on success the input passes through unchanged, on failure the
+/// step fails with VALIDATION_RULE_FAILED naming every broken rule.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ValidateStep {
+    #[serde(flatten)]
+    pub common: StepCommon,
+    /// The rules, each a one-key mapping such as `{ min_length: 20 }`.
+    #[schemars(length(min = 1))]
+    pub rules: Vec<ValidateRule>,
+}
+
+/// One validation rule.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ValidateRule {
+    /// The text has at least this many characters.
+    MinLength(u32),
+    /// The text has at most this many characters.
+    MaxLength(u32),
+    /// The text matches this regular expression.
+    Regex(String),
+    /// The text contains this string.
+    Contains(String),
+    /// The text does not contain this string.
+    NotContains(String),
+    /// The text (trimmed) is one of these values.
+    Enum(Vec<String>),
+    /// The input (parsed as JSON when it is text) validates against this JSON Schema.
+    JsonSchema(Value),
+    /// A minijinja expression over `input`, `inputs`, `steps` and `vars` that must be true.
+    Expr(String),
+}
+
+impl StepConfig for ValidateStep {
+    fn references<'a>(&'a self, refs: &mut References<'a>) {
+        for (i, rule) in self.rules.iter().enumerate() {
+            let at = |key: &str| vec!["rules".to_string(), i.to_string(), key.to_string()];
+            match rule {
+                ValidateRule::Regex(regex) => refs.regexes.push((at("regex"), regex)),
+                ValidateRule::JsonSchema(schema) => {
+                    refs.schema_values.push((at("json_schema"), schema))
+                }
+                ValidateRule::Expr(expr) => {
+                    refs.template_at(at("expr"), expr, TemplateSource::Expression, &[])
+                }
+                ValidateRule::MinLength(_)
+                | ValidateRule::MaxLength(_)
+                | ValidateRule::Contains(_)
+                | ValidateRule::NotContains(_)
+                | ValidateRule::Enum(_) => {}
+            }
+        }
+    }
+}

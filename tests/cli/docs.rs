@@ -1,0 +1,73 @@
+//! Docs are tests: README YAML examples validate, and the list of diagnostic codes in
+//! `docs/diagnostics.md` matches the codes the code can emit.
+
+use std::collections::BTreeSet;
+
+use crate::{pagantic, root};
+
+#[test]
+fn readme_yaml_examples_validate() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let dir = root().join("target").join("readme-examples");
+    let plans = dir.join("plans");
+    std::fs::create_dir_all(&plans).expect("scratch dir");
+    let prompts = dir.join("prompts");
+    std::fs::create_dir_all(&prompts).expect("prompts dir");
+    for entry in std::fs::read_dir(root().join("prompts")).expect("prompts/") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, prompts.join(path.file_name().expect("name"))).expect("copied");
+    }
+    let mut count = 0;
+    for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {
+        let body = block.split("```").next().unwrap_or_default();
+        if !body.contains("\nsteps:") {
+            continue;
+        }
+        let path = plans.join(format!("example-{i}.yaml"));
+        std::fs::write(&path, body).expect("written");
+        let run = pagantic(&["validate", path.to_str().expect("utf-8")]);
+        assert_eq!(
+            run.code, 0,
+            "README example #{i} is invalid:\n{body}\n{}",
+            run.stderr
+        );
+        count += 1;
+    }
+    assert!(count >= 1, "the README shows at least one plan");
+}
+
+#[test]
+fn documented_codes_match_the_code() {
+    let source =
+        std::fs::read_to_string(root().join("src/plan/diagnostic.rs")).expect("diagnostic.rs");
+    let in_code: BTreeSet<String> = source
+        .split("code(")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|code| code.contains("::"))
+        .map(str::to_string)
+        .collect();
+    let docs =
+        std::fs::read_to_string(root().join("docs/diagnostics.md")).expect("docs/diagnostics.md");
+    let documented: BTreeSet<String> = docs
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_string)
+        .collect();
+    assert!(
+        in_code.len() >= 40,
+        "found the codes in the source ({})",
+        in_code.len()
+    );
+    let undocumented: Vec<_> = in_code.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&in_code).collect();
+    assert!(
+        undocumented.is_empty(),
+        "codes missing from docs/diagnostics.md: {undocumented:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "docs/diagnostics.md lists codes the code no longer has: {stale:?}"
+    );
+}

@@ -1,0 +1,50 @@
+//! Integration tests: they drive the real `pagantic` binary, like a user at a terminal would.
+//! All of them live in this one test binary (one link step instead of many).
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers should fail loudly when the environment is broken"
+)]
+
+mod architecture;
+mod docs;
+mod graph;
+mod invalid_corpus;
+mod robustness;
+mod schema;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What a run of the binary printed, and how it exited.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The repository root (tests run with it as the working directory unless told otherwise).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `pagantic ARGS…` in `dir`, with colours off.
+pub fn pagantic_in(dir: &Path, args: &[&str]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("the pagantic binary runs");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs `pagantic ARGS…` at the repository root.
+pub fn pagantic(args: &[&str]) -> Run {
+    pagantic_in(&root(), args)
+}
