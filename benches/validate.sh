@@ -24,6 +24,10 @@ pf=""
 if [ -n "${PF_VENV:-}" ] && [ -x "$PF_VENV/bin/pf" ]; then pf="$PF_VENV/bin/pf"; fi
 if [ -z "$pf" ] && command -v pf >/dev/null; then pf=$(command -v pf); fi
 if [ -n "$pf" ]; then
+  # A private promptflow home with telemetry off: no network calls, the user's config untouched.
+  export PF_HOME_DIRECTORY="$PWD/target/pf-home"
+  "$pf" config set telemetry.enabled=false >/dev/null
+  "$pf" flow validate --source benches/peers/promptflow >/dev/null
   commands+=("$pf flow validate --source benches/peers/promptflow")
 else
   echo "(promptflow not found: measuring pagantic only; see the header of this script)" >&2
