@@ -6,10 +6,12 @@
 //!
 //! | layer | module | owns |
 //! | --- | --- | --- |
+//! | 0 | [`core`] | messages, tool calls, usage, candidates, the failure taxonomy |
 //! | 2 | [`prompt`] | minijinja templates: one configuration, static analysis |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
 pub mod cli;
+pub mod core;
 pub mod plan;
 pub mod prompt;
