@@ -7,11 +7,25 @@
 //! | layer | module | owns |
 //! | --- | --- | --- |
 //! | 0 | [`core`] | messages, tool calls, usage, candidates, the failure taxonomy |
+//! | 1 | [`inference`] | the `Engine` trait, requests and responses, the scripted engine |
+//! | 2 | [`constraint`] | model output to schema-valid JSON: repair, enum normalisation, schema errors |
+//! | 2 | [`context`] | corpora: loading, chunking, BM25 and keyword retrieval |
 //! | 2 | [`prompt`] | minijinja templates: one configuration, static analysis |
+//! | 2 | [`rerank`] | scorers behind one trait (keyword here; ONNX later) and the top_k / min_score selection |
+//! | 2 | [`tool`] | running tools: commands (no shell, process groups, timeouts, caps) and builtins |
+//! | 2 | [`validate`] | validation rules and the retry policy |
+//! | 3 | [`orchestrate`] | the executor over the step graph, step handlers, lifecycle, run records, events |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
 pub mod cli;
+pub mod constraint;
+pub mod context;
 pub mod core;
+pub mod inference;
+pub mod orchestrate;
 pub mod plan;
 pub mod prompt;
+pub mod rerank;
+pub mod tool;
+pub mod validate;

@@ -5,7 +5,9 @@
 //! 2 invalid input (plan, policy, flags) — nothing was executed.
 
 mod graph;
+mod render;
 mod report;
+mod run;
 mod schema;
 mod validate;
 
@@ -40,6 +42,13 @@ enum Command {
     /// Check plan files: YAML, schema, references, templates, prompt files and policy. Loads no
     /// model and runs nothing. Exit 0 when every plan is valid, 2 otherwise.
     Validate(validate::Args),
+    /// Run a plan: check it, build it, and execute its steps. The result goes to stdout, progress
+    /// to stderr. Exit 0 when the run completes, 1 when a step fails (or the run is cancelled),
+    /// 2 when the plan or its inputs are invalid (nothing ran).
+    Run(run::Args),
+    /// Show the exact messages a plan step would send (its upstream steps run on scripted echoes
+    /// unless --live), or render a single prompt file with --var values.
+    Render(render::Args),
     /// Write the JSON Schemas of plan and policy files (for editors and CI), or check they are current.
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
@@ -51,6 +60,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Render(args) => render::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Graph(args) => graph::run(&args),
     };

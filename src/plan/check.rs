@@ -33,6 +33,9 @@ pub struct Analysis {
     pub graph: StepGraph,
     pub policy: EffectivePolicy,
     pub diagnostics: Vec<Diagnostic>,
+    /// Per step, the steps its templates read through `steps.<name>` (None: it reads `steps`
+    /// as a whole, so every upstream step).
+    pub reads: Vec<Option<BTreeSet<usize>>>,
 }
 
 /// Runs every semantic check on a loaded plan.
@@ -53,10 +56,12 @@ pub fn analyse(
         graph: &graph,
         prompts: HashMap::new(),
         out: Vec::new(),
+        reads: vec![Some(BTreeSet::new()); plan.value.steps.len()],
     };
     checker.duplicate_steps();
     checker.graph_problems(&graph_problems);
     checker.inputs();
+    checker.models();
     checker.corpora();
     checker.tools();
     checker.agents();
@@ -65,6 +70,7 @@ pub fn analyse(
     }
     checker.plan_output();
     checker.plan_policy();
+    let reads = checker.reads;
     let mut diagnostics = checker.out;
     let plan_name = plan.source.name.clone();
     diagnostics.sort_by_key(|d| {
@@ -75,6 +81,7 @@ pub fn analyse(
         graph,
         policy,
         diagnostics,
+        reads,
     }
 }
 
@@ -116,6 +123,7 @@ struct Checker<'a> {
     graph: &'a StepGraph,
     prompts: HashMap<String, Option<Rc<PromptFile>>>,
     out: Vec<Diagnostic>,
+    reads: Vec<Option<BTreeSet<usize>>>,
 }
 
 fn path(segments: &[&str]) -> Vec<String> {
@@ -270,6 +278,28 @@ impl Checker<'_> {
                     span,
                     "wrong type",
                 );
+            }
+        }
+    }
+
+    fn models(&mut self) {
+        for (name, model) in &self.plan.models {
+            if let ModelSpec::Scripted { rules, .. } = model {
+                for (i, rule) in rules.iter().enumerate() {
+                    if let Some(pattern) = &rule.matches
+                        && let Err(e) = regex::Regex::new(pattern)
+                    {
+                        let span =
+                            self.span(&path(&["models", name, "rules", &i.to_string(), "matches"]));
+                        self.emit(
+                            PlanError::InvalidRegex {
+                                message: regex_reason(&e),
+                            },
+                            span,
+                            "does not compile",
+                        );
+                    }
+                }
             }
         }
     }
@@ -749,6 +779,7 @@ impl Checker<'_> {
     fn variables(&mut self, info: &TemplateInfo, scope: &Scope, site: &Site) {
         for variable in &info.variables {
             let parts: Vec<&str> = variable.split('.').collect();
+            self.note_read(&parts, scope);
             let problem = self.variable_problem(&parts, scope);
             if let Some((error, hint)) = problem {
                 let needle = match &error {
@@ -769,6 +800,28 @@ impl Checker<'_> {
                 d.hint = hint;
                 self.out.push(d);
             }
+        }
+    }
+
+    /// Records which step a step's template reads, so the executor passes only those.
+    fn note_read(&mut self, parts: &[&str], scope: &Scope) {
+        let Some(step) = scope.step else { return };
+        if parts.first() != Some(&"steps") || !scope.plan_context {
+            return;
+        }
+        match parts.get(1).and_then(|name| {
+            self.plan
+                .steps
+                .iter()
+                .position(|s| s.common().name == *name)
+        }) {
+            Some(read) => {
+                if let Some(reads) = &mut self.reads[step] {
+                    reads.insert(read);
+                }
+            }
+            None if parts.len() == 1 => self.reads[step] = None,
+            None => {}
         }
     }
 

@@ -6,10 +6,12 @@
 //! → semantic checks (`check`: references, templates, prompt files, embedded schemas, policy)
 //! → [`Plan`] with its [`StepGraph`] (`graph`). Nothing here loads a model or touches the network.
 
+pub mod build;
 pub mod check;
 pub mod diagnostic;
 pub mod duration;
 pub mod graph;
+pub mod inputs;
 pub mod load;
 pub mod model;
 pub mod policy;
@@ -36,6 +38,8 @@ pub struct Plan {
     pub source: Source,
     pub graph: StepGraph,
     pub policy: EffectivePolicy,
+    /// Per step, the steps its templates read (None: all upstream steps).
+    pub reads: Vec<Option<std::collections::BTreeSet<usize>>>,
 }
 
 /// A policy file given with `--policy`.
@@ -43,6 +47,16 @@ pub struct Plan {
 pub struct PolicyFile {
     pub policy: PlanPolicy,
     pub path: PathBuf,
+}
+
+/// The directory prompt files are read from: `prompts/` next to the plan, else `../prompts/`.
+pub fn prompts_dir(plan_dir: &Path) -> Option<PathBuf> {
+    [
+        plan_dir.join("prompts"),
+        plan_dir.join("..").join("prompts"),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir())
 }
 
 /// Loads and checks a policy file.
@@ -76,5 +90,6 @@ pub fn load_plan(path: &Path, policy_file: Option<&PolicyFile>) -> Result<Plan, 
         source: loaded.source,
         graph: analysis.graph,
         policy: analysis.policy,
+        reads: analysis.reads,
     })
 }

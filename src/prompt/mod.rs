@@ -1,12 +1,20 @@
-//! Prompt templates: one minijinja configuration for the whole crate, and static analysis of
-//! templates (does it parse, which variables does it read) so plans are checked before they run.
+//! Prompt templates: one minijinja configuration for the whole crate, static analysis of
+//! templates (does it parse, which variables does it read) so plans are checked before they run,
+//! and rendering at run time.
 //!
 //! Templates render with strict undefined: a misspelt variable is an error, never an empty string.
+//! Prompt files are loaded by name from one directory (the plan's `prompts/`), so `{% include %}`
+//! and `{% import %}` work between them.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
+use std::path::PathBuf;
 
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::value::Serde;
+use minijinja::{Environment, UndefinedBehavior, Value as TemplateValue};
+use serde::Serialize;
+
+use crate::core::{Failure, FailureCode};
 
 /// Functions minijinja provides globally; templates may call them without declaring anything.
 pub const GLOBAL_FUNCTIONS: &[&str] = &["range", "dict", "debug", "namespace"];
@@ -32,6 +40,73 @@ pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env
+}
+
+/// Renders templates for one plan: inline text, prompt files from its `prompts/` directory, and
+/// expressions (`when:`, validation `expr`).
+pub struct Templates {
+    env: Environment<'static>,
+}
+
+impl Templates {
+    /// Templates whose prompt files are read from `prompts_dir` (none when it is `None`).
+    pub fn new(prompts_dir: Option<PathBuf>) -> Self {
+        let mut env = environment();
+        if let Some(dir) = prompts_dir {
+            env.set_loader(move |name: &str| {
+                if name.contains("..") || name.starts_with('/') {
+                    return Ok(None);
+                }
+                match std::fs::read_to_string(dir.join(name)) {
+                    Ok(text) => Ok(Some(text)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(minijinja::Error::new(
+                        minijinja::ErrorKind::InvalidOperation,
+                        format!("cannot read prompt file {name}: {e}"),
+                    )),
+                }
+            });
+        }
+        Templates { env }
+    }
+
+    /// Renders inline template text.
+    pub fn render_str(&self, text: &str, context: &impl Serialize) -> Result<String, Failure> {
+        self.env
+            .render_str(text, TemplateValue::from(Serde(context)))
+            .map_err(|e| render_failure("template", &e))
+    }
+
+    /// Renders the prompt file `name`.
+    pub fn render_file(&self, name: &str, context: &impl Serialize) -> Result<String, Failure> {
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|e| render_failure(name, &e))?;
+        template
+            .render(TemplateValue::from(Serde(context)))
+            .map_err(|e| render_failure(name, &e))
+    }
+
+    /// Evaluates an expression and tells whether the result is true (minijinja truthiness).
+    pub fn is_true(&self, expression: &str, context: &impl Serialize) -> Result<bool, Failure> {
+        let compiled = self
+            .env
+            .compile_expression(expression)
+            .map_err(|e| render_failure("expression", &e))?;
+        let value: TemplateValue = compiled
+            .eval(TemplateValue::from(Serde(context)))
+            .map_err(|e| render_failure("expression", &e))?;
+        Ok(value.is_true())
+    }
+}
+
+fn render_failure(what: &str, error: &minijinja::Error) -> Failure {
+    let detail = error
+        .detail()
+        .map_or_else(|| error.kind().to_string(), str::to_string);
+    Failure::new(FailureCode::ConfigTemplateError, format!("cannot render {what}: {detail}"))
+        .with_help("`pagantic validate` checks templates statically; `pagantic render` shows what a step would send")
 }
 
 /// Parses a template and lists the variables it reads.
@@ -87,6 +162,53 @@ mod tests {
     fn expressions_are_analysed_too() {
         let info = analyze_expression("inputs.n > 3 and vars.enabled").expect("parses");
         assert_eq!(info.variables, vars(&["inputs.n", "vars.enabled"]));
+    }
+
+    #[test]
+    fn rendering_is_strict_about_undefined_variables() {
+        let templates = Templates::new(None);
+        let context = serde_json::json!({ "inputs": { "name": "Ada" } });
+        assert_eq!(
+            templates
+                .render_str("Hi {{ inputs.name }}", &context)
+                .as_deref(),
+            Ok("Hi Ada")
+        );
+        let error = templates
+            .render_str("Hi {{ inputs.nmae }}", &context)
+            .expect_err("undefined");
+        assert_eq!(error.code, FailureCode::ConfigTemplateError);
+        assert_eq!(
+            templates.is_true("inputs.name == 'Ada'", &context),
+            Ok(true)
+        );
+        assert_eq!(
+            templates
+                .render_str("{{ inputs | tojson }}", &context)
+                .as_deref(),
+            Ok(r#"{"name": "Ada"}"#)
+        );
+    }
+
+    #[test]
+    fn prompt_files_load_by_name_and_include_each_other() {
+        let dir = std::env::temp_dir().join(format!("pagantic-prompts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("main.j2"), "A{% include 'part.j2' %}C").expect("write");
+        std::fs::write(dir.join("part.j2"), "{{ x }}").expect("write");
+        let templates = Templates::new(Some(dir.clone()));
+        assert_eq!(
+            templates
+                .render_file("main.j2", &serde_json::json!({ "x": "B" }))
+                .as_deref(),
+            Ok("ABC")
+        );
+        assert!(
+            templates
+                .render_file("../main.j2", &serde_json::json!({}))
+                .is_err()
+        );
+        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]

@@ -71,3 +71,38 @@ fn documented_codes_match_the_code() {
         "docs/diagnostics.md lists codes the code no longer has: {stale:?}"
     );
 }
+
+#[test]
+fn documented_failure_codes_match_the_taxonomy() {
+    let docs = std::fs::read_to_string(root().join("docs/failures.md")).expect("docs/failures.md");
+    let documented: Vec<String> = docs
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_string)
+        .collect();
+    let in_code: Vec<String> = pagantic::core::FailureCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(
+        documented, in_code,
+        "docs/failures.md must list every FailureCode, in order"
+    );
+    for code in pagantic::core::FailureCode::ALL {
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}`", code.as_str())))
+            .expect("row");
+        let retried = if code.retryable() {
+            "| yes |"
+        } else {
+            "| no |"
+        };
+        assert!(
+            row.contains(retried),
+            "{row}: retryable is {}",
+            code.retryable()
+        );
+    }
+}

@@ -10,6 +10,7 @@ mod docs;
 mod graph;
 mod invalid_corpus;
 mod robustness;
+mod run;
 mod schema;
 mod validate;
 

@@ -1,5 +1,12 @@
 //! `type: agent` — a tool-calling loop (the seed's AgentLoop).
 
+use crate::orchestrate::steps::{Agent, ToolCalls};
+use crate::plan::build;
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -61,5 +68,29 @@ impl StepConfig for AgentStep {
         if let Some(n) = self.max_tool_iterations {
             refs.max_tool_iterations = Some((vec!["max_tool_iterations".into()], n));
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        let tools = self
+            .tools
+            .iter()
+            .map(|t| builder.tool(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Arc::new(Agent {
+            engine: builder.engine(&self.model)?,
+            prompt: build::prompt(&self.prompt),
+            sampling: build::sampling(&self.sampling),
+            tools,
+            max_tool_iterations: self
+                .max_tool_iterations
+                .or(builder.policy_tool_iterations())
+                .unwrap_or(20),
+            memory: self.memory.map(|m| m as usize),
+            context: self.context.clone(),
+            tool_calls: match self.tool_calls {
+                ToolCallMode::Native => ToolCalls::Native,
+                ToolCallMode::Constrained => ToolCalls::Constrained,
+            },
+        }))
     }
 }

@@ -1,5 +1,12 @@
 //! `type: infer` — one call to a language model with a templated prompt.
 
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::inference::Grammar;
+use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::Infer;
+use crate::plan::build::{self, Builder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -50,5 +57,22 @@ impl StepConfig for InferStep {
             }
             Some(Constraint::Lark(_) | Constraint::Gbnf(_)) | None => {}
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        let (json_schema, grammar) = match &self.constraint {
+            None => (None, None),
+            Some(Constraint::JsonSchema(schema)) => (Some(builder.schema(schema)?), None),
+            Some(Constraint::Regex(r)) => (None, Some(Grammar::Regex(r.clone()))),
+            Some(Constraint::Lark(l)) => (None, Some(Grammar::Lark(l.clone()))),
+            Some(Constraint::Gbnf(g)) => (None, Some(Grammar::Gbnf(g.clone()))),
+        };
+        Ok(Arc::new(Infer {
+            engine: builder.engine(&self.model)?,
+            prompt: build::prompt(&self.prompt),
+            sampling: build::sampling(&self.sampling),
+            json_schema,
+            grammar,
+        }))
     }
 }

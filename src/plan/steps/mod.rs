@@ -6,12 +6,17 @@
 //! is one file here plus one line in the [`steps!`] registry below, which expands to the tagged
 //! [`RawStep`] enum, the [`StepType`] list used by policies and "did you mean", and the dispatch.
 
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::build::Builder;
 use super::duration::DurationSpec;
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
 
 mod agent;
 mod infer;
@@ -75,6 +80,13 @@ macro_rules! steps {
             pub fn common(&self) -> &StepCommon {
                 match self {
                     $(RawStep::$variant(step) => &step.common,)+
+                }
+            }
+
+            /// Builds the step's run-time handler.
+            pub fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+                match self {
+                    $(RawStep::$variant(step) => step.build(builder),)+
                 }
             }
 
@@ -339,7 +351,8 @@ impl<'a> References<'a> {
     }
 }
 
-/// Implemented by every step config: lists what the step refers to.
+/// Implemented by every step config: what the step refers to, and how it is built.
 pub trait StepConfig {
     fn references<'a>(&'a self, refs: &mut References<'a>);
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure>;
 }

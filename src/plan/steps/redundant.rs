@@ -1,5 +1,13 @@
 //! `type: redundant` — N candidates and a vote (the seed's RedundantLoop).
 
+use crate::orchestrate::steps::Redundant;
+use crate::orchestrate::voting;
+use crate::plan::build;
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -81,5 +89,28 @@ impl StepConfig for RedundantStep {
             let n = u64::from(self.n.unwrap_or(3));
             refs.max_tokens = Some((vec!["max_tokens".into()], u64::from(max) * n));
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        Ok(Arc::new(Redundant {
+            engine: builder.engine(&self.model)?,
+            prompt: build::prompt(&self.prompt),
+            sampling: build::sampling(&self.sampling),
+            n: self.n.unwrap_or(3) as usize,
+            temperatures: self.temperatures.clone().unwrap_or_default(),
+            seeds: self.seeds.clone().unwrap_or_default(),
+            schema: self
+                .schema
+                .as_ref()
+                .map(|s| builder.schema(s))
+                .transpose()?,
+            method: match self.voting.method {
+                VotingMethod::Majority => voting::VotingMethod::Majority,
+                VotingMethod::Unanimity => voting::VotingMethod::Unanimity,
+                VotingMethod::Similarity => voting::VotingMethod::Similarity,
+                VotingMethod::FieldMajority => voting::VotingMethod::FieldMajority,
+            },
+            min_confidence: self.voting.min_confidence,
+        }))
     }
 }

@@ -1,5 +1,11 @@
 //! `type: rerank` — re-score candidates and keep the best.
 
+use std::sync::Arc;
+
+use crate::core::{Failure, FailureCode};
+use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::Rerank;
+use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -35,5 +41,23 @@ impl StepConfig for RerankStep {
         if let Some(query) = &self.query {
             refs.template(&["query"], query, TemplateSource::Inline);
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        let query = match &self.query {
+            Some(query) => query.clone(),
+            None => builder.upstream_query().ok_or_else(|| {
+                Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!("rerank step `{}` has no `query` and no retrieve step upstream to take it from", builder.step_name()),
+                )
+            })?,
+        };
+        Ok(Arc::new(Rerank {
+            scorer: builder.scorer(self.model.as_deref())?,
+            query,
+            top_k: self.top_k.map(|k| k as usize),
+            min_score: self.min_score,
+        }))
     }
 }

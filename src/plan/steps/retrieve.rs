@@ -1,5 +1,12 @@
 //! `type: retrieve` — the best-matching passages of a corpus.
 
+use std::sync::Arc;
+
+use crate::context::LexicalScorer;
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::Retrieve;
+use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -46,5 +53,21 @@ impl StepConfig for RetrieveStep {
         if let Some(model) = &self.model {
             refs.model(&["model"], model, ModelRole::Embedder);
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        if let Some(model) = &self.model {
+            // Dense retrieval needs the ONNX engine; a dry run falls back to the lexical scorer.
+            builder.scorer(Some(model))?;
+        }
+        Ok(Arc::new(Retrieve {
+            corpus: builder.corpus(&self.corpus)?,
+            query: self.query.clone(),
+            limit: self.limit.map_or(10, |l| l as usize),
+            scorer: match self.scorer {
+                RetrieveScorer::Bm25 => LexicalScorer::Bm25,
+                RetrieveScorer::Keyword => LexicalScorer::Keyword,
+            },
+        }))
     }
 }

@@ -1,5 +1,12 @@
 //! `type: route` — the orchestrator pattern: route, execute, synthesise.
 
+use crate::orchestrate::steps::Route;
+use crate::plan::build;
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -48,5 +55,21 @@ impl StepConfig for RouteStep {
                 &["results"],
             );
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        let agents = self
+            .agents
+            .iter()
+            .map(|a| builder.agent(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Arc::new(Route {
+            engine: builder.engine(&self.model)?,
+            prompt: build::prompt(&self.prompt),
+            sampling: build::sampling(&self.sampling),
+            max_agents: self.max_agents.map_or(agents.len().max(1), |m| m as usize),
+            agents,
+            synthesis: self.synthesis.clone(),
+        }))
     }
 }

@@ -1,5 +1,12 @@
 //! `type: structured` — schema-valid JSON from a model (the seed's SpecializedLoop).
 
+use crate::orchestrate::steps::Structured;
+use crate::plan::build;
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -38,5 +45,15 @@ impl StepConfig for StructuredStep {
         for (i, tool) in self.tools.iter().enumerate() {
             refs.tool(vec!["tools".into(), i.to_string()], tool);
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        Ok(Arc::new(Structured {
+            engine: builder.engine(&self.model)?,
+            prompt: build::prompt(&self.prompt),
+            sampling: build::sampling(&self.sampling),
+            schema: builder.schema(&self.schema)?,
+            max_attempts: self.max_attempts.unwrap_or(3),
+        }))
     }
 }

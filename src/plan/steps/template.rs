@@ -1,5 +1,11 @@
 //! `type: template` — render text with no model involved.
 
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::Template;
+use crate::plan::build::{self, Builder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -18,5 +24,11 @@ pub struct TemplateStep {
 impl StepConfig for TemplateStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.prompt.references(refs);
+    }
+
+    fn build(&self, _: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        Ok(Arc::new(Template {
+            source: build::prompt(&self.prompt).user,
+        }))
     }
 }

@@ -1,5 +1,11 @@
 //! `type: tool` — one call of a declared tool.
 
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::ToolStep as ToolHandler;
+use crate::plan::build::Builder;
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -34,5 +40,12 @@ impl StepConfig for ToolStep {
                 );
             }
         }
+    }
+
+    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        Ok(Arc::new(ToolHandler {
+            tool: builder.tool(&self.tool)?,
+            args: self.args.clone(),
+        }))
     }
 }

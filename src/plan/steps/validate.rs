@@ -1,5 +1,12 @@
 //! `type: validate` — deterministic checks on the previous step's output.
 
+use std::sync::Arc;
+
+use crate::core::Failure;
+use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::Validate;
+use crate::plan::build::Builder;
+use crate::validate::Rule;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
@@ -34,7 +41,7 @@ pub enum ValidateRule {
     NotContains(String),
     /// The text (trimmed) is one of these values.
     Enum(Vec<String>),
-    /// The input (parsed as JSON when it is text) validates against this JSON Schema.
+    /// The input validates against this JSON Schema (text that parses as JSON is checked as that JSON, other text as a string).
     JsonSchema(Value),
     /// A minijinja expression over `input`, `inputs`, `steps` and `vars` that must be true.
     Expr(String),
@@ -59,5 +66,23 @@ impl StepConfig for ValidateStep {
                 | ValidateRule::Enum(_) => {}
             }
         }
+    }
+
+    fn build(&self, _: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        let mut rules = Vec::new();
+        let mut expressions = Vec::new();
+        for rule in &self.rules {
+            match rule {
+                ValidateRule::MinLength(n) => rules.push(Rule::MinLength(*n as usize)),
+                ValidateRule::MaxLength(n) => rules.push(Rule::MaxLength(*n as usize)),
+                ValidateRule::Regex(pattern) => rules.push(Rule::regex(pattern)?),
+                ValidateRule::Contains(text) => rules.push(Rule::Contains(text.clone())),
+                ValidateRule::NotContains(text) => rules.push(Rule::NotContains(text.clone())),
+                ValidateRule::Enum(values) => rules.push(Rule::OneOf(values.clone())),
+                ValidateRule::JsonSchema(schema) => rules.push(Rule::json_schema(schema)?),
+                ValidateRule::Expr(expression) => expressions.push(expression.clone()),
+            }
+        }
+        Ok(Arc::new(Validate { rules, expressions }))
     }
 }

@@ -1,0 +1,299 @@
+//! `pagantic run PLAN` — check, build and run a plan; the result on stdout, progress on stderr.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+use serde_json::{Map, Value, json};
+
+use crate::core::Failure;
+use crate::orchestrate::{
+    Event, EventKind, Events, Lifecycle, RunOptions, RunRecord, RunStatus, execute,
+};
+use crate::plan::build::BuildOptions;
+use crate::plan::{self, Plan, inputs};
+
+use super::report::{self, Format};
+use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
+
+/// How the result is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// The plan's output alone (text as is, other values as JSON).
+    Text,
+    /// The whole run record: run id, status, output, every step's status, attempts, duration,
+    /// output and usage, and the error if any.
+    Json,
+}
+
+/// Inputs and plan selection shared by `run` and `render`.
+#[derive(Debug, clap::Args)]
+pub struct PlanInputs {
+    /// An input, as NAME=VALUE (repeatable). Non-string inputs are parsed as JSON.
+    #[arg(short = 'i', long = "input", value_name = "NAME=VALUE", value_parser = inputs::split_pair)]
+    pub inputs: Vec<(String, String)>,
+    /// A JSON file with an object of inputs; `-i` values override it.
+    #[arg(long, value_name = "FILE")]
+    pub inputs_file: Option<PathBuf>,
+    /// A policy file whose limits apply on top of the plan's own.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The plan file.
+    plan: PathBuf,
+    #[command(flatten)]
+    given: PlanInputs,
+    /// How to print the result.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    format: OutputFormat,
+    /// Write every event (lifecycle, steps, model and tool calls) to FILE as JSON Lines.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
+    /// Replace every model with a scripted echo, ONNX scorers with the keyword scorer, and tools
+    /// with side effects with a stand-in that reports the call.
+    #[arg(long)]
+    dry_run: bool,
+    /// Most steps running at once.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    max_parallel: usize,
+    /// No progress lines on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// A checked plan with its resolved inputs, or the exit code explaining why not.
+pub struct Loaded {
+    pub plan: Plan,
+    pub inputs: Value,
+}
+
+/// Loads the plan (exit 2 with diagnostics when invalid) and resolves its inputs.
+pub fn load(path: &Path, given: &PlanInputs) -> io::Result<Result<Loaded, u8>> {
+    let policy = match &given.policy {
+        Some(path) => match plan::load_policy(path) {
+            Ok(policy) => Some(policy),
+            Err(diagnostics) => {
+                report::print(&diagnostics, Format::Human)?;
+                return Ok(Err(EXIT_INVALID));
+            }
+        },
+        None => None,
+    };
+    let plan = match plan::load_plan(path, policy.as_ref()) {
+        Ok(plan) => plan,
+        Err(diagnostics) => {
+            report::print(&diagnostics, Format::Human)?;
+            return Ok(Err(EXIT_INVALID));
+        }
+    };
+    let file = match &given.inputs_file {
+        Some(file) => match read_inputs_file(file) {
+            Ok(map) => Some(map),
+            Err(failure) => {
+                print_failure(&failure)?;
+                return Ok(Err(EXIT_INVALID));
+            }
+        },
+        None => None,
+    };
+    match inputs::resolve(&plan.raw.inputs, &given.inputs, file) {
+        Ok(inputs) => Ok(Ok(Loaded { plan, inputs })),
+        Err(failure) => {
+            print_failure(&failure)?;
+            Ok(Err(EXIT_INVALID))
+        }
+    }
+}
+
+fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::new(
+            crate::core::FailureCode::ConfigFileError,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Failure::new(
+            crate::core::FailureCode::ConfigInvalidInput,
+            format!("{} must hold a JSON object of inputs", path.display()),
+        )),
+        Err(e) => Err(Failure::new(
+            crate::core::FailureCode::ConfigInvalidInput,
+            format!("{} is not JSON: {e}", path.display()),
+        )),
+    }
+}
+
+/// Prints a failure with its code and help on stderr.
+pub fn print_failure(failure: &Failure) -> io::Result<()> {
+    let mut stderr = io::stderr().lock();
+    writeln!(stderr, "error[{}]: {}", failure.code, failure.message)?;
+    if let Some(help) = &failure.help {
+        writeln!(stderr, "  help: {help}")?;
+    }
+    Ok(())
+}
+
+/// Opens the events file, if any.
+pub fn events_sink(path: Option<&Path>) -> io::Result<Option<Box<dyn Write + Send>>> {
+    Ok(match path {
+        Some(path) => Some(Box::new(io::BufWriter::new(std::fs::File::create(path)?))),
+        None => None,
+    })
+}
+
+/// A runtime for one command.
+pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+pub fn run(args: &Args) -> io::Result<u8> {
+    let sink = match events_sink(args.events.as_deref()) {
+        Ok(sink) => sink,
+        Err(e) => {
+            writeln!(
+                io::stderr(),
+                "error: cannot write events to {}: {e}",
+                args.events.as_deref().unwrap_or(Path::new("")).display()
+            )?;
+            return Ok(EXIT_INVALID);
+        }
+    };
+    let quiet = args.quiet;
+    let events = Events::with_observer(sink, move |event| {
+        if !quiet {
+            progress(event);
+        }
+    });
+    let lifecycle = |state: Lifecycle| {
+        events.emit(
+            EventKind::Lifecycle,
+            None,
+            events.run_span(),
+            None,
+            json!({ "state": state }),
+        )
+    };
+    lifecycle(Lifecycle::Init);
+    lifecycle(Lifecycle::Plan);
+    let loaded = match load(&args.plan, &args.given)? {
+        Ok(loaded) => loaded,
+        Err(code) => return Ok(code),
+    };
+    lifecycle(Lifecycle::Prepare);
+    let pipeline = match loaded.plan.build(BuildOptions {
+        dry_run: args.dry_run,
+    }) {
+        Ok(pipeline) => pipeline,
+        Err(failure) => {
+            print_failure(&failure)?;
+            return Ok(EXIT_INVALID);
+        }
+    };
+    let runtime = runtime()?;
+    let record = runtime.block_on(async {
+        let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = cancel_tx.send(true);
+            }
+        });
+        let mut options = RunOptions::new(args.max_parallel);
+        options.cancel = cancel_rx;
+        options.default_timeout = loaded
+            .plan
+            .policy
+            .timeout_per_step
+            .as_ref()
+            .map(|l| l.value.get());
+        execute(&pipeline, loaded.inputs, options, &events).await
+    });
+    print_record(&record, args.format)?;
+    Ok(match record.status {
+        RunStatus::Complete => EXIT_OK,
+        RunStatus::Error | RunStatus::Cancelled => EXIT_FAILED,
+    })
+}
+
+fn print_record(record: &RunRecord, format: OutputFormat) -> io::Result<()> {
+    let mut stdout = io::stdout().lock();
+    match format {
+        OutputFormat::Json => {
+            let text = serde_json::to_string_pretty(record).map_err(io::Error::other)?;
+            writeln!(stdout, "{text}")?;
+        }
+        OutputFormat::Text => {
+            if let Some(output) = &record.output {
+                match output {
+                    Value::String(text) => writeln!(stdout, "{}", text.trim_end())?,
+                    other => writeln!(
+                        stdout,
+                        "{}",
+                        serde_json::to_string_pretty(other).map_err(io::Error::other)?
+                    )?,
+                }
+            }
+        }
+    }
+    stdout.flush()?;
+    if let Some(error) = &record.error {
+        print_failure(error)?;
+        if format == OutputFormat::Text {
+            let mut stderr = io::stderr().lock();
+            let completed: Vec<_> = record.steps.iter().filter(|s| s.output.is_some()).collect();
+            if !completed.is_empty() {
+                writeln!(stderr, "completed steps:")?;
+                for step in completed {
+                    let output = step.output.as_ref().map(short).unwrap_or_default();
+                    writeln!(stderr, "  {}: {output}", step.name)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A one-line preview of a value.
+fn short(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let line = text.replace('\n', " ");
+    if line.chars().count() > 120 {
+        format!("{}…", line.chars().take(120).collect::<String>())
+    } else {
+        line
+    }
+}
+
+/// One line on stderr per finished, skipped or retried step.
+fn progress(event: &Event) {
+    let step = event.step.as_deref().unwrap_or("");
+    let line = match event.kind {
+        EventKind::StepEnd if event.data["status"] == "ok" => {
+            format!(
+                "  ✓ {step} ({:.0} ms)",
+                event.data["duration_ms"].as_f64().unwrap_or(0.0)
+            )
+        }
+        EventKind::StepEnd => format!(
+            "  ✗ {step}: {}: {}",
+            event.data["error"]["code"].as_str().unwrap_or("?"),
+            event.data["error"]["message"].as_str().unwrap_or("")
+        ),
+        EventKind::StepRetry => format!(
+            "  ↻ {step}: retrying (attempt {}) in {} ms",
+            event.data["next_attempt"], event.data["delay_ms"]
+        ),
+        EventKind::StepSkipped => format!("  ↷ {step}: skipped (`when` is false)"),
+        _ => return,
+    };
+    let _ = writeln!(io::stderr(), "{line}");
+}

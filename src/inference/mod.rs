@@ -1,0 +1,93 @@
+//! Layer 1: the `Engine` trait every model backend implements, and the engines themselves.
+//!
+//! A step never talks to a backend directly: it builds a [`Request`] (messages, tools, decoding
+//! constraints, sampling) and gets a [`Response`] (text, tool calls, usage, timings) or a
+//! [`Failure`] with an inference code. Engines are shared (`Arc<dyn Engine>`) by every step and
+//! batch row of a run, and must accept concurrent requests.
+
+mod example;
+mod scripted;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::core::{Failure, Message, TokenUsage, ToolCall, ToolDefinition};
+
+pub use example::example_for_schema;
+pub use scripted::{ScriptRule, ScriptedConfig, ScriptedEngine};
+
+/// A decoding constraint given as a grammar.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grammar {
+    Regex(String),
+    Lark(String),
+    Gbnf(String),
+}
+
+/// One call of a model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Request {
+    pub messages: Vec<Message>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// The answer must be JSON valid against this schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<Value>,
+    /// The answer must match this grammar.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grammar: Option<Grammar>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+}
+
+/// Time spent on one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Timings {
+    /// Reading the prompt (prefill).
+    pub prompt: Duration,
+    /// Generating the answer (decode).
+    pub completion: Duration,
+}
+
+/// What a model answered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Response {
+    pub text: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: TokenUsage,
+    pub timings: Timings,
+}
+
+/// What an engine is and can do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInfo {
+    /// The model's name (file, id, or `scripted`).
+    pub name: String,
+    /// The engine kind: `mistralrs`, `openai`, `scripted`.
+    pub engine: &'static str,
+    /// Whether `json_schema` and `grammar` are enforced while decoding.
+    pub constrained_decoding: bool,
+}
+
+/// A boxed future, so engines can be used as trait objects.
+pub type EngineFuture<'a> = Pin<Box<dyn Future<Output = Result<Response, Failure>> + Send + 'a>>;
+
+/// A model backend.
+pub trait Engine: Send + Sync {
+    /// Runs one request.
+    fn infer(&self, request: Request) -> EngineFuture<'_>;
+    /// What this engine is.
+    fn model_info(&self) -> ModelInfo;
+}

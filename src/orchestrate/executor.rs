@@ -1,0 +1,888 @@
+//! The executor: runs a pipeline's steps in dependency order, concurrently where the graph allows.
+//!
+//! Every step whose dependencies are done is started, up to `max_parallel` at once (ready steps
+//! start in plan order). A step's attempt is bounded by its timeout; a failed attempt is retried
+//! when the retry policy and the failure's taxonomy allow it. The first step that fails for good
+//! stops the scheduling of new steps (the ones in flight finish); a cancellation request aborts the
+//! steps in flight. Either way the record keeps every completed step's output.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::events::{EventKind, Events};
+use super::pipeline::{Pipeline, Rendered, StepContext, StepOutput};
+use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::core::{Failure, FailureCode, TokenUsage};
+
+/// How to run a pipeline.
+#[derive(Clone)]
+pub struct RunOptions {
+    /// Most steps running at once (at least 1).
+    pub max_parallel: usize,
+    /// Timeout for steps that set none (the policy's `timeout_per_step`).
+    pub default_timeout: Option<Duration>,
+    /// Flips to true to cancel the run.
+    pub cancel: watch::Receiver<bool>,
+    /// Run only these steps (for `render`: the target's upstream steps); None runs all.
+    pub only: Option<BTreeSet<usize>>,
+}
+
+impl RunOptions {
+    /// Options with no cancellation source and the given parallelism.
+    pub fn new(max_parallel: usize) -> Self {
+        let (_, cancel) = watch::channel(false);
+        RunOptions {
+            max_parallel: max_parallel.max(1),
+            default_timeout: None,
+            cancel,
+            only: None,
+        }
+    }
+}
+
+/// What one step task reports back.
+struct Finished {
+    index: usize,
+    status: StepStatus,
+    attempts: u32,
+    duration: Duration,
+    result: Result<StepOutput, Failure>,
+}
+
+/// Runs `pipeline` with `inputs` (already checked against the plan's declarations).
+pub async fn execute(
+    pipeline: &Pipeline,
+    inputs: Value,
+    options: RunOptions,
+    events: &Events,
+) -> RunRecord {
+    let started = Instant::now();
+    let run_span = events.run_span();
+    events.emit(
+        EventKind::Lifecycle,
+        None,
+        run_span,
+        None,
+        json!({ "state": Lifecycle::Execute }),
+    );
+    let count = pipeline.steps.len();
+    let mut records: Vec<StepRecord> = pipeline
+        .steps
+        .iter()
+        .map(|s| StepRecord {
+            name: s.name.clone(),
+            kind: s.kind,
+            status: StepStatus::NotRun,
+            attempts: 0,
+            duration_ms: 0.0,
+            output: None,
+            usage: TokenUsage::default(),
+            detail: None,
+            error: None,
+        })
+        .collect();
+    let mut waiting: Vec<usize> = pipeline.steps.iter().map(|s| s.needs.len()).collect();
+    let mut successors: Vec<Vec<usize>> = vec![Vec::new(); count];
+    for (index, step) in pipeline.steps.iter().enumerate() {
+        for &need in &step.needs {
+            successors[need].push(index);
+        }
+    }
+    let selected = |i: &usize| options.only.as_ref().is_none_or(|only| only.contains(i));
+    let mut ready: BTreeSet<usize> = (0..count)
+        .filter(|&i| waiting[i] == 0)
+        .filter(selected)
+        .collect();
+    let mut running: JoinSet<Finished> = JoinSet::new();
+    let mut in_flight: BTreeSet<usize> = BTreeSet::new();
+    let mut failure: Option<Failure> = None;
+    let mut cancel = options.cancel.clone();
+    let mut cancelled = *cancel.borrow();
+    let mut cancel_closed = false;
+    let inputs = Arc::new(inputs);
+
+    loop {
+        while failure.is_none() && !cancelled && in_flight.len() < options.max_parallel {
+            let Some(index) = ready.pop_first() else {
+                break;
+            };
+            let step = &pipeline.steps[index];
+            let scope = scope_for(pipeline, index, &inputs, &records);
+            let ctx = StepContext {
+                scope,
+                templates: Arc::clone(&pipeline.templates),
+                events: events.clone(),
+                step: step.name.clone(),
+                span: run_span,
+            };
+            let timeout = step.timeout.or(options.default_timeout);
+            let task = StepTask {
+                index,
+                when: step.when.clone(),
+                retry: step.retry,
+                timeout,
+                handler: Arc::clone(&step.handler),
+            };
+            in_flight.insert(index);
+            running.spawn(task.run(ctx));
+        }
+        if in_flight.is_empty() {
+            break;
+        }
+        tokio::select! {
+            joined = running.join_next() => {
+                let Some(joined) = joined else { break };
+                let finished = match joined {
+                    Ok(finished) => finished,
+                    // A handler panicked: a bug, but the run must still end with a record.
+                    Err(join_error) => {
+                        let index = in_flight.first().copied().unwrap_or(0);
+                        Finished {
+                            index,
+                            status: StepStatus::Failed,
+                            attempts: 1,
+                            duration: Duration::ZERO,
+                            result: Err(Failure::new(FailureCode::InferenceEngineError, format!("step task ended abnormally: {join_error}")).retryable(false)),
+                        }
+                    }
+                };
+                let index = finished.index;
+                in_flight.remove(&index);
+                let record = &mut records[index];
+                record.status = finished.status;
+                record.attempts = finished.attempts;
+                record.duration_ms = finished.duration.as_secs_f64() * 1000.0;
+                match finished.result {
+                    Ok(output) => {
+                        record.output = Some(output.output);
+                        record.usage = output.usage;
+                        record.detail = output.detail;
+                        for &next in &successors[index] {
+                            waiting[next] -= 1;
+                            if waiting[next] == 0 && selected(&next) {
+                                ready.insert(next);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        record.error = Some(error.clone());
+                        if failure.is_none() {
+                            failure = Some(error);
+                        }
+                    }
+                }
+            }
+            changed = cancel.changed(), if !cancelled && !cancel_closed => {
+                if changed.is_err() {
+                    // The sender is gone: nothing can cancel this run any more.
+                    cancel_closed = true;
+                    continue;
+                }
+                if !*cancel.borrow() {
+                    continue;
+                }
+                cancelled = true;
+                running.abort_all();
+                for &index in &in_flight {
+                    records[index].status = StepStatus::Cancelled;
+                    records[index].error = Some(Failure::new(FailureCode::CancelledSignal, "cancelled while running"));
+                }
+                in_flight.clear();
+                while running.join_next().await.is_some() {}
+            }
+        }
+    }
+
+    mark_not_run(pipeline, &mut records, failure.is_some());
+    let usage = records.iter().fold(TokenUsage::default(), |mut total, r| {
+        total += r.usage;
+        total
+    });
+    let (status, error, output) = if cancelled {
+        let error = Failure::new(FailureCode::CancelledSignal, "the run was cancelled");
+        (RunStatus::Cancelled, Some(error), None)
+    } else if let Some(error) = failure {
+        (RunStatus::Error, Some(error), None)
+    } else if options.only.is_some() {
+        // A partial run (for `render`) has no result of its own.
+        (RunStatus::Complete, None, None)
+    } else {
+        events.emit(
+            EventKind::Lifecycle,
+            None,
+            run_span,
+            None,
+            json!({ "state": Lifecycle::Validate }),
+        );
+        match final_output(pipeline, &inputs, &records) {
+            Ok(output) => (RunStatus::Complete, None, Some(output)),
+            Err(error) => (RunStatus::Error, Some(error), None),
+        }
+    };
+    let end_state = match status {
+        RunStatus::Complete => Lifecycle::Complete,
+        RunStatus::Error => Lifecycle::Error,
+        RunStatus::Cancelled => Lifecycle::Cancelled,
+    };
+    events.emit(
+        EventKind::Lifecycle,
+        None,
+        run_span,
+        None,
+        json!({ "state": end_state }),
+    );
+    RunRecord {
+        run_id: events.run_id().to_string(),
+        plan: pipeline.name.clone(),
+        status,
+        output,
+        steps: records,
+        usage,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        error,
+    }
+}
+
+/// Runs the steps upstream of `target`, then returns what `target` would send, without running it.
+pub async fn render_step(
+    pipeline: &Pipeline,
+    target: usize,
+    inputs: Value,
+    mut options: RunOptions,
+    events: &Events,
+) -> Result<Rendered, Failure> {
+    let step = pipeline.steps.get(target).ok_or_else(|| {
+        Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!("no step number {target}"),
+        )
+    })?;
+    options.only = Some(step.upstream.iter().copied().collect());
+    let record = execute(pipeline, inputs.clone(), options, events).await;
+    if let Some(error) = record.error {
+        return Err(error);
+    }
+    let ctx = StepContext {
+        scope: scope_for(pipeline, target, &inputs, &record.steps),
+        templates: Arc::clone(&pipeline.templates),
+        events: events.clone(),
+        step: step.name.clone(),
+        span: events.run_span(),
+    };
+    step.handler.render(&ctx)
+}
+
+/// Steps that never started: blocked by a failed dependency, or simply never reached.
+fn mark_not_run(pipeline: &Pipeline, records: &mut [StepRecord], after_failure: bool) {
+    for index in 0..records.len() {
+        if records[index].status != StepStatus::NotRun {
+            continue;
+        }
+        let blocked_by = pipeline.steps[index].upstream.iter().find(|&&u| {
+            matches!(
+                records[u].status,
+                StepStatus::Failed | StepStatus::Cancelled
+            )
+        });
+        records[index].error = Some(match blocked_by {
+            Some(&u) => Failure::new(
+                FailureCode::OrchestrationDependencyFailed,
+                format!(
+                    "not run: step `{}` it depends on did not complete",
+                    records[u].name
+                ),
+            ),
+            None if after_failure => Failure::new(
+                FailureCode::CancelledNotRun,
+                "not run: the run stopped at an earlier failure",
+            ),
+            None => Failure::new(
+                FailureCode::CancelledNotRun,
+                "not run: the run was cancelled",
+            ),
+        });
+    }
+}
+
+/// The template context of a step: inputs, vars, its upstream steps, and `input` when it has
+/// predecessors (one predecessor: its output; several: an object of their outputs by name).
+fn scope_for(pipeline: &Pipeline, index: usize, inputs: &Value, records: &[StepRecord]) -> Value {
+    let step = &pipeline.steps[index];
+    let mut steps = Map::new();
+    for &u in &step.reads {
+        steps.insert(records[u].name.clone(), step_view(&records[u]));
+    }
+    let mut scope = Map::new();
+    scope.insert("inputs".into(), inputs.clone());
+    scope.insert("vars".into(), pipeline.vars.clone());
+    scope.insert("steps".into(), Value::Object(steps));
+    match step.needs.as_slice() {
+        [] => {}
+        [only] => {
+            scope.insert(
+                "input".into(),
+                records[*only].output.clone().unwrap_or(Value::Null),
+            );
+        }
+        many => {
+            let joined: Map<String, Value> = many
+                .iter()
+                .map(|&n| {
+                    (
+                        records[n].name.clone(),
+                        records[n].output.clone().unwrap_or(Value::Null),
+                    )
+                })
+                .collect();
+            scope.insert("input".into(), Value::Object(joined));
+        }
+    }
+    Value::Object(scope)
+}
+
+/// What templates see of a finished step.
+fn step_view(record: &StepRecord) -> Value {
+    json!({ "output": record.output.clone().unwrap_or(Value::Null), "usage": record.usage })
+}
+
+/// The run's result: the output template rendered over every step, or the last step's output.
+fn final_output(
+    pipeline: &Pipeline,
+    inputs: &Value,
+    records: &[StepRecord],
+) -> Result<Value, Failure> {
+    match &pipeline.output {
+        Some(template) => {
+            let steps: Map<String, Value> = records
+                .iter()
+                .map(|r| (r.name.clone(), step_view(r)))
+                .collect();
+            let scope = json!({ "inputs": inputs, "vars": pipeline.vars, "steps": steps });
+            pipeline
+                .templates
+                .render_str(template, &scope)
+                .map(Value::String)
+        }
+        None => Ok(records
+            .last()
+            .and_then(|r| r.output.clone())
+            .unwrap_or(Value::Null)),
+    }
+}
+
+/// One step's run: `when`, attempts, timeouts, retries, and its events.
+struct StepTask {
+    index: usize,
+    when: Option<String>,
+    retry: crate::validate::RetryPolicy,
+    timeout: Option<Duration>,
+    handler: Arc<dyn super::pipeline::StepHandler>,
+}
+
+impl StepTask {
+    async fn run(self, mut ctx: StepContext) -> Finished {
+        let started = Instant::now();
+        let events = ctx.events.clone();
+        let step = ctx.step.clone();
+        let parent = ctx.span;
+        let finish = |status, attempts, result| Finished {
+            index: self.index,
+            status,
+            attempts,
+            duration: started.elapsed(),
+            result,
+        };
+        if let Some(when) = &self.when {
+            match ctx.templates.is_true(when, &ctx.scope) {
+                Ok(true) => {}
+                Ok(false) => {
+                    events.emit(
+                        EventKind::StepSkipped,
+                        Some(&step),
+                        events.new_span(),
+                        Some(parent),
+                        json!({ "when": when }),
+                    );
+                    return finish(StepStatus::Skipped, 0, Ok(StepOutput::default()));
+                }
+                Err(error) => return finish(StepStatus::Failed, 0, Err(error)),
+            }
+        }
+        let mut attempt = 1;
+        loop {
+            let span = events.new_span();
+            ctx.span = span;
+            events.emit(
+                EventKind::StepStart,
+                Some(&step),
+                span,
+                Some(parent),
+                json!({ "attempt": attempt }),
+            );
+            let attempt_started = Instant::now();
+            let result = match self.timeout {
+                Some(limit) => match tokio::time::timeout(limit, self.handler.run(&ctx)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Failure::new(
+                        FailureCode::OrchestrationStepTimeout,
+                        format!("step `{step}` ran past its timeout of {limit:?}"),
+                    )),
+                },
+                None => self.handler.run(&ctx).await,
+            };
+            let millis = attempt_started.elapsed().as_secs_f64() * 1000.0;
+            match result {
+                Ok(output) => {
+                    events.emit(
+                        EventKind::StepEnd,
+                        Some(&step),
+                        span,
+                        Some(parent),
+                        json!({ "status": "ok", "attempt": attempt, "duration_ms": millis, "usage": output.usage }),
+                    );
+                    return finish(StepStatus::Ok, attempt, Ok(output));
+                }
+                Err(failure) => {
+                    events.emit(
+                        EventKind::StepEnd,
+                        Some(&step),
+                        span,
+                        Some(parent),
+                        json!({ "status": "failed", "attempt": attempt, "duration_ms": millis, "error": failure }),
+                    );
+                    match self.retry.retry_after(&failure, attempt + 1) {
+                        Some(delay) => {
+                            events.emit(
+                                EventKind::StepRetry,
+                                Some(&step),
+                                span,
+                                Some(parent),
+                                json!({ "next_attempt": attempt + 1, "delay_ms": delay.as_millis() as u64, "code": failure.code }),
+                            );
+                            tokio::time::sleep(delay).await;
+                            attempt += 1;
+                        }
+                        None => return finish(StepStatus::Failed, attempt, Err(failure)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::orchestrate::pipeline::{StepFuture, StepHandler, StepNode};
+    use crate::orchestrate::steps::{PromptSource, Template};
+    use crate::prompt::Templates;
+    use crate::validate::RetryPolicy;
+
+    /// A handler that sleeps, may fail its first attempts, and records when it ran.
+    struct Probe {
+        sleep: Duration,
+        fail_first: u32,
+        failure: FailureCode,
+        calls: AtomicU32,
+        output: Value,
+        log: Arc<Mutex<Vec<(String, tokio::time::Instant, tokio::time::Instant)>>>,
+    }
+
+    impl StepHandler for Probe {
+        fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+            Box::pin(async move {
+                let start = tokio::time::Instant::now();
+                tokio::time::sleep(self.sleep).await;
+                self.log.lock().expect("log").push((
+                    ctx.step.clone(),
+                    start,
+                    tokio::time::Instant::now(),
+                ));
+                if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
+                    return Err(Failure::new(self.failure, "probe failure"));
+                }
+                Ok(StepOutput {
+                    output: self.output.clone(),
+                    usage: TokenUsage {
+                        prompt_tokens: 1,
+                        completion_tokens: 2,
+                    },
+                    detail: None,
+                })
+            })
+        }
+
+        fn render(&self, _: &StepContext) -> Result<Rendered, Failure> {
+            Ok(Rendered::Text(String::new()))
+        }
+    }
+
+    type Log = Arc<Mutex<Vec<(String, tokio::time::Instant, tokio::time::Instant)>>>;
+
+    struct Spec {
+        name: &'static str,
+        needs: Vec<usize>,
+        sleep_ms: u64,
+        fail_first: u32,
+        failure: FailureCode,
+        retry: RetryPolicy,
+        timeout: Option<Duration>,
+        when: Option<&'static str>,
+    }
+
+    fn spec(name: &'static str, needs: &[usize], sleep_ms: u64) -> Spec {
+        Spec {
+            name,
+            needs: needs.to_vec(),
+            sleep_ms,
+            fail_first: 0,
+            failure: FailureCode::ValidationRuleFailed,
+            retry: RetryPolicy::default(),
+            timeout: None,
+            when: None,
+        }
+    }
+
+    fn pipeline(specs: Vec<Spec>, log: &Log) -> Pipeline {
+        let mut steps: Vec<StepNode> = Vec::new();
+        for s in specs {
+            let mut upstream: BTreeSet<usize> = s.needs.iter().copied().collect();
+            for &n in &s.needs {
+                upstream.extend(steps[n].upstream.iter().copied());
+            }
+            steps.push(StepNode {
+                name: s.name.into(),
+                kind: "probe",
+                needs: s.needs,
+                reads: upstream.iter().copied().collect(),
+                upstream: upstream.into_iter().collect(),
+                when: s.when.map(str::to_string),
+                retry: s.retry,
+                timeout: s.timeout,
+                handler: Arc::new(Probe {
+                    sleep: Duration::from_millis(s.sleep_ms),
+                    fail_first: s.fail_first,
+                    failure: s.failure,
+                    calls: AtomicU32::new(0),
+                    output: json!(format!("{} done", s.name)),
+                    log: Arc::clone(log),
+                }),
+            });
+        }
+        Pipeline {
+            name: "test".into(),
+            steps,
+            output: None,
+            vars: json!({}),
+            templates: Arc::new(Templates::new(None)),
+        }
+    }
+
+    fn statuses(record: &RunRecord) -> Vec<(String, StepStatus)> {
+        record
+            .steps
+            .iter()
+            .map(|s| (s.name.clone(), s.status))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_chain_passes_each_output_on_as_input() {
+        let templates = Arc::new(Templates::new(None));
+        let step = |name: &str, text: &str, needs: Vec<usize>, upstream: Vec<usize>| StepNode {
+            name: name.into(),
+            kind: "template",
+            needs,
+            reads: upstream.clone(),
+            upstream,
+            when: None,
+            retry: RetryPolicy::default(),
+            timeout: None,
+            handler: Arc::new(Template {
+                source: PromptSource::Inline(text.into()),
+            }),
+        };
+        let pipeline = Pipeline {
+            name: "chain".into(),
+            steps: vec![
+                step("a", "{{ inputs.word }}", vec![], vec![]),
+                step("b", "{{ input }}-b", vec![0], vec![0]),
+                step(
+                    "c",
+                    "{{ input }}-c ({{ steps.a.output }})",
+                    vec![1],
+                    vec![0, 1],
+                ),
+            ],
+            output: Some("{{ steps.c.output | upper }}".into()),
+            vars: json!({}),
+            templates,
+        };
+        let record = execute(
+            &pipeline,
+            json!({ "word": "x" }),
+            RunOptions::new(4),
+            &Events::recording(),
+        )
+        .await;
+        assert_eq!(record.status, RunStatus::Complete, "{:?}", record.error);
+        assert_eq!(record.steps[2].output, Some(json!("x-b-c (x)")));
+        assert_eq!(record.output, Some(json!("X-B-C (X)")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn independent_steps_overlap_and_max_parallel_bounds_them() {
+        for (max_parallel, expected_ms) in [(4, 300), (1, 400)] {
+            let log = Log::default();
+            let p = pipeline(
+                vec![
+                    spec("a", &[], 100),
+                    spec("b", &[0], 100),
+                    spec("c", &[0], 100),
+                    spec("d", &[1, 2], 100),
+                ],
+                &log,
+            );
+            let started = tokio::time::Instant::now();
+            let record = execute(
+                &p,
+                json!({}),
+                RunOptions::new(max_parallel),
+                &Events::recording(),
+            )
+            .await;
+            assert_eq!(record.status, RunStatus::Complete);
+            assert_eq!(
+                started.elapsed(),
+                Duration::from_millis(expected_ms),
+                "max_parallel {max_parallel}"
+            );
+            let log = log.lock().expect("log");
+            let window = |name: &str| {
+                log.iter()
+                    .find(|(n, _, _)| n == name)
+                    .map(|(_, s, e)| (*s, *e))
+                    .expect("ran")
+            };
+            let (b_start, b_end) = window("b");
+            let (c_start, c_end) = window("c");
+            let overlap = b_start < c_end && c_start < b_end;
+            assert_eq!(
+                overlap,
+                max_parallel > 1,
+                "b and c overlap only when allowed"
+            );
+            let (d_start, _) = window("d");
+            assert!(d_start >= b_end.max(c_end), "the join waits for both");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_false_when_skips_the_step_and_its_successor_sees_null() {
+        let log = Log::default();
+        let mut skipped = spec("b", &[0], 0);
+        skipped.when = Some("inputs.enabled");
+        let p = pipeline(vec![spec("a", &[], 0), skipped, spec("c", &[1], 0)], &log);
+        let record = execute(
+            &p,
+            json!({ "enabled": false }),
+            RunOptions::new(2),
+            &Events::recording(),
+        )
+        .await;
+        assert_eq!(record.status, RunStatus::Complete);
+        assert_eq!(record.steps[1].status, StepStatus::Skipped);
+        assert_eq!(record.steps[2].status, StepStatus::Ok);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_follow_the_taxonomy_with_doubling_backoff() {
+        let retry = RetryPolicy {
+            max_attempts: 3,
+            backoff: Duration::from_millis(100),
+        };
+        // A validation failure twice, then success: three attempts, 100 + 200 ms of backoff.
+        let log = Log::default();
+        let mut flaky = spec("flaky", &[], 0);
+        flaky.fail_first = 2;
+        flaky.retry = retry;
+        let started = tokio::time::Instant::now();
+        let record = execute(
+            &pipeline(vec![flaky], &log),
+            json!({}),
+            RunOptions::new(1),
+            &Events::recording(),
+        )
+        .await;
+        assert_eq!(record.status, RunStatus::Complete);
+        assert_eq!(record.steps[0].attempts, 3);
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        // A configuration failure is never retried.
+        let mut broken = spec("broken", &[], 0);
+        broken.fail_first = 5;
+        broken.failure = FailureCode::ConfigTemplateError;
+        broken.retry = retry;
+        let record = execute(
+            &pipeline(vec![broken], &log),
+            json!({}),
+            RunOptions::new(1),
+            &Events::recording(),
+        )
+        .await;
+        assert_eq!(record.status, RunStatus::Error);
+        assert_eq!(record.steps[0].attempts, 1);
+        assert_eq!(
+            record.error.map(|e| e.code),
+            Some(FailureCode::ConfigTemplateError)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_past_its_timeout_fails_and_is_retried_as_transient() {
+        let log = Log::default();
+        let mut slow = spec("slow", &[], 10_000);
+        slow.timeout = Some(Duration::from_secs(1));
+        slow.retry = RetryPolicy {
+            max_attempts: 2,
+            backoff: Duration::ZERO,
+        };
+        let started = tokio::time::Instant::now();
+        let record = execute(
+            &pipeline(vec![slow], &log),
+            json!({}),
+            RunOptions::new(1),
+            &Events::recording(),
+        )
+        .await;
+        assert_eq!(record.status, RunStatus::Error);
+        assert_eq!(record.steps[0].attempts, 2);
+        assert_eq!(
+            record.error.map(|e| e.code),
+            Some(FailureCode::OrchestrationStepTimeout)
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_stops_scheduling_but_keeps_what_completed() {
+        let log = Log::default();
+        let mut failing = spec("b", &[0], 10);
+        failing.fail_first = 1;
+        failing.failure = FailureCode::ToolExecutionFailed;
+        let p = pipeline(
+            vec![
+                spec("a", &[], 0),
+                failing,
+                spec("c", &[1], 0),
+                spec("slow_branch", &[0], 50),
+                spec("after", &[3], 0),
+            ],
+            &log,
+        );
+        let record = execute(&p, json!({}), RunOptions::new(4), &Events::recording()).await;
+        assert_eq!(record.status, RunStatus::Error);
+        assert_eq!(
+            statuses(&record),
+            vec![
+                ("a".into(), StepStatus::Ok),
+                ("b".into(), StepStatus::Failed),
+                ("c".into(), StepStatus::NotRun),
+                ("slow_branch".into(), StepStatus::Ok),
+                ("after".into(), StepStatus::NotRun),
+            ]
+        );
+        assert_eq!(record.steps[0].output, Some(json!("a done")));
+        assert_eq!(
+            record.steps[2].error.as_ref().map(|e| e.code),
+            Some(FailureCode::OrchestrationDependencyFailed)
+        );
+        assert_eq!(
+            record.steps[4].error.as_ref().map(|e| e.code),
+            Some(FailureCode::CancelledNotRun)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_aborts_steps_in_flight_and_keeps_finished_ones() {
+        let log = Log::default();
+        let p = pipeline(
+            vec![
+                spec("quick", &[], 10),
+                spec("long", &[0], 60_000),
+                spec("never", &[1], 0),
+            ],
+            &log,
+        );
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let mut options = RunOptions::new(2);
+        options.cancel = cancel_rx;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _ = cancel_tx.send(true);
+        });
+        let started = tokio::time::Instant::now();
+        let record = execute(&p, json!({}), options, &Events::recording()).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "did not wait for the long step"
+        );
+        assert_eq!(record.status, RunStatus::Cancelled);
+        assert_eq!(
+            statuses(&record),
+            vec![
+                ("quick".into(), StepStatus::Ok),
+                ("long".into(), StepStatus::Cancelled),
+                ("never".into(), StepStatus::NotRun)
+            ]
+        );
+        assert_eq!(
+            record.error.map(|e| e.code),
+            Some(FailureCode::CancelledSignal)
+        );
+        assert_eq!(record.steps[0].output, Some(json!("quick done")));
+    }
+
+    #[tokio::test]
+    async fn events_carry_run_id_spans_and_the_lifecycle() {
+        let log = Log::default();
+        let p = pipeline(vec![spec("a", &[], 0), spec("b", &[0], 0)], &log);
+        let events = Events::recording();
+        let record = execute(&p, json!({}), RunOptions::new(1), &events).await;
+        let recorded = events.recorded();
+        assert!(recorded.iter().all(|e| e.run_id == record.run_id));
+        let states: Vec<Value> = recorded
+            .iter()
+            .filter(|e| e.kind == EventKind::Lifecycle)
+            .map(|e| e.data["state"].clone())
+            .collect();
+        assert_eq!(
+            states,
+            vec![json!("EXECUTE"), json!("VALIDATE"), json!("COMPLETE")]
+        );
+        let starts: Vec<_> = recorded
+            .iter()
+            .filter(|e| e.kind == EventKind::StepStart)
+            .collect();
+        assert_eq!(starts.len(), 2);
+        assert!(
+            starts
+                .iter()
+                .all(|e| e.parent_span == Some(events.run_span()))
+        );
+        assert_eq!(
+            record.usage,
+            TokenUsage {
+                prompt_tokens: 2,
+                completion_tokens: 4
+            }
+        );
+    }
+}

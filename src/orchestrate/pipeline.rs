@@ -1,0 +1,127 @@
+//! What the executor runs: steps with their handlers, dependencies and execution settings.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::events::{EventKind, Events, SpanId};
+use crate::core::{Failure, Message, TokenUsage};
+use crate::inference::{Engine, Request, Response};
+use crate::prompt::Templates;
+use crate::validate::RetryPolicy;
+
+/// A runnable pipeline.
+pub struct Pipeline {
+    pub name: String,
+    pub steps: Vec<StepNode>,
+    /// Template of the run's result; None means the output of the last step in plan order.
+    pub output: Option<String>,
+    /// Constants templates read as `vars`.
+    pub vars: Value,
+    pub templates: Arc<Templates>,
+}
+
+/// One step: what runs, what it waits for, and how.
+pub struct StepNode {
+    pub name: String,
+    /// The step type's name (`infer`, `tool`, …).
+    pub kind: &'static str,
+    /// Steps that must finish first (indices into `Pipeline::steps`).
+    pub needs: Vec<usize>,
+    /// Every step this one depends on, directly or not.
+    pub upstream: Vec<usize>,
+    /// The upstream steps its templates read (`steps.<name>`); only these are put in its scope,
+    /// so a long chain does not copy every earlier output into every step.
+    pub reads: Vec<usize>,
+    /// Skip the step when this expression is false.
+    pub when: Option<String>,
+    pub retry: RetryPolicy,
+    pub timeout: Option<Duration>,
+    pub handler: Arc<dyn StepHandler>,
+}
+
+/// What a handler sees while it runs.
+pub struct StepContext {
+    /// The template context: `inputs`, `vars`, `steps`, and `input` when the step has one.
+    pub scope: Value,
+    pub templates: Arc<Templates>,
+    pub events: Events,
+    pub step: String,
+    /// This attempt's span; events the handler emits are its children.
+    pub span: SpanId,
+}
+
+impl StepContext {
+    /// The upstream output (`input`), or null.
+    pub fn input(&self) -> &Value {
+        self.scope.get("input").unwrap_or(&Value::Null)
+    }
+
+    /// Renders inline template text in this step's scope.
+    pub fn render(&self, text: &str) -> Result<String, Failure> {
+        self.templates.render_str(text, &self.scope)
+    }
+
+    /// Calls a model and records the call as an `inference` event (model, duration, usage, plus
+    /// `extra` fields such as the attempt or round).
+    pub async fn infer(
+        &self,
+        engine: &dyn Engine,
+        request: Request,
+        extra: Value,
+    ) -> Result<Response, Failure> {
+        let span = self.events.new_span();
+        let started = Instant::now();
+        let response = engine.infer(request).await?;
+        let info = engine.model_info();
+        let mut data = json!({
+            "model": info.name,
+            "engine": info.engine,
+            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+            "usage": response.usage,
+        });
+        if let (Value::Object(data), Value::Object(extra)) = (&mut data, extra) {
+            data.extend(extra);
+        }
+        self.events.emit(
+            EventKind::Inference,
+            Some(&self.step),
+            span,
+            Some(self.span),
+            data,
+        );
+        Ok(response)
+    }
+}
+
+/// A step's result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepOutput {
+    pub output: Value,
+    pub usage: TokenUsage,
+    /// How the output was obtained (attempts, repairs, votes…), for the run record.
+    pub detail: Option<Value>,
+}
+
+/// What a step would send, for `pagantic render`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rendered {
+    /// The messages of a model call.
+    Messages(Vec<Message>),
+    /// Text (a template step, a query, tool arguments).
+    Text(String),
+}
+
+/// A boxed future, so handlers can be trait objects.
+pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, Failure>> + Send + 'a>>;
+
+/// Runs one kind of step.
+pub trait StepHandler: Send + Sync {
+    /// Runs the step once.
+    fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a>;
+    /// What the step would send, without sending it.
+    fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure>;
+}

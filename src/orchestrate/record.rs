@@ -1,0 +1,80 @@
+//! The run record: what ran, how it ended, what each step produced — kept whatever happened.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::core::{Failure, TokenUsage};
+
+/// The lifecycle of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Lifecycle {
+    Init,
+    Plan,
+    Prepare,
+    Execute,
+    Validate,
+    Complete,
+    Error,
+    Cancelled,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Complete,
+    Error,
+    Cancelled,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// It ran and succeeded.
+    Ok,
+    /// Its `when` was false.
+    Skipped,
+    /// It failed after its retries.
+    Failed,
+    /// It was running when the run was cancelled.
+    Cancelled,
+    /// It never started (an earlier failure or a cancellation stopped the run).
+    NotRun,
+}
+
+/// One step's part of the record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepRecord {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub status: StepStatus,
+    pub attempts: u32,
+    pub duration_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    pub usage: TokenUsage,
+    /// How the output was obtained (attempts, repairs, votes…), when the step says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
+}
+
+/// The whole record of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub plan: String,
+    pub status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    pub steps: Vec<StepRecord>,
+    pub usage: TokenUsage,
+    pub duration_ms: f64,
+    /// The failure that ended the run, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
+}

@@ -1,0 +1,205 @@
+//! `agent`: the tool loop (the seed's AgentLoop).
+//!
+//! The model sees the declared tools; each turn it either calls tools (several per turn are run in
+//! order, their results appended as tool messages) or gives a final answer. A tool that fails is
+//! reported to the model as an error result so it can recover. The loop fails with
+//! ORCHESTRATION_ITERATION_LIMIT after `max_tool_iterations` rounds of tool calls. Memory keeps the
+//! system message and the most recent messages; retrieved context is shown on every turn but
+//! never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
+//! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Prompt;
+use super::infer::Sampling;
+use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
+use crate::inference::{Engine, Request};
+use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
+use crate::orchestrate::tools::ToolRuntime;
+
+/// How tool calls are obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCalls {
+    /// The engine's native tool-call format.
+    Native,
+    /// A JSON Schema of "final answer" or "call tool X" enforced while decoding.
+    Constrained,
+}
+
+/// A tool-calling loop.
+pub struct Agent {
+    pub engine: Arc<dyn Engine>,
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    pub tools: Vec<Arc<ToolRuntime>>,
+    pub max_tool_iterations: u32,
+    /// Most messages kept besides the system message; None keeps all.
+    pub memory: Option<usize>,
+    /// Ephemeral context template, shown before the user message on every turn.
+    pub context: Option<String>,
+    pub tool_calls: ToolCalls,
+}
+
+impl Agent {
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools
+            .iter()
+            .map(|t| ToolDefinition {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: if t.parameters.is_null() {
+                    json!({ "type": "object" })
+                } else {
+                    t.parameters.clone()
+                },
+            })
+            .collect()
+    }
+
+    /// The schema of one constrained turn. The final-answer form comes first, so the simplest
+    /// instance of it (what a scripted dry run answers) ends the loop.
+    fn turn_schema(&self) -> Value {
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        json!({
+            "oneOf": [
+                { "type": "object", "required": ["final"], "additionalProperties": false,
+                  "properties": { "final": { "type": "string" } } },
+                { "type": "object", "required": ["tool", "arguments"], "additionalProperties": false,
+                  "properties": { "tool": { "enum": names }, "arguments": { "type": "object" } } }
+            ]
+        })
+    }
+
+    /// Trims memory to the system message plus the most recent messages.
+    fn remember(&self, messages: &mut Vec<Message>) {
+        let Some(limit) = self.memory else { return };
+        let system = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
+        let excess = messages.len().saturating_sub(system + limit);
+        if excess > 0 {
+            messages.drain(system..system + excess);
+        }
+    }
+}
+
+/// A turn's outcome.
+enum Turn {
+    Final(String),
+    Calls(Vec<ToolCall>),
+}
+
+impl StepHandler for Agent {
+    fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+        Box::pin(async move {
+            let mut memory = self.prompt.messages(ctx)?;
+            let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
+            let mut usage = TokenUsage::default();
+            let mut calls_made = Vec::new();
+            for round in 0..=self.max_tool_iterations {
+                let mut messages = memory.clone();
+                if let Some(context) = &context {
+                    let at = messages
+                        .iter()
+                        .rposition(|m| m.role == Role::User)
+                        .unwrap_or(messages.len());
+                    messages.insert(at, Message::system(format!("Context:\n{context}")));
+                }
+                let request = Request {
+                    tools: match self.tool_calls {
+                        ToolCalls::Native => self.definitions(),
+                        ToolCalls::Constrained => Vec::new(),
+                    },
+                    json_schema: (self.tool_calls == ToolCalls::Constrained)
+                        .then(|| self.turn_schema()),
+                    ..self.sampling.request(messages)
+                };
+                let response = ctx
+                    .infer(self.engine.as_ref(), request, json!({ "round": round + 1 }))
+                    .await?;
+                usage += response.usage;
+                let turn = match self.tool_calls {
+                    ToolCalls::Native if response.tool_calls.is_empty() => {
+                        Turn::Final(response.text.clone())
+                    }
+                    ToolCalls::Native => Turn::Calls(response.tool_calls.clone()),
+                    ToolCalls::Constrained => constrained_turn(&response.text, ctx)?,
+                };
+                let calls = match turn {
+                    Turn::Final(answer) => {
+                        return Ok(StepOutput {
+                            output: Value::String(answer),
+                            usage,
+                            detail: Some(json!({ "rounds": round + 1, "tool_calls": calls_made })),
+                        });
+                    }
+                    Turn::Calls(calls) => calls,
+                };
+                if round == self.max_tool_iterations {
+                    break;
+                }
+                memory.push(Message {
+                    tool_calls: calls.clone(),
+                    ..Message::assistant(response.text)
+                });
+                for call in calls {
+                    let result = match self.tools.iter().find(|t| t.name == call.name) {
+                        Some(tool) => tool.call(&call.arguments, &call.id, ctx).await,
+                        None => Err(Failure::new(
+                            FailureCode::ToolNotFound,
+                            format!("there is no tool `{}`", call.name),
+                        )),
+                    };
+                    let content = match &result {
+                        Ok(Value::String(text)) => text.clone(),
+                        Ok(other) => other.to_string(),
+                        Err(failure) => format!("error: {failure}"),
+                    };
+                    calls_made
+                        .push(json!({ "id": call.id, "tool": call.name, "ok": result.is_ok() }));
+                    memory.push(Message::tool_result(call.id, content));
+                }
+                self.remember(&mut memory);
+            }
+            Err(Failure::new(
+                FailureCode::OrchestrationIterationLimit,
+                format!(
+                    "the agent was still calling tools after {} rounds",
+                    self.max_tool_iterations
+                ),
+            )
+            .with_help("raise max_tool_iterations, or make the task or the tools clearer"))
+        })
+    }
+
+    fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
+        self.prompt.messages(ctx).map(Rendered::Messages)
+    }
+}
+
+/// Reads a constrained turn: `{"final": …}` or `{"tool": …, "arguments": {…}}`.
+fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
+    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        Failure::new(
+            FailureCode::ConstraintJsonInvalid,
+            format!("the agent's turn is not JSON: {e}"),
+        )
+    })?;
+    if let Some(answer) = value.get("final").and_then(Value::as_str) {
+        return Ok(Turn::Final(answer.to_string()));
+    }
+    match (
+        value.get("tool").and_then(Value::as_str),
+        value.get("arguments"),
+    ) {
+        (Some(tool), Some(arguments)) => Ok(Turn::Calls(vec![ToolCall {
+            id: format!("call_{}", ctx.events.new_span()),
+            name: tool.to_string(),
+            arguments: arguments.clone(),
+        }])),
+        _ => Err(Failure::new(
+            FailureCode::ConstraintSchemaViolation,
+            format!("the agent's turn is neither a final answer nor a tool call: {value}"),
+        )),
+    }
+}

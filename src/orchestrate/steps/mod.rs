@@ -1,0 +1,80 @@
+//! The step handlers, one file per step type. Each is a plain struct built by the plan layer
+//! (which resolves names to engines, corpora, scorers and tools) and implementing
+//! [`StepHandler`](super::StepHandler).
+
+mod agent;
+mod infer;
+mod redundant;
+mod rerank;
+mod retrieve;
+mod route;
+mod structured;
+mod template;
+mod tool;
+mod validate;
+
+pub use agent::{Agent, ToolCalls};
+pub use infer::{Infer, Sampling};
+pub use redundant::Redundant;
+pub use rerank::Rerank;
+pub use retrieve::Retrieve;
+pub use route::{AgentAction, Route, RouteAgent};
+pub use structured::Structured;
+pub use template::Template;
+pub use tool::ToolStep;
+pub use validate::Validate;
+
+use super::pipeline::{StepContext, StepOutput};
+use crate::core::{Candidate, Failure, FailureCode, Message};
+
+/// Where a prompt's text comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptSource {
+    /// A file in the plan's `prompts/`.
+    File(String),
+    /// Inline template text.
+    Inline(String),
+}
+
+impl PromptSource {
+    /// Renders the prompt in the step's scope.
+    pub fn render(&self, ctx: &StepContext) -> Result<String, Failure> {
+        match self {
+            PromptSource::File(name) => ctx.templates.render_file(name, &ctx.scope),
+            PromptSource::Inline(text) => ctx.render(text),
+        }
+    }
+}
+
+/// A model step's prompt: the user message and an optional system message, both templates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub user: PromptSource,
+    pub system: Option<String>,
+}
+
+impl Prompt {
+    /// The messages this prompt renders to in the step's scope.
+    pub fn messages(&self, ctx: &StepContext) -> Result<Vec<Message>, Failure> {
+        let mut messages = Vec::with_capacity(2);
+        if let Some(system) = &self.system {
+            messages.push(Message::system(ctx.render(system)?));
+        }
+        messages.push(Message::user(self.user.render(ctx)?));
+        Ok(messages)
+    }
+}
+
+/// A list of candidates as a step output.
+fn candidates_output(candidates: Vec<Candidate>) -> Result<StepOutput, Failure> {
+    let output = serde_json::to_value(candidates).map_err(|e| {
+        Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!("cannot encode candidates: {e}"),
+        )
+    })?;
+    Ok(StepOutput {
+        output,
+        ..StepOutput::default()
+    })
+}

@@ -1,0 +1,109 @@
+//! `redundant`: N candidates asked concurrently, then a vote (the seed's RedundantLoop, improved:
+//! the candidates run at the same time so an engine can batch them).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use super::Prompt;
+use super::infer::Sampling;
+use crate::constraint::conform;
+use crate::core::{Failure, FailureCode, TokenUsage};
+use crate::inference::{Engine, Request, Response};
+use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
+use crate::orchestrate::voting::{VotingMethod, vote};
+
+/// Asks N times and votes; the output is `{value, confidence, candidates, votes}`.
+pub struct Redundant {
+    pub engine: Arc<dyn Engine>,
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    pub n: usize,
+    /// Per-candidate temperatures, cycled; empty means the step's temperature.
+    pub temperatures: Vec<f64>,
+    /// Per-candidate seeds, cycled; empty means the step's seed.
+    pub seeds: Vec<u64>,
+    /// When set, each candidate must be JSON valid against it (invalid ones do not vote).
+    pub schema: Option<Value>,
+    pub method: VotingMethod,
+    pub min_confidence: Option<f64>,
+}
+
+impl StepHandler for Redundant {
+    fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+        Box::pin(async move {
+            let messages = self.prompt.messages(ctx)?;
+            let mut calls = JoinSet::new();
+            for i in 0..self.n.max(1) {
+                let base = self.sampling.request(messages.clone());
+                let request = Request {
+                    json_schema: self.schema.clone(),
+                    temperature: cycled(&self.temperatures, i).or(base.temperature),
+                    seed: cycled(&self.seeds, i).or(base.seed),
+                    ..base
+                };
+                let engine = Arc::clone(&self.engine);
+                calls.spawn(async move { (i, engine.infer(request).await) });
+            }
+            let mut responses: Vec<(usize, Result<Response, Failure>)> = calls.join_all().await;
+            responses.sort_by_key(|(i, _)| *i);
+            let mut usage = TokenUsage::default();
+            let mut candidates = Vec::new();
+            let mut rejected = Vec::new();
+            for (i, response) in responses {
+                let response = response?;
+                usage += response.usage;
+                match &self.schema {
+                    None => candidates.push(Value::String(response.text.trim().to_string())),
+                    Some(schema) => match conform(&response.text, schema) {
+                        Ok(conformed) => candidates.push(conformed.value),
+                        Err(failure) => {
+                            rejected.push(json!({ "candidate": i + 1, "error": failure }))
+                        }
+                    },
+                }
+            }
+            if candidates.is_empty() {
+                return Err(Failure::new(
+                    FailureCode::ConstraintSchemaViolation,
+                    format!(
+                        "none of the {} candidates was valid JSON for the schema",
+                        self.n
+                    ),
+                ));
+            }
+            let result = vote(self.method, &candidates)?;
+            if let Some(min) = self.min_confidence
+                && result.confidence < min
+            {
+                return Err(Failure::new(
+                    FailureCode::OrchestrationNoConsensus,
+                    format!(
+                        "the winning answer has confidence {:.2}, below min_confidence {min}",
+                        result.confidence
+                    ),
+                ));
+            }
+            Ok(StepOutput {
+                output: json!({
+                    "value": result.value,
+                    "confidence": result.confidence,
+                    "candidates": candidates,
+                    "votes": result.votes,
+                }),
+                usage,
+                detail: (!rejected.is_empty()).then(|| json!({ "rejected": rejected })),
+            })
+        })
+    }
+
+    fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
+        self.prompt.messages(ctx).map(Rendered::Messages)
+    }
+}
+
+/// The `i`-th element, cycling through `values`; None when there are none.
+fn cycled<T: Copy>(values: &[T], i: usize) -> Option<T> {
+    (!values.is_empty()).then(|| values[i % values.len()])
+}

@@ -1,0 +1,305 @@
+//! `route`: the orchestrator pattern — route, execute, synthesise — in exactly two model calls.
+//!
+//! 1. **Route**: one call at temperature 0, constrained to a JSON route (`single`, `parallel` or
+//!    `sequential`, with each agent's arguments), is checked against the agents' argument schemas
+//!    and the limits before anything runs; an invalid route is retried once with the errors, then
+//!    fails with ORCHESTRATION_STEP_MISMATCH (the retry is the only extra call there can be).
+//! 2. **Execute** with no model deciding anything: parallel agents run concurrently, sequential
+//!    ones in order, each seeing the results before it.
+//! 3. **Synthesise**: one call turns the results into the answer.
+//!
+//! The route decision is kept in the run record (the step's detail) as a plan trace.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use super::Prompt;
+use super::infer::Sampling;
+use crate::constraint::conform;
+use crate::core::{Failure, FailureCode, Message, TokenUsage};
+use crate::inference::{Engine, Request};
+use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
+use crate::orchestrate::tools::ToolRuntime;
+
+/// What an agent runs.
+pub enum AgentAction {
+    /// A declared tool, called with the agent's arguments.
+    Tool(Arc<ToolRuntime>),
+    /// A template (seeing `args` and `results`) sent to a model.
+    Model {
+        template: String,
+        engine: Arc<dyn Engine>,
+    },
+}
+
+/// An agent a route may choose.
+pub struct RouteAgent {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub parameters: Value,
+    pub action: AgentAction,
+}
+
+/// The route step.
+pub struct Route {
+    pub engine: Arc<dyn Engine>,
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    pub agents: Vec<Arc<RouteAgent>>,
+    /// Most agents one route may run.
+    pub max_agents: usize,
+    /// Synthesis template (sees `results`); None uses a built-in one.
+    pub synthesis: Option<String>,
+}
+
+/// A validated route.
+struct Decision {
+    mode: String,
+    steps: Vec<(Arc<RouteAgent>, Value)>,
+    trace: Value,
+}
+
+impl Route {
+    fn route_schema(&self) -> Value {
+        let branches: Vec<Value> = self
+            .agents
+            .iter()
+            .map(|a| {
+                let parameters = if a.parameters.is_null() {
+                    json!({ "type": "object" })
+                } else {
+                    a.parameters.clone()
+                };
+                json!({
+                    "type": "object",
+                    "required": ["agent", "arguments"],
+                    "properties": { "agent": { "const": a.name }, "arguments": parameters }
+                })
+            })
+            .collect();
+        json!({
+            "type": "object",
+            "required": ["mode", "steps"],
+            "properties": {
+                "mode": { "enum": ["single", "parallel", "sequential"] },
+                "steps": { "type": "array", "minItems": 1, "maxItems": self.max_agents, "items": { "oneOf": branches } },
+                "rationale": { "type": "string" }
+            }
+        })
+    }
+
+    fn router_messages(&self, ctx: &StepContext) -> Result<Vec<Message>, Failure> {
+        let catalogue: Vec<String> = self
+            .agents
+            .iter()
+            .map(|a| {
+                format!(
+                    "- {}: {} (arguments: {})",
+                    a.name, a.description, a.parameters
+                )
+            })
+            .collect();
+        let mut messages = vec![Message::system(format!(
+            "You route a request to agents. Available agents:\n{}\n\
+             Answer with JSON: {{\"mode\": \"single\" | \"parallel\" | \"sequential\", \
+             \"steps\": [{{\"agent\": NAME, \"arguments\": {{…}}}}], \"rationale\": WHY}}. \
+             Use `single` for one agent, `parallel` for independent agents, `sequential` when a later \
+             agent needs an earlier one's result. At most {} steps.",
+            catalogue.join("\n"),
+            self.max_agents
+        ))];
+        messages.extend(self.prompt.messages(ctx)?);
+        Ok(messages)
+    }
+
+    /// Checks a route against the agents, their schemas and the limits.
+    fn decide(&self, text: &str) -> Result<Decision, Failure> {
+        let conformed = conform(text, &self.route_schema())?;
+        let value = conformed.value;
+        let mode = value["mode"].as_str().unwrap_or_default().to_string();
+        let mut steps = Vec::new();
+        let mut problems = Vec::new();
+        for (i, step) in value["steps"].as_array().into_iter().flatten().enumerate() {
+            let name = step["agent"].as_str().unwrap_or_default();
+            match self.agents.iter().find(|a| a.name == name) {
+                Some(agent) => steps.push((Arc::clone(agent), step["arguments"].clone())),
+                None => problems.push(format!("step {}: there is no agent `{name}`", i + 1)),
+            }
+        }
+        if mode == "single" && steps.len() != 1 {
+            problems.push(format!(
+                "mode `single` needs exactly one step, got {}",
+                steps.len()
+            ));
+        }
+        if steps.len() > self.max_agents {
+            problems.push(format!(
+                "{} steps exceed the limit of {}",
+                steps.len(),
+                self.max_agents
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(Failure::new(
+                FailureCode::OrchestrationStepMismatch,
+                problems.join("; "),
+            ));
+        }
+        Ok(Decision {
+            mode,
+            steps,
+            trace: value,
+        })
+    }
+
+    async fn run_agent(
+        agent: &RouteAgent,
+        args: &Value,
+        results: &[Value],
+        ctx: &StepContext,
+    ) -> Result<(Value, TokenUsage), Failure> {
+        match &agent.action {
+            AgentAction::Tool(tool) => {
+                let call_id = format!("call_{}", ctx.events.new_span());
+                Ok((tool.call(args, &call_id, ctx).await?, TokenUsage::default()))
+            }
+            AgentAction::Model { template, engine } => {
+                let scope = json!({ "args": args, "results": results, "inputs": ctx.scope["inputs"], "vars": ctx.scope["vars"] });
+                let prompt = ctx.templates.render_str(template, &scope)?;
+                let response = engine
+                    .infer(Request {
+                        messages: vec![Message::user(prompt)],
+                        ..Request::default()
+                    })
+                    .await?;
+                Ok((Value::String(response.text), response.usage))
+            }
+        }
+    }
+}
+
+impl StepHandler for Route {
+    fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+        Box::pin(async move {
+            let mut messages = self.router_messages(ctx)?;
+            let mut usage = TokenUsage::default();
+            let mut model_calls = 0;
+            let mut decision = None;
+            for attempt in 1..=2 {
+                let request = Request {
+                    json_schema: Some(self.route_schema()),
+                    temperature: Some(0.0),
+                    ..self.sampling.request(messages.clone())
+                };
+                let response = ctx
+                    .infer(
+                        self.engine.as_ref(),
+                        request,
+                        json!({ "call": "route", "attempt": attempt }),
+                    )
+                    .await?;
+                model_calls += 1;
+                usage += response.usage;
+                match self.decide(&response.text) {
+                    Ok(d) => {
+                        decision = Some(d);
+                        break;
+                    }
+                    Err(failure) if attempt == 1 => {
+                        messages.push(Message::assistant(response.text));
+                        messages.push(Message::user(format!(
+                            "That route is invalid: {}. Reply with a corrected route.",
+                            failure.message
+                        )));
+                    }
+                    Err(failure) => {
+                        return Err(Failure::new(
+                            FailureCode::OrchestrationStepMismatch,
+                            format!("the router gave no valid route: {}", failure.message),
+                        ));
+                    }
+                }
+            }
+            let Some(decision) = decision else {
+                return Err(Failure::new(
+                    FailureCode::OrchestrationStepMismatch,
+                    "the router gave no route",
+                ));
+            };
+            let mut results: Vec<Value> = Vec::new();
+            if decision.mode == "sequential" {
+                for (agent, args) in &decision.steps {
+                    let (output, used) = Self::run_agent(agent, args, &results, ctx).await?;
+                    usage += used;
+                    results
+                        .push(json!({ "agent": agent.name, "arguments": args, "output": output }));
+                }
+            } else {
+                let mut running = JoinSet::new();
+                for (i, (agent, args)) in decision.steps.iter().enumerate() {
+                    let (agent, args) = (Arc::clone(agent), args.clone());
+                    let scoped = StepContext {
+                        scope: ctx.scope.clone(),
+                        templates: Arc::clone(&ctx.templates),
+                        events: ctx.events.clone(),
+                        step: ctx.step.clone(),
+                        span: ctx.span,
+                    };
+                    running.spawn(async move {
+                        let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;
+                        (i, agent.name.clone(), args, outcome)
+                    });
+                }
+                let mut finished = running.join_all().await;
+                finished.sort_by_key(|(i, ..)| *i);
+                for (_, name, args, outcome) in finished {
+                    let (output, used) = outcome?;
+                    usage += used;
+                    results.push(json!({ "agent": name, "arguments": args, "output": output }));
+                }
+            }
+            let synthesis_prompt = match &self.synthesis {
+                Some(template) => {
+                    let mut scope = ctx.scope.clone();
+                    scope["results"] = Value::Array(results.clone());
+                    ctx.templates.render_str(template, &scope)?
+                }
+                None => format!(
+                    "Answer the request using these results:\n{}\n\nRequest: {}",
+                    serde_json::to_string_pretty(&results).unwrap_or_default(),
+                    self.prompt.user.render(ctx)?
+                ),
+            };
+            let mut synthesis_messages: Vec<Message> = self
+                .prompt
+                .system
+                .iter()
+                .map(|s| ctx.render(s).map(Message::system))
+                .collect::<Result<_, _>>()?;
+            synthesis_messages.push(Message::user(synthesis_prompt));
+            let answer = ctx
+                .infer(
+                    self.engine.as_ref(),
+                    self.sampling.request(synthesis_messages),
+                    json!({ "call": "synthesis" }),
+                )
+                .await?;
+            model_calls += 1;
+            usage += answer.usage;
+            Ok(StepOutput {
+                output: Value::String(answer.text),
+                usage,
+                detail: Some(
+                    json!({ "route": decision.trace, "results": results, "model_calls": model_calls }),
+                ),
+            })
+        })
+    }
+
+    fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
+        self.router_messages(ctx).map(Rendered::Messages)
+    }
+}

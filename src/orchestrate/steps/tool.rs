@@ -1,0 +1,49 @@
+//! `tool`: call one declared tool with templated arguments.
+
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde_json::{Map, Value};
+
+use crate::core::Failure;
+use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
+use crate::orchestrate::tools::ToolRuntime;
+
+/// Renders the arguments (string values are templates) and calls the tool.
+pub struct ToolStep {
+    pub tool: Arc<ToolRuntime>,
+    pub args: IndexMap<String, Value>,
+}
+
+impl ToolStep {
+    fn arguments(&self, ctx: &StepContext) -> Result<Value, Failure> {
+        let mut rendered = Map::new();
+        for (name, value) in &self.args {
+            let value = match value {
+                Value::String(text) => Value::String(ctx.render(text)?),
+                other => other.clone(),
+            };
+            rendered.insert(name.clone(), value);
+        }
+        Ok(Value::Object(rendered))
+    }
+}
+
+impl StepHandler for ToolStep {
+    fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+        Box::pin(async move {
+            let args = self.arguments(ctx)?;
+            let call_id = format!("call_{}", ctx.events.new_span());
+            let output = self.tool.call(&args, &call_id, ctx).await?;
+            Ok(StepOutput {
+                output,
+                ..StepOutput::default()
+            })
+        })
+    }
+
+    fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
+        let args = self.arguments(ctx)?;
+        Ok(Rendered::Text(format!("{} {}", self.tool.name, args)))
+    }
+}

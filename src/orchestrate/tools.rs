@@ -1,0 +1,183 @@
+//! Declared tools at run time: argument validation, safety metadata, execution and tool events.
+//!
+//! The plan layer builds one [`ToolRuntime`] per declared tool. A call validates its arguments
+//! against the tool's JSON Schema before anything runs, emits `tool_start`/`tool_end` events
+//! carrying the `tool_call_id` that caused them, and marks failures of non-idempotent tools as not
+//! retryable, so the executor never repeats a side effect on its own.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::events::{Event, EventKind};
+use super::pipeline::StepContext;
+use crate::core::{Failure, FailureCode};
+use crate::tool::{Builtin, CommandSpec, run_command};
+
+/// What a tool may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffects {
+    None,
+    Read,
+    Write,
+    External,
+}
+
+/// A command tool before its argv is rendered.
+#[derive(Debug, Clone)]
+pub struct CommandTemplate {
+    /// argv templates; each sees `args`.
+    pub argv: Vec<String>,
+    pub timeout: Duration,
+    pub max_output_bytes: usize,
+    pub working_dir: Option<PathBuf>,
+    pub env_allow: Vec<String>,
+}
+
+/// How a tool runs.
+#[derive(Debug, Clone)]
+pub enum ToolAction {
+    Command(CommandTemplate),
+    Builtin(Builtin),
+    /// `--dry-run` stand-in for tools with side effects: reports the call instead of making it.
+    DryRun,
+}
+
+/// A declared tool, ready to call.
+pub struct ToolRuntime {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+    validator: Option<jsonschema::Validator>,
+    pub side_effects: SideEffects,
+    pub idempotent: bool,
+    pub action: ToolAction,
+}
+
+impl ToolRuntime {
+    /// A tool; its parameter schema is compiled once here.
+    pub fn new(
+        name: String,
+        description: String,
+        parameters: Value,
+        side_effects: SideEffects,
+        idempotent: bool,
+        action: ToolAction,
+    ) -> Result<Self, Failure> {
+        let validator = match parameters {
+            Value::Null => None,
+            ref schema => Some(jsonschema::validator_for(schema).map_err(|e| {
+                Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!("tool `{name}` has an invalid parameters schema: {e}"),
+                )
+            })?),
+        };
+        Ok(ToolRuntime {
+            name,
+            description,
+            parameters,
+            validator,
+            side_effects,
+            idempotent,
+            action,
+        })
+    }
+
+    /// Validates `args`, runs the tool, and reports it as events under `call_id`.
+    pub async fn call(
+        &self,
+        args: &Value,
+        call_id: &str,
+        ctx: &StepContext,
+    ) -> Result<Value, Failure> {
+        if let Some(validator) = &self.validator {
+            let errors: Vec<String> = validator
+                .iter_errors(args)
+                .map(|e| format!("{e} (at `{}`)", e.instance_path()))
+                .collect();
+            if !errors.is_empty() {
+                return Err(Failure::new(
+                    FailureCode::ToolInvalidArguments,
+                    format!(
+                        "arguments for tool `{}` do not match its schema: {}",
+                        self.name,
+                        errors.join("; ")
+                    ),
+                ));
+            }
+        }
+        let span = ctx.events.new_span();
+        let emit = |kind, data| {
+            ctx.events.emit_event(Event {
+                run_id: ctx.events.run_id().to_string(),
+                at_ms: ctx.events.elapsed_ms(),
+                kind,
+                step: Some(ctx.step.clone()),
+                span,
+                parent_span: Some(ctx.span),
+                tool_call_id: Some(call_id.to_string()),
+                data,
+            });
+        };
+        emit(
+            EventKind::ToolStart,
+            json!({ "tool": self.name, "args": args }),
+        );
+        let started = Instant::now();
+        let result = self.execute(args, ctx).await;
+        let millis = started.elapsed().as_secs_f64() * 1000.0;
+        match &result {
+            Ok(_) => emit(
+                EventKind::ToolEnd,
+                json!({ "tool": self.name, "status": "ok", "duration_ms": millis }),
+            ),
+            Err(e) => emit(
+                EventKind::ToolEnd,
+                json!({ "tool": self.name, "status": "failed", "duration_ms": millis, "error": e }),
+            ),
+        }
+        result.map_err(|failure| {
+            if self.idempotent {
+                failure
+            } else {
+                failure.retryable(false)
+            }
+        })
+    }
+
+    async fn execute(&self, args: &Value, ctx: &StepContext) -> Result<Value, Failure> {
+        match &self.action {
+            ToolAction::Builtin(builtin) => builtin.call(args),
+            ToolAction::DryRun => Ok(json!({ "dry_run": true, "tool": self.name, "args": args })),
+            ToolAction::Command(command) => {
+                let scope = json!({ "args": args });
+                let argv = command
+                    .argv
+                    .iter()
+                    .map(|part| ctx.templates.render_str(part, &scope))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let spec = CommandSpec {
+                    argv,
+                    timeout: command.timeout,
+                    max_output_bytes: command.max_output_bytes,
+                    working_dir: command.working_dir.clone(),
+                    env_allow: command.env_allow.clone(),
+                };
+                let output = run_command(&spec).await?;
+                let mut text = output.stdout;
+                if output.truncated {
+                    text.push_str(&format!(
+                        "\n[output truncated at {} bytes]",
+                        command.max_output_bytes
+                    ));
+                }
+                Ok(Value::String(text))
+            }
+        }
+    }
+}

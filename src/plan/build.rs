@@ -1,0 +1,448 @@
+//! Building a checked plan into a runnable pipeline — the PREPARE stage.
+//!
+//! Names in the plan are resolved to run-time objects here: engines for models, loaded corpora,
+//! scorers, tools, prompt templates; then every step's config builds its handler. Resources are
+//! created on first use and shared (one engine per model for every step of the run), and nothing
+//! a plan declares but never uses is loaded. `--dry-run` swaps every model for a scripted echo,
+//! every ONNX scorer for the keyword scorer, and every tool with side effects for a stand-in
+//! that reports the call.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::Plan;
+use super::model::{
+    BuiltinTool, ChunkBy, CorpusSpec, ModelSpec, SideEffects as PlanSideEffects, ToolSpec,
+};
+use super::steps::{self as plan_steps, PromptSpec, SchemaSource};
+use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
+use crate::core::{Failure, FailureCode};
+use crate::inference::{Engine, ScriptRule, ScriptedConfig, ScriptedEngine};
+use crate::orchestrate::steps::{AgentAction, Prompt, PromptSource, RouteAgent, Sampling};
+use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
+use crate::orchestrate::{Pipeline, StepNode};
+use crate::prompt::Templates;
+use crate::rerank::{KeywordScorer, Scorer};
+use crate::tool::Builtin;
+use crate::validate::RetryPolicy;
+
+/// How to build.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuildOptions {
+    /// Replace models, ONNX scorers and side-effecting tools with deterministic stand-ins.
+    pub dry_run: bool,
+}
+
+/// Default timeout of a command tool.
+const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default output cap of a command tool.
+const DEFAULT_TOOL_OUTPUT: usize = 64 * 1024;
+
+/// Resolves names to shared run-time objects while steps are built.
+pub struct Builder<'p> {
+    plan: &'p Plan,
+    options: BuildOptions,
+    dir: PathBuf,
+    engines: HashMap<String, Arc<dyn Engine>>,
+    corpora: HashMap<String, Arc<Corpus>>,
+    tools: HashMap<String, Arc<ToolRuntime>>,
+    /// The step being built.
+    pub step: usize,
+}
+
+impl Plan {
+    /// Builds the runnable pipeline.
+    pub fn build(&self, options: BuildOptions) -> Result<Pipeline, Failure> {
+        let dir = self.dir();
+        let templates = Arc::new(Templates::new(super::prompts_dir(&dir)));
+        let mut builder = Builder {
+            plan: self,
+            options,
+            dir,
+            engines: HashMap::new(),
+            corpora: HashMap::new(),
+            tools: HashMap::new(),
+            step: 0,
+        };
+        let mut steps = Vec::with_capacity(self.raw.steps.len());
+        for (index, step) in self.raw.steps.iter().enumerate() {
+            builder.step = index;
+            let common = step.common();
+            let handler = step.build(&mut builder)?;
+            let upstream: Vec<usize> = self.graph.ancestors(index).into_iter().collect();
+            let reads = match &self.reads[index] {
+                Some(reads) => reads
+                    .iter()
+                    .copied()
+                    .filter(|r| upstream.contains(r))
+                    .collect(),
+                None => upstream.clone(),
+            };
+            steps.push(StepNode {
+                name: common.name.clone(),
+                kind: step.step_type().name(),
+                needs: self.graph.predecessors(index),
+                upstream,
+                reads,
+                when: common.when.clone(),
+                retry: common
+                    .retry
+                    .as_ref()
+                    .map_or_else(RetryPolicy::default, |r| RetryPolicy {
+                        max_attempts: r.max_attempts,
+                        backoff: r.backoff.map_or(Duration::ZERO, |b| b.get()),
+                    }),
+                timeout: common.timeout.map(|t| t.get()),
+                handler,
+            });
+        }
+        Ok(Pipeline {
+            name: self.raw.name.clone(),
+            steps,
+            output: self.raw.output.clone(),
+            vars: Value::Object(
+                self.raw
+                    .vars
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            templates,
+        })
+    }
+
+    /// The directory paths in the plan are relative to.
+    pub fn dir(&self) -> PathBuf {
+        match self.path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+}
+
+impl Builder<'_> {
+    /// The engine of model `name`, created on first use.
+    pub fn engine(&mut self, name: &str) -> Result<Arc<dyn Engine>, Failure> {
+        if let Some(engine) = self.engines.get(name) {
+            return Ok(Arc::clone(engine));
+        }
+        let spec = self.model(name)?;
+        let engine: Arc<dyn Engine> = match spec {
+            _ if self.options.dry_run => Arc::new(ScriptedEngine::new(ScriptedConfig::echo())),
+            ModelSpec::Scripted {
+                replies,
+                rules,
+                echo,
+                fail_first,
+                stall,
+            } => {
+                let rules = rules
+                    .iter()
+                    .map(|rule| {
+                        let matches = rule
+                            .matches
+                            .as_deref()
+                            .map(regex::Regex::new)
+                            .transpose()
+                            .map_err(|e| {
+                                Failure::new(
+                                    FailureCode::ConfigInvalidInput,
+                                    format!("model `{name}`: {e}"),
+                                )
+                            })?;
+                        Ok(ScriptRule {
+                            contains: rule.contains.clone(),
+                            matches,
+                            reply: rule.reply.clone(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, Failure>>()?;
+                Arc::new(ScriptedEngine::new(ScriptedConfig {
+                    rules,
+                    replies: replies.clone(),
+                    echo: *echo,
+                    fail_first: fail_first.unwrap_or(0),
+                    stall: stall.map(|s| s.get()),
+                }))
+            }
+            other => return Err(not_available(name, other.kind_name())),
+        };
+        self.engines.insert(name.to_string(), Arc::clone(&engine));
+        Ok(engine)
+    }
+
+    /// The scorer of a rerank step: model `name`, or the keyword scorer when none is named.
+    pub fn scorer(&mut self, name: Option<&str>) -> Result<Arc<dyn Scorer>, Failure> {
+        match name {
+            None => Ok(Arc::new(KeywordScorer)),
+            Some(_) if self.options.dry_run => Ok(Arc::new(KeywordScorer)),
+            Some(name) => Err(not_available(name, self.model(name)?.kind_name())),
+        }
+    }
+
+    fn model(&self, name: &str) -> Result<&ModelSpec, Failure> {
+        self.plan.raw.models.get(name).ok_or_else(|| {
+            Failure::new(
+                FailureCode::ConfigNoEngine,
+                format!("model `{name}` is not declared"),
+            )
+        })
+    }
+
+    /// Corpus `name`, loaded on first use.
+    pub fn corpus(&mut self, name: &str) -> Result<Arc<Corpus>, Failure> {
+        if let Some(corpus) = self.corpora.get(name) {
+            return Ok(Arc::clone(corpus));
+        }
+        let spec = self.plan.raw.corpora.get(name).ok_or_else(|| {
+            Failure::new(
+                FailureCode::ConfigFileError,
+                format!("corpus `{name}` is not declared"),
+            )
+        })?;
+        let corpus = Arc::new(Corpus::load(&corpus_source(spec, &self.dir))?);
+        self.corpora.insert(name.to_string(), Arc::clone(&corpus));
+        Ok(corpus)
+    }
+
+    /// Tool `name`, built on first use.
+    pub fn tool(&mut self, name: &str) -> Result<Arc<ToolRuntime>, Failure> {
+        if let Some(tool) = self.tools.get(name) {
+            return Ok(Arc::clone(tool));
+        }
+        let spec = self.plan.raw.tools.get(name).ok_or_else(|| {
+            Failure::new(
+                FailureCode::ToolNotFound,
+                format!("tool `{name}` is not declared"),
+            )
+        })?;
+        let tool = Arc::new(self.tool_runtime(name, spec)?);
+        self.tools.insert(name.to_string(), Arc::clone(&tool));
+        Ok(tool)
+    }
+
+    fn tool_runtime(&self, name: &str, spec: &ToolSpec) -> Result<ToolRuntime, Failure> {
+        match spec {
+            ToolSpec::Command {
+                description,
+                argv,
+                parameters,
+                timeout,
+                max_output_bytes,
+                working_dir,
+                env,
+                side_effects,
+                idempotent,
+            } => {
+                let side_effects = match side_effects {
+                    PlanSideEffects::None => SideEffects::None,
+                    PlanSideEffects::Read => SideEffects::Read,
+                    PlanSideEffects::Write => SideEffects::Write,
+                    PlanSideEffects::External => SideEffects::External,
+                };
+                let action = if self.options.dry_run
+                    && matches!(side_effects, SideEffects::Write | SideEffects::External)
+                {
+                    ToolAction::DryRun
+                } else {
+                    ToolAction::Command(CommandTemplate {
+                        argv: argv.clone(),
+                        timeout: timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.get()),
+                        max_output_bytes: max_output_bytes.map_or(DEFAULT_TOOL_OUTPUT, |m| {
+                            usize::try_from(m).unwrap_or(usize::MAX)
+                        }),
+                        working_dir: Some(self.dir.join(working_dir.as_deref().unwrap_or("."))),
+                        env_allow: env.clone(),
+                    })
+                };
+                ToolRuntime::new(
+                    name.to_string(),
+                    description.clone(),
+                    parameters.clone().unwrap_or(Value::Null),
+                    side_effects,
+                    *idempotent,
+                    action,
+                )
+            }
+            ToolSpec::Builtin {
+                builtin,
+                description,
+                root,
+            } => {
+                let builtin = match builtin {
+                    BuiltinTool::Calculator => Builtin::Calculator,
+                    BuiltinTool::CurrentTime => Builtin::CurrentTime,
+                    BuiltinTool::ReadFile => Builtin::ReadFile {
+                        root: self.dir.join(root.as_deref().unwrap_or(".")),
+                    },
+                };
+                let (own_description, parameters) = builtin.definition();
+                let side_effects = match builtin {
+                    Builtin::Calculator => SideEffects::None,
+                    Builtin::ReadFile { .. } | Builtin::CurrentTime => SideEffects::Read,
+                };
+                ToolRuntime::new(
+                    name.to_string(),
+                    description
+                        .clone()
+                        .unwrap_or_else(|| own_description.to_string()),
+                    parameters,
+                    side_effects,
+                    true,
+                    ToolAction::Builtin(builtin),
+                )
+            }
+        }
+    }
+
+    /// Agent `name` of a route step.
+    pub fn agent(&mut self, name: &str) -> Result<Arc<RouteAgent>, Failure> {
+        let spec = self.plan.raw.agents.get(name).ok_or_else(|| {
+            Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!("agent `{name}` is not declared"),
+            )
+        })?;
+        let action = match (&spec.tool, &spec.template, &spec.model) {
+            (Some(tool), _, _) => AgentAction::Tool(self.tool(tool)?),
+            (None, Some(template), Some(model)) => AgentAction::Model {
+                template: template.clone(),
+                engine: self.engine(model)?,
+            },
+            _ => {
+                return Err(Failure::new(
+                    FailureCode::ConfigNoEngine,
+                    format!(
+                        "agent `{name}`: only `tool` agents and `template` agents with a `model` can run in this build"
+                    ),
+                ));
+            }
+        };
+        Ok(Arc::new(RouteAgent {
+            name: name.to_string(),
+            description: spec.description.clone(),
+            parameters: spec.parameters.clone().unwrap_or(Value::Null),
+            action,
+        }))
+    }
+
+    /// A JSON Schema given inline or as a file relative to the plan.
+    pub fn schema(&self, source: &SchemaSource) -> Result<Value, Failure> {
+        match source {
+            SchemaSource::Inline(map) => Ok(Value::Object(
+                map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            )),
+            SchemaSource::File(file) => {
+                let path = self.dir.join(file);
+                std::fs::read_to_string(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+                    .map_err(|reason| {
+                        Failure::new(
+                            FailureCode::ConfigFileError,
+                            format!("cannot load schema {}: {reason}", path.display()),
+                        )
+                    })
+            }
+        }
+    }
+
+    /// The query template of the nearest retrieve step upstream of the step being built.
+    pub fn upstream_query(&self) -> Option<String> {
+        let mut upstream: Vec<usize> = self.plan.graph.ancestors(self.step).into_iter().collect();
+        upstream.sort_unstable_by(|a, b| b.cmp(a));
+        upstream
+            .into_iter()
+            .find_map(|i| match &self.plan.raw.steps[i] {
+                plan_steps::RawStep::Retrieve(retrieve) => Some(retrieve.query.clone()),
+                _ => None,
+            })
+    }
+
+    /// The policy's `max_tool_iterations`, the default for agent steps that set none.
+    pub fn policy_tool_iterations(&self) -> Option<u32> {
+        self.plan
+            .policy
+            .max_tool_iterations
+            .as_ref()
+            .map(|l| l.value)
+    }
+
+    /// The name of the step being built.
+    pub fn step_name(&self) -> &str {
+        &self.plan.raw.steps[self.step].common().name
+    }
+}
+
+/// A model kind this build cannot run (yet): a clear configuration failure, never a panic.
+fn not_available(name: &str, kind: &str) -> Failure {
+    Failure::new(
+        FailureCode::ConfigNoEngine,
+        format!("model `{name}` is of kind `{kind}`, which this build of pagantic cannot run yet"),
+    )
+    .with_help("run with --dry-run to replace every model with a scripted echo, or declare a `kind: scripted` model")
+}
+
+/// The run-time prompt of a step.
+pub fn prompt(spec: &PromptSpec) -> Prompt {
+    let user = match (&spec.prompt, &spec.template) {
+        (Some(file), _) => PromptSource::File(file.clone()),
+        (None, Some(text)) => PromptSource::Inline(text.clone()),
+        // The checker guarantees one of the two; an empty prompt is the harmless fallback.
+        (None, None) => PromptSource::Inline(String::new()),
+    };
+    Prompt {
+        user,
+        system: spec.system.clone(),
+    }
+}
+
+/// The run-time sampling settings of a step.
+pub fn sampling(spec: &plan_steps::Sampling) -> Sampling {
+    Sampling {
+        max_tokens: spec.max_tokens,
+        temperature: spec.temperature,
+        seed: spec.seed,
+        stop: spec.stop.clone().unwrap_or_default(),
+    }
+}
+
+fn corpus_source(spec: &CorpusSpec, dir: &Path) -> CorpusSource {
+    CorpusSource {
+        base_dir: dir.to_path_buf(),
+        file_patterns: spec.files.clone(),
+        documents: spec
+            .documents
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Document {
+                content: d.content.clone(),
+                source: d
+                    .source
+                    .clone()
+                    .unwrap_or_else(|| format!("document {}", i + 1)),
+                metadata: d
+                    .metadata
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            })
+            .collect(),
+        jsonl: spec.jsonl.as_ref().map(|j| JsonlOptions {
+            path: dir.join(&j.path),
+            content_field: j.content_field.clone().unwrap_or_else(|| "content".into()),
+            source_field: j.source_field.clone(),
+        }),
+        chunk: spec.chunk.as_ref().map(|c| ChunkOptions {
+            max_chars: usize::try_from(c.max_chars).unwrap_or(usize::MAX),
+            by: match c.by {
+                ChunkBy::Paragraph => crate::context::ChunkBy::Paragraph,
+                ChunkBy::Size => crate::context::ChunkBy::Size,
+            },
+        }),
+    }
+}

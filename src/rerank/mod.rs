@@ -1,0 +1,113 @@
+//! Scoring candidates against a query, and choosing which to keep.
+//!
+//! A [`Scorer`] scores passages for a query; the keyword scorer lives here and the ONNX cross- and
+//! bi-encoders plug in through the same trait. [`select`] applies a rerank step's policy: best
+//! first, keep scores `>= min_score` (inclusive), at most `top_k`.
+
+use crate::core::{Candidate, Failure, text};
+
+/// Scores passages for a query; higher is more relevant.
+pub trait Scorer: Send + Sync {
+    /// One score per passage, in order.
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure>;
+    /// A short name for run records (`keyword`, `cross-encoder:…`).
+    fn name(&self) -> String;
+}
+
+/// The share of the query's distinct words found in the passage (0 to 1).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeywordScorer;
+
+impl Scorer for KeywordScorer {
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
+        Ok(passages
+            .iter()
+            .map(|p| text::keyword_score(query, p))
+            .collect())
+    }
+
+    fn name(&self) -> String {
+        "keyword".into()
+    }
+}
+
+/// Re-scores `candidates` with `scorer` and applies the selection policy.
+pub fn rerank(
+    scorer: &dyn Scorer,
+    query: &str,
+    candidates: Vec<Candidate>,
+    top_k: Option<usize>,
+    min_score: Option<f64>,
+) -> Result<Vec<Candidate>, Failure> {
+    let passages: Vec<&str> = candidates.iter().map(|c| c.content.as_str()).collect();
+    let scores = scorer.score(query, &passages)?;
+    let rescored = candidates
+        .into_iter()
+        .zip(scores)
+        .map(|(candidate, score)| Candidate { score, ..candidate })
+        .collect();
+    Ok(select(rescored, top_k, min_score))
+}
+
+/// Best first (ties keep their order), scores below `min_score` dropped (a score equal to it is
+/// kept), at most `top_k`.
+pub fn select(
+    mut candidates: Vec<Candidate>,
+    top_k: Option<usize>,
+    min_score: Option<f64>,
+) -> Vec<Candidate> {
+    candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+    if let Some(min) = min_score {
+        candidates.retain(|c| c.score >= min);
+    }
+    if let Some(k) = top_k {
+        candidates.truncate(k);
+    }
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(content: &str, score: f64) -> Candidate {
+        Candidate {
+            content: content.into(),
+            source: content.into(),
+            score,
+            metadata: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn selection_is_best_first_inclusive_and_bounded() {
+        let picked = select(
+            vec![
+                candidate("a", 0.1),
+                candidate("b", 0.9),
+                candidate("c", 0.5),
+                candidate("d", 0.5),
+            ],
+            Some(3),
+            Some(0.5),
+        );
+        let names: Vec<&str> = picked.iter().map(|c| c.content.as_str()).collect();
+        assert_eq!(
+            names,
+            ["b", "c", "d"],
+            "0.5 is kept because min_score is inclusive; ties keep order"
+        );
+    }
+
+    #[test]
+    fn keyword_reranking_prefers_passages_with_the_query_words() {
+        let candidates = vec![
+            candidate("the weather is nice", 9.0),
+            candidate("validate plans in CI", 0.0),
+        ];
+        let ranked =
+            rerank(&KeywordScorer, "validate plans", candidates, Some(1), None).expect("scores");
+        assert_eq!(ranked[0].content, "validate plans in CI");
+        assert_eq!(ranked[0].score, 1.0);
+    }
+}

@@ -1,0 +1,358 @@
+//! `pagantic run` and `pagantic render`: example plans on `--dry-run`, failures with their codes,
+//! concurrency, retries, timeouts, cancellation, tool safety, events.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{pagantic, root};
+
+fn record(stdout: &str) -> Value {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("not a JSON run record ({e}):\n{stdout}"))
+}
+
+#[test]
+fn every_example_plan_runs_on_dry_run() {
+    let mut plans: Vec<_> = std::fs::read_dir(root().join("plans"))
+        .expect("plans/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    plans.sort();
+    for plan in plans {
+        let relative = plan
+            .strip_prefix(root())
+            .expect("inside root")
+            .to_str()
+            .expect("utf-8")
+            .to_string();
+        // Inputs for the plans whose inputs have no default.
+        let inputs: &[&str] = match plan.file_name().and_then(|n| n.to_str()) {
+            Some("rag.yaml") => &["-i", "question=How do I validate plans in CI?"],
+            Some("classify.yaml") => &["-i", "review=Great battery, awful price."],
+            _ => &[],
+        };
+        let mut args = vec!["run", "--dry-run", "--format", "json"];
+        args.extend_from_slice(inputs);
+        args.push(&relative);
+        let run = pagantic(&args);
+        assert_eq!(
+            run.code, 0,
+            "{relative} failed on --dry-run:\n{}\n{}",
+            run.stdout, run.stderr
+        );
+        let record = record(&run.stdout);
+        assert_eq!(record["status"], "complete", "{relative}");
+    }
+}
+
+#[test]
+fn a_failing_step_exits_1_with_its_code_and_the_completed_outputs() {
+    let run = pagantic(&["run", "tests/plans/failing.yaml"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("error[VALIDATION_RULE_FAILED]: the output is 12 characters long, under the minimum of 100"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("completed steps:\n  draft: draft: short"),
+        "{}",
+        run.stderr
+    );
+    let json = pagantic(&["run", "--format", "json", "tests/plans/failing.yaml"]);
+    assert_eq!(json.code, 1);
+    let record = record(&json.stdout);
+    assert_eq!(record["status"], "error");
+    assert_eq!(record["error"]["code"], "VALIDATION_RULE_FAILED");
+    assert_eq!(record["steps"][0]["status"], "ok");
+    assert_eq!(record["steps"][0]["output"], "draft: short");
+    assert_eq!(record["steps"][1]["status"], "failed");
+    assert_eq!(record["steps"][2]["status"], "not_run");
+    assert_eq!(
+        record["steps"][2]["error"]["code"],
+        "ORCHESTRATION_DEPENDENCY_FAILED"
+    );
+}
+
+#[test]
+fn independent_steps_overlap_in_time() {
+    let events_file = root().join("target").join("fanout-events.jsonl");
+    let events_arg = events_file.to_str().expect("utf-8");
+    let started = Instant::now();
+    let run = pagantic(&["run", "--events", events_arg, "tests/plans/fanout.yaml"]);
+    let elapsed = started.elapsed();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "left go + right go");
+    // Each branch stalls 300 ms; run one after the other they would take 600 ms.
+    assert!(
+        elapsed < Duration::from_millis(590),
+        "branches did not overlap: {elapsed:?}"
+    );
+    let events: Vec<Value> = std::fs::read_to_string(&events_file)
+        .expect("events written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let window = |step: &str| {
+        let at = |kind: &str| {
+            events
+                .iter()
+                .find(|e| e["kind"] == kind && e["step"] == step)
+                .and_then(|e| e["at_ms"].as_f64())
+                .expect("event")
+        };
+        (at("step_start"), at("step_end"))
+    };
+    let (left_start, left_end) = window("left");
+    let (right_start, right_end) = window("right");
+    assert!(
+        left_start < right_end && right_start < left_end,
+        "left and right overlap"
+    );
+    let run_id = events[0]["run_id"].as_str().expect("run id");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["run_id"] == run_id && e["span"].is_string())
+    );
+    let states: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "lifecycle")
+        .filter_map(|e| e["data"]["state"].as_str())
+        .collect();
+    assert_eq!(
+        states,
+        ["INIT", "PLAN", "PREPARE", "EXECUTE", "VALIDATE", "COMPLETE"]
+    );
+}
+
+#[test]
+fn transient_failures_are_retried_and_timeouts_fail_the_step() {
+    let run = pagantic(&["run", "--format", "json", "tests/plans/retries.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = record(&run.stdout);
+    assert_eq!(record["steps"][0]["attempts"], 3);
+    assert_eq!(record["steps"][0]["output"], "fine");
+    assert_eq!(record["steps"][1]["status"], "skipped");
+    assert!(
+        run.stderr.contains("↻ ask: retrying (attempt 2)"),
+        "{}",
+        run.stderr
+    );
+
+    let started = Instant::now();
+    let slow = pagantic(&["run", "-i", "slow=true", "tests/plans/retries.yaml"]);
+    assert_eq!(slow.code, 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the 30 s stall was cut at 300 ms"
+    );
+    assert!(
+        slow.stderr.contains("error[ORCHESTRATION_STEP_TIMEOUT]"),
+        "{}",
+        slow.stderr
+    );
+}
+
+#[test]
+fn tool_arguments_are_never_interpreted_by_a_shell() {
+    let text = "a; echo pwned $(whoami) `id` > /tmp/x";
+    let run = pagantic(&[
+        "run",
+        "-i",
+        &format!("text={text}"),
+        "tests/plans/tools.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // The plan's output is the last step in plan order (skipped here), so read the record.
+    let json = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "-i",
+        &format!("text={text}"),
+        "tests/plans/tools.yaml",
+    ]);
+    assert_eq!(record(&json.stdout)["steps"][0]["output"], text);
+}
+
+#[test]
+fn tool_output_is_capped_and_timeouts_kill_the_process_tree() {
+    let flood = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "-i",
+        "text=x",
+        "-i",
+        "mode=flood",
+        "tests/plans/tools.yaml",
+    ]);
+    assert_eq!(flood.code, 0, "{}", flood.stderr);
+    let output = record(&flood.stdout)["steps"][1]["output"]
+        .as_str()
+        .expect("text")
+        .to_string();
+    assert!(
+        output.ends_with("[output truncated at 1000 bytes]"),
+        "{output}"
+    );
+    assert!(output.len() < 1100);
+
+    let started = Instant::now();
+    let hang = pagantic(&[
+        "run",
+        "-i",
+        "text=x",
+        "-i",
+        "mode=hang",
+        "tests/plans/tools.yaml",
+    ]);
+    assert_eq!(hang.code, 1);
+    assert!(
+        hang.stderr.contains("error[TOOL_TIMEOUT]"),
+        "{}",
+        hang.stderr
+    );
+    // `sh` waits for its `sleep 30` child: returning quickly means the whole group was killed.
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn tool_events_carry_the_tool_call_id() {
+    let events_file = root().join("target").join("tool-events.jsonl");
+    let run = pagantic(&[
+        "run",
+        "--events",
+        events_file.to_str().expect("utf-8"),
+        "-i",
+        "text=hi",
+        "tests/plans/tools.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let text = std::fs::read_to_string(&events_file).expect("events");
+    let tool_events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+        .filter(|e| e["kind"] == "tool_start" || e["kind"] == "tool_end")
+        .collect();
+    assert_eq!(tool_events.len(), 2);
+    let id = tool_events[0]["tool_call_id"]
+        .as_str()
+        .expect("tool_call_id");
+    assert!(id.starts_with("call_"));
+    assert_eq!(tool_events[1]["tool_call_id"], id);
+    assert!(tool_events[0]["parent_span"].is_string());
+}
+
+#[test]
+fn missing_and_unknown_inputs_exit_2_before_anything_runs() {
+    let run = pagantic(&["run", "-i", "qestion=x", "plans/rag.yaml"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("error[CONFIG_INVALID_INPUT]"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("`qestion` is not an input of this plan (did you mean `question`?)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("missing input `question` (the user's question)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_model_this_build_cannot_run_is_a_clear_error_not_a_crash() {
+    let run = pagantic(&["run", "plans/quickstart.yaml"]);
+    if run.code == 0 {
+        return; // this build has the local engine
+    }
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("error[CONFIG_NO_ENGINE]"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("--dry-run"), "{}", run.stderr);
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_and_still_reports_what_completed() {
+    use std::process::{Command, Stdio};
+    let child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+        .args(["run", "tests/plans/cancel.yaml"])
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawned");
+    std::thread::sleep(Duration::from_millis(700));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let started = Instant::now();
+    let output = child.wait_with_output().expect("finished");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "did not stop promptly"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error[CANCELLED_SIGNAL]"), "{stderr}");
+    assert!(stderr.contains("quick: done quickly"), "{stderr}");
+}
+
+#[test]
+fn render_shows_the_exact_messages_of_a_step() {
+    let run = pagantic(&[
+        "render",
+        "plans/rag.yaml",
+        "--step",
+        "answer",
+        "-i",
+        "question=How do I validate plans in CI?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .starts_with("--- user ---\nAnswer the question using only the passages below."),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("[../corpus/docs/validation.md]"),
+        "the reranked passages are in the prompt:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("Question: How do I validate plans in CI?"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn render_a_prompt_file_alone() {
+    let run = pagantic(&[
+        "render",
+        "prompts/answer.j2",
+        "--var",
+        "inputs={\"question\": \"Why?\"}",
+        "--var",
+        "input=[{\"source\": \"a.md\", \"content\": \"Because.\"}]",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("[a.md] Because."), "{}", run.stdout);
+    assert!(run.stdout.contains("Question: Why?"), "{}", run.stdout);
+}
