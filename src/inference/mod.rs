@@ -10,6 +10,7 @@ mod scripted;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -84,10 +85,24 @@ pub struct ModelInfo {
 /// A boxed future, so engines can be used as trait objects.
 pub type EngineFuture<'a> = Pin<Box<dyn Future<Output = Result<Response, Failure>> + Send + 'a>>;
 
+/// Receives generated text piece by piece while a streamed request runs.
+pub type TokenSink = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// A model backend.
 pub trait Engine: Send + Sync {
     /// Runs one request.
     fn infer(&self, request: Request) -> EngineFuture<'_>;
+
+    /// Runs one request, passing text to `sink` as it is generated. Engines that cannot stream
+    /// pass the whole answer at the end.
+    fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
+        Box::pin(async move {
+            let response = self.infer(request).await?;
+            sink(&response.text);
+            Ok(response)
+        })
+    }
+
     /// What this engine is.
     fn model_info(&self) -> ModelInfo;
 }
