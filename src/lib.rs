@@ -16,8 +16,10 @@
 //! | 2 | [`validate`] | validation rules and the retry policy |
 //! | 3 | [`orchestrate`] | the executor over the step graph, step handlers, lifecycle, run records, events |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
+//! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
+pub mod batch;
 pub mod cli;
 pub mod constraint;
 pub mod context;

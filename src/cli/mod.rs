@@ -5,6 +5,7 @@
 //! 2 invalid input (plan, policy, flags) — nothing was executed.
 
 mod graph;
+mod models;
 mod render;
 mod report;
 mod run;
@@ -49,6 +50,8 @@ enum Command {
     /// Show the exact messages a plan step would send (its upstream steps run on scripted echoes
     /// unless --live), or render a single prompt file with --var values.
     Render(render::Args),
+    /// Fetch, verify and list the embedded default models.
+    Models(models::Args),
     /// Write the JSON Schemas of plan and policy files (for editors and CI), or check they are current.
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Render(args) => render::run(&args),
+        Command::Models(args) => models::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Graph(args) => graph::run(&args),
     };

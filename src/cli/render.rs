@@ -100,6 +100,8 @@ fn render_plan_step(args: &Args) -> io::Result<u8> {
     };
     let pipeline = match loaded.plan.build(BuildOptions {
         dry_run: !args.live,
+        notice: Some(super::run::stderr_notice()),
+        stream: None,
     }) {
         Ok(pipeline) => pipeline,
         Err(failure) => {

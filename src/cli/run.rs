@@ -1,12 +1,15 @@
 //! `pagantic run PLAN` — check, build and run a plan; the result on stdout, progress on stderr.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
 
 use crate::core::Failure;
+use crate::inference::{Notice, TokenSink};
 use crate::orchestrate::{
     Event, EventKind, Events, Lifecycle, RunOptions, RunRecord, RunStatus, execute,
 };
@@ -62,6 +65,72 @@ pub struct Args {
     /// No progress lines on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Print the answer token by token as the model writes it (when the plan's last step is an
+    /// `infer` step). On by default when stdout is a terminal.
+    #[arg(long, conflicts_with = "no_stream")]
+    stream: bool,
+    /// Never stream, even to a terminal.
+    #[arg(long)]
+    no_stream: bool,
+    #[command(flatten)]
+    batch: BatchArgs,
+}
+
+/// Batch mode: one run per input row.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Batch")]
+pub struct BatchArgs {
+    /// Run the plan once per row of INPUT: JSON Lines, CSV with a header, a directory or glob of
+    /// text files (one row per file: `path`, `content`), or `-` for JSON Lines on stdin.
+    #[arg(long, value_name = "INPUT")]
+    batch: Option<String>,
+    /// Where the rows go: one JSON line per row (row id, input, status, output or error, usage,
+    /// timings), written as each row finishes. Default: stdout.
+    #[arg(long, value_name = "OUTPUT", requires = "batch")]
+    out: Option<PathBuf>,
+    /// Rows in flight at once; they share one loaded model.
+    #[arg(
+        short = 'j',
+        long = "concurrency",
+        default_value_t = 4,
+        value_name = "N"
+    )]
+    concurrency: usize,
+    /// Skip the rows OUTPUT already holds (after a crash or Ctrl-C).
+    #[arg(long, requires = "out")]
+    resume: bool,
+    /// With --resume: run the rows that failed again (their old lines are removed).
+    #[arg(long, requires = "resume")]
+    retry_errors: bool,
+    /// Stop at the first failed row (rows in flight still finish).
+    #[arg(long, requires = "batch")]
+    fail_fast: bool,
+    /// Run at most K rows.
+    #[arg(long, value_name = "K", requires = "batch")]
+    limit: Option<usize>,
+    /// Run only rows whose index ≡ I mod N; `env` takes I and N from Kubernetes Indexed Jobs
+    /// (JOB_COMPLETION_INDEX + PAGANTIC_SHARDS) or Slurm arrays (SLURM_ARRAY_TASK_ID/COUNT).
+    #[arg(long, value_name = "I/N", value_parser = crate::batch::parse_shard, requires = "batch")]
+    shard: Option<(usize, usize)>,
+    /// Bind a plan input to a differently named column, as INPUT=COLUMN (repeatable).
+    #[arg(long = "map", value_name = "INPUT=COLUMN", value_parser = inputs::split_pair, requires = "batch")]
+    map: Vec<(String, String)>,
+    /// The column holding each row's id (default: line number, record number, or file path).
+    #[arg(long = "id", value_name = "COLUMN", requires = "batch")]
+    id_column: Option<String>,
+    /// Write rows in input order rather than as they finish.
+    #[arg(long, requires = "batch")]
+    ordered: bool,
+    /// Also write the end-of-run summary as JSON to FILE.
+    #[arg(long, value_name = "FILE", requires = "batch")]
+    summary: Option<PathBuf>,
+}
+
+/// Prints one-time work (pulling or loading a model) on stderr.
+pub fn stderr_notice() -> Notice {
+    Arc::new(|line: &str| {
+        let _ = writeln!(io::stderr(), "pagantic: {line}");
+    })
 }
 
 /// A checked plan with its resolved inputs, or the exit code explaining why not.
@@ -72,22 +141,9 @@ pub struct Loaded {
 
 /// Loads the plan (exit 2 with diagnostics when invalid) and resolves its inputs.
 pub fn load(path: &Path, given: &PlanInputs) -> io::Result<Result<Loaded, u8>> {
-    let policy = match &given.policy {
-        Some(path) => match plan::load_policy(path) {
-            Ok(policy) => Some(policy),
-            Err(diagnostics) => {
-                report::print(&diagnostics, Format::Human)?;
-                return Ok(Err(EXIT_INVALID));
-            }
-        },
-        None => None,
-    };
-    let plan = match plan::load_plan(path, policy.as_ref()) {
+    let plan = match load_checked(path, given)? {
         Ok(plan) => plan,
-        Err(diagnostics) => {
-            report::print(&diagnostics, Format::Human)?;
-            return Ok(Err(EXIT_INVALID));
-        }
+        Err(code) => return Ok(Err(code)),
     };
     let file = match &given.inputs_file {
         Some(file) => match read_inputs_file(file) {
@@ -103,6 +159,27 @@ pub fn load(path: &Path, given: &PlanInputs) -> io::Result<Result<Loaded, u8>> {
         Ok(inputs) => Ok(Ok(Loaded { plan, inputs })),
         Err(failure) => {
             print_failure(&failure)?;
+            Ok(Err(EXIT_INVALID))
+        }
+    }
+}
+
+/// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics when invalid).
+fn load_checked(path: &Path, given: &PlanInputs) -> io::Result<Result<Plan, u8>> {
+    let policy = match &given.policy {
+        Some(path) => match plan::load_policy(path) {
+            Ok(policy) => Some(policy),
+            Err(diagnostics) => {
+                report::print(&diagnostics, Format::Human)?;
+                return Ok(Err(EXIT_INVALID));
+            }
+        },
+        None => None,
+    };
+    match plan::load_plan(path, policy.as_ref()) {
+        Ok(plan) => Ok(Ok(plan)),
+        Err(diagnostics) => {
+            report::print(&diagnostics, Format::Human)?;
             Ok(Err(EXIT_INVALID))
         }
     }
@@ -182,13 +259,30 @@ pub fn run(args: &Args) -> io::Result<u8> {
     };
     lifecycle(Lifecycle::Init);
     lifecycle(Lifecycle::Plan);
+    if args.batch.batch.is_some() {
+        return run_batch(args);
+    }
     let loaded = match load(&args.plan, &args.given)? {
         Ok(loaded) => loaded,
         Err(code) => return Ok(code),
     };
     lifecycle(Lifecycle::Prepare);
+    let streaming = args.stream
+        || (!args.no_stream && args.format == OutputFormat::Text && io::stdout().is_terminal());
+    let streamed = Arc::new(AtomicBool::new(false));
+    let stream: Option<TokenSink> = streaming.then(|| {
+        let streamed = Arc::clone(&streamed);
+        Arc::new(move |piece: &str| {
+            streamed.store(true, Ordering::Relaxed);
+            let mut stdout = io::stdout().lock();
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }) as TokenSink
+    });
     let pipeline = match loaded.plan.build(BuildOptions {
         dry_run: args.dry_run,
+        notice: (!args.quiet).then(stderr_notice),
+        stream,
     }) {
         Ok(pipeline) => pipeline,
         Err(failure) => {
@@ -214,10 +308,122 @@ pub fn run(args: &Args) -> io::Result<u8> {
             .map(|l| l.value.get());
         execute(&pipeline, loaded.inputs, options, &events).await
     });
-    print_record(&record, args.format)?;
+    if streamed.load(Ordering::Relaxed) {
+        // The answer is already on stdout; end its line.
+        writeln!(io::stdout())?;
+        print_failure_and_completed(&record, args.format)?;
+    } else {
+        print_record(&record, args.format)?;
+    }
     Ok(match record.status {
         RunStatus::Complete => EXIT_OK,
         RunStatus::Error | RunStatus::Cancelled => EXIT_FAILED,
+    })
+}
+
+/// `run --batch`: the plan over every row of the input.
+fn run_batch(args: &Args) -> io::Result<u8> {
+    let batch = &args.batch;
+    let plan = match load_checked(&args.plan, &args.given)? {
+        Ok(plan) => plan,
+        Err(code) => return Ok(code),
+    };
+    let pipeline = match plan.build(BuildOptions {
+        dry_run: args.dry_run,
+        notice: (!args.quiet).then(stderr_notice),
+        stream: None,
+    }) {
+        Ok(pipeline) => Arc::new(pipeline),
+        Err(failure) => {
+            print_failure(&failure)?;
+            return Ok(EXIT_INVALID);
+        }
+    };
+    let runtime = runtime()?;
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    let mut run_options = RunOptions::new(args.max_parallel);
+    run_options.cancel = cancel_rx;
+    run_options.default_timeout = plan.policy.timeout_per_step.as_ref().map(|l| l.value.get());
+    let options = crate::batch::BatchOptions {
+        input: batch.batch.clone().unwrap_or_default(),
+        id_column: batch.id_column.clone(),
+        out: batch.out.clone(),
+        concurrency: batch.concurrency,
+        resume: batch.resume,
+        retry_errors: batch.retry_errors,
+        fail_fast: batch.fail_fast,
+        limit: batch.limit,
+        shard: batch.shard,
+        map: batch.map.clone(),
+        ordered: batch.ordered,
+        run: run_options,
+    };
+    let show = !args.quiet && io::stderr().is_terminal();
+    let summary = runtime.block_on(async {
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = cancel_tx.send(true);
+            }
+        });
+        crate::batch::run(pipeline, &plan.raw.inputs, options, &|p| {
+            if show {
+                let seconds = p.elapsed.as_secs_f64().max(1e-9);
+                let _ = write!(
+                    io::stderr(),
+                    "\r  {} ok, {} failed, {} skipped — {:.1} rows/s, {:.0} tok/s   ",
+                    p.ok,
+                    p.failed,
+                    p.skipped,
+                    (p.ok + p.failed) as f64 / seconds,
+                    p.tokens as f64 / seconds
+                );
+            }
+        })
+        .await
+    });
+    if show {
+        writeln!(io::stderr())?;
+    }
+    let summary = match summary {
+        Ok(summary) => summary,
+        Err(failure) => {
+            print_failure(&failure)?;
+            return Ok(EXIT_INVALID);
+        }
+    };
+    if !args.quiet {
+        let mut stderr = io::stderr().lock();
+        writeln!(
+            stderr,
+            "{} rows ok, {} failed, {} skipped in {:.1} s ({:.1} rows/s, {} tokens){}",
+            summary.rows_ok,
+            summary.rows_failed,
+            summary.rows_skipped,
+            summary.wall_ms / 1000.0,
+            summary.rows_per_s,
+            summary.usage.total(),
+            if summary.cancelled {
+                " — cancelled; --resume continues"
+            } else {
+                ""
+            }
+        )?;
+        for (step, times) in &summary.steps {
+            writeln!(
+                stderr,
+                "  {step}: p50 {:.0} ms, p95 {:.0} ms",
+                times.p50_ms, times.p95_ms
+            )?;
+        }
+    }
+    if let Some(path) = &batch.summary {
+        let text = serde_json::to_string_pretty(&summary).map_err(io::Error::other)?;
+        std::fs::write(path, text)?;
+    }
+    Ok(if summary.rows_failed == 0 && !summary.cancelled {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
     })
 }
 
@@ -242,6 +448,12 @@ fn print_record(record: &RunRecord, format: OutputFormat) -> io::Result<()> {
         }
     }
     stdout.flush()?;
+    drop(stdout);
+    print_failure_and_completed(record, format)
+}
+
+/// The run's error (with its code) and, in text mode, the outputs of the steps that completed.
+fn print_failure_and_completed(record: &RunRecord, format: OutputFormat) -> io::Result<()> {
     if let Some(error) = &record.error {
         print_failure(error)?;
         if format == OutputFormat::Text {

@@ -11,13 +11,16 @@
 //! 3. [`schema_errors`] — validation, each error with its JSON pointer and a short message.
 //!
 //! On failure the message is written to be fed back to the model for a retry: short, and naming
-//! every problem with its place. Only [`crate::core`] is used here.
+//! every problem with its place. [`gbnf_to_lark`] translates llama.cpp grammars into the Lark
+//! form the local decoder takes. Only [`crate::core`] is used here.
 
+mod grammar;
 mod normalize;
 mod repair;
 mod scan;
 mod validate;
 
+pub use grammar::gbnf_to_lark;
 pub use normalize::normalize_enum_values;
 pub use repair::{Repair, parse_json_lenient, repair_json};
 pub use validate::{SchemaError, schema_errors};

@@ -6,7 +6,11 @@
 //! batch row of a run, and must accept concurrent requests.
 
 mod example;
+pub mod gguf;
+mod local;
+mod openai;
 mod scripted;
+pub mod store;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,15 +23,18 @@ use serde_json::Value;
 use crate::core::{Failure, Message, TokenUsage, ToolCall, ToolDefinition};
 
 pub use example::example_for_schema;
-pub use scripted::{ScriptRule, ScriptedConfig, ScriptedEngine};
+pub use local::{
+    LocalConfig, LocalEngine, LocalModel, LocalSource, Notice, describe as describe_pull,
+};
+pub use openai::{OpenAiConfig, OpenAiEngine};
+pub use scripted::{ScriptRule, ScriptedConfig, ScriptedEngine, ScriptedReply};
 
-/// A decoding constraint given as a grammar.
+/// A decoding constraint given as a grammar (GBNF is translated to Lark before it gets here).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Grammar {
     Regex(String),
     Lark(String),
-    Gbnf(String),
 }
 
 /// One call of a model.

@@ -12,7 +12,24 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::{Engine, EngineFuture, ModelInfo, Request, Response, Timings, example_for_schema};
-use crate::core::{Failure, FailureCode, Role, TokenUsage, text};
+use crate::core::{Failure, FailureCode, Role, TokenUsage, ToolCall, text};
+
+/// What a scripted model answers: text, or a call of a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScriptedReply {
+    Text(String),
+    /// A native tool call (for testing agents).
+    Call {
+        tool: String,
+        arguments: serde_json::Value,
+    },
+}
+
+impl From<&str> for ScriptedReply {
+    fn from(text: &str) -> Self {
+        ScriptedReply::Text(text.to_string())
+    }
+}
 
 /// A reply chosen by the last user message.
 #[derive(Debug, Clone)]
@@ -21,14 +38,14 @@ pub struct ScriptRule {
     pub contains: Option<String>,
     /// Applies when the message matches this regex.
     pub matches: Option<Regex>,
-    pub reply: String,
+    pub reply: ScriptedReply,
 }
 
 /// How a scripted engine answers.
 #[derive(Debug, Clone, Default)]
 pub struct ScriptedConfig {
     pub rules: Vec<ScriptRule>,
-    pub replies: Vec<String>,
+    pub replies: Vec<ScriptedReply>,
     pub echo: bool,
     /// Fail this many calls first with a retryable INFERENCE_ENGINE_ERROR.
     pub fail_first: u32,
@@ -68,7 +85,7 @@ impl ScriptedEngine {
         self.calls.load(Ordering::SeqCst)
     }
 
-    fn answer(&self, request: &Request, call: usize) -> Result<String, Failure> {
+    fn answer(&self, request: &Request, call: usize) -> Result<ScriptedReply, Failure> {
         let last_user = request
             .messages
             .iter()
@@ -88,10 +105,10 @@ impl ScriptedEngine {
             return Ok(reply.clone());
         }
         if let Some(schema) = &request.json_schema {
-            return Ok(example_for_schema(schema).to_string());
+            return Ok(ScriptedReply::Text(example_for_schema(schema).to_string()));
         }
         if self.config.echo {
-            return Ok(last_user.to_string());
+            return Ok(ScriptedReply::Text(last_user.to_string()));
         }
         Err(Failure::new(
             FailureCode::ConfigNoEngine,
@@ -118,7 +135,17 @@ impl Engine for ScriptedEngine {
                     ),
                 ));
             }
-            let text = self.answer(&request, call)?;
+            let (text, tool_calls) = match self.answer(&request, call)? {
+                ScriptedReply::Text(text) => (text, Vec::new()),
+                ScriptedReply::Call { tool, arguments } => (
+                    String::new(),
+                    vec![ToolCall {
+                        id: format!("scripted_call_{}", call + 1),
+                        name: tool,
+                        arguments,
+                    }],
+                ),
+            };
             let prompt_tokens = request
                 .messages
                 .iter()
@@ -127,7 +154,7 @@ impl Engine for ScriptedEngine {
             let completion_tokens = text::words(&text).count() as u64;
             Ok(Response {
                 text,
-                tool_calls: Vec::new(),
+                tool_calls,
                 usage: TokenUsage {
                     prompt_tokens,
                     completion_tokens,

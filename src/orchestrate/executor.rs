@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub cancel: watch::Receiver<bool>,
     /// Run only these steps (for `render`: the target's upstream steps); None runs all.
     pub only: Option<BTreeSet<usize>>,
+    /// The batch row this run is for; templates see it as `row`.
+    pub row: Option<Value>,
 }
 
 impl RunOptions {
@@ -41,6 +43,7 @@ impl RunOptions {
             default_timeout: None,
             cancel,
             only: None,
+            row: None,
         }
     }
 }
@@ -112,7 +115,10 @@ pub async fn execute(
                 break;
             };
             let step = &pipeline.steps[index];
-            let scope = scope_for(pipeline, index, &inputs, &records);
+            let mut scope = scope_for(pipeline, index, &inputs, &records);
+            if let (Some(row), Value::Object(scope)) = (&options.row, &mut scope) {
+                scope.insert("row".into(), row.clone());
+            }
             let ctx = StepContext {
                 scope,
                 templates: Arc::clone(&pipeline.templates),

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::events::{EventKind, Events, SpanId};
 use crate::core::{Failure, Message, TokenUsage};
-use crate::inference::{Engine, Request, Response};
+use crate::inference::{Engine, Request, Response, TokenSink};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
 
@@ -71,11 +71,15 @@ impl StepContext {
         &self,
         engine: &dyn Engine,
         request: Request,
+        stream: Option<TokenSink>,
         extra: Value,
     ) -> Result<Response, Failure> {
         let span = self.events.new_span();
         let started = Instant::now();
-        let response = engine.infer(request).await?;
+        let response = match stream {
+            Some(sink) => engine.infer_streaming(request, sink).await?,
+            None => engine.infer(request).await?,
+        };
         let info = engine.model_info();
         let mut data = json!({
             "model": info.name,

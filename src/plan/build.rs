@@ -16,12 +16,16 @@ use serde_json::Value;
 
 use super::Plan;
 use super::model::{
-    BuiltinTool, ChunkBy, CorpusSpec, ModelSpec, SideEffects as PlanSideEffects, ToolSpec,
+    BuiltinTool, ChunkBy, CorpusSpec, ModelSpec, ScriptReply, SideEffects as PlanSideEffects,
+    ToolSpec,
 };
 use super::steps::{self as plan_steps, PromptSpec, SchemaSource};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Failure, FailureCode};
-use crate::inference::{Engine, ScriptRule, ScriptedConfig, ScriptedEngine};
+use crate::inference::{
+    Engine, LocalModel, LocalSource, Notice, OpenAiConfig, OpenAiEngine, ScriptRule,
+    ScriptedConfig, ScriptedEngine, TokenSink, store,
+};
 use crate::orchestrate::steps::{AgentAction, Prompt, PromptSource, RouteAgent, Sampling};
 use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
 use crate::orchestrate::{Pipeline, StepNode};
@@ -31,11 +35,19 @@ use crate::tool::Builtin;
 use crate::validate::RetryPolicy;
 
 /// How to build.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct BuildOptions {
     /// Replace models, ONNX scorers and side-effecting tools with deterministic stand-ins.
     pub dry_run: bool,
+    /// Where to tell the user about one-time work (pulling or loading a model).
+    pub notice: Option<Notice>,
+    /// Where the final step streams its answer, when it is an `infer` step whose output is the
+    /// plan's output.
+    pub stream: Option<TokenSink>,
 }
+
+/// Most sequences a local model decodes together (batch rows and redundant candidates).
+const LOCAL_MAX_BATCH: usize = 8;
 
 /// Default timeout of a command tool.
 const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -157,17 +169,57 @@ impl Builder<'_> {
                         Ok(ScriptRule {
                             contains: rule.contains.clone(),
                             matches,
-                            reply: rule.reply.clone(),
+                            reply: rule.reply.to_engine(),
                         })
                     })
                     .collect::<Result<Vec<_>, Failure>>()?;
                 Arc::new(ScriptedEngine::new(ScriptedConfig {
                     rules,
-                    replies: replies.clone(),
+                    replies: replies.iter().map(ScriptReply::to_engine).collect(),
                     echo: *echo,
                     fail_first: fail_first.unwrap_or(0),
                     stall: stall.map(|s| s.get()),
                 }))
+            }
+            ModelSpec::Mistralrs { source, .. } => {
+                let source = match source.as_deref() {
+                    None => LocalSource::Embedded(&store::DEFAULT_LLM),
+                    Some(text) => match store::embedded(text) {
+                        Some(model) => LocalSource::Embedded(model),
+                        None => LocalSource::File(self.dir.join(text)),
+                    },
+                };
+                let notice = self
+                    .options
+                    .notice
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(|_: &str| {}));
+                Arc::new(LocalModel::new(source, LOCAL_MAX_BATCH, notice))
+            }
+            ModelSpec::Openai {
+                base_url,
+                model,
+                api_key_env,
+                timeout,
+            } => {
+                let api_key = match api_key_env {
+                    Some(var) => Some(std::env::var(var).map_err(|_| {
+                        Failure::new(
+                            FailureCode::ConfigInvalidInput,
+                            format!(
+                                "model `{name}` reads its API key from ${var}, which is not set"
+                            ),
+                        )
+                        .with_help(format!("export {var}=… before running"))
+                    })?),
+                    None => None,
+                };
+                let mut config = OpenAiConfig::new(base_url.clone(), model.clone());
+                config.api_key = api_key;
+                if let Some(timeout) = timeout {
+                    config.timeout = timeout.get();
+                }
+                Arc::new(OpenAiEngine::new(config)?)
             }
             other => return Err(not_available(name, other.kind_name())),
         };
@@ -370,6 +422,22 @@ impl Builder<'_> {
             .max_tool_iterations
             .as_ref()
             .map(|l| l.value)
+    }
+
+    /// The token sink for the step being built, when it is the one whose answer is streamed.
+    pub fn stream(&self) -> Option<TokenSink> {
+        let last = self.plan.raw.steps.len().checked_sub(1)?;
+        let name = &self.plan.raw.steps[last].common().name;
+        let output_is_last = match &self.plan.raw.output {
+            None => true,
+            Some(template) => {
+                template.split_whitespace().collect::<String>()
+                    == format!("{{{{steps.{name}.output}}}}")
+            }
+        };
+        (self.step == last && output_is_last)
+            .then(|| self.options.stream.clone())
+            .flatten()
     }
 
     /// The name of the step being built.

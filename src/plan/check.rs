@@ -535,6 +535,18 @@ impl Checker<'_> {
                 );
             }
         }
+        for (at, grammar) in &refs.gbnf {
+            if let Err(failure) = crate::constraint::gbnf_to_lark(grammar) {
+                let span = self.span(&step_path(index, at));
+                self.emit(
+                    PlanError::InvalidGrammar {
+                        message: failure.message,
+                    },
+                    span,
+                    "does not translate",
+                );
+            }
+        }
         for ([first, second], both) in &refs.exclusive {
             let span = if *both {
                 self.key_span(&step_path(index, &path(&[second])))

@@ -312,6 +312,14 @@ pub enum PlanError {
     #[diagnostic(code(plan::invalid_regex))]
     InvalidRegex { message: String },
 
+    /// A GBNF grammar that cannot be translated for the decoder.
+    #[error("invalid GBNF grammar: {message}")]
+    #[diagnostic(
+        code(plan::invalid_grammar),
+        help("GBNF rules are `name ::= body`; the start rule is `root`")
+    )]
+    InvalidGrammar { message: String },
+
     /// Of two alternative fields, none or both were given.
     #[error("give exactly one of `{first}` and `{second}`")]
     #[diagnostic(code(plan::exclusive_fields))]

@@ -148,7 +148,7 @@ pub enum ModelSpec {
     Scripted {
         /// Replies given in turn (the last one repeats).
         #[serde(default)]
-        replies: Vec<String>,
+        replies: Vec<ScriptReply>,
         /// Replies chosen by the last user message; the first matching rule wins.
         #[serde(default)]
         rules: Vec<ScriptRule>,
@@ -211,7 +211,44 @@ pub struct ScriptRule {
     #[serde(default)]
     pub matches: Option<String>,
     /// The reply.
-    pub reply: String,
+    pub reply: ScriptReply,
+}
+
+/// A scripted reply: text, or a tool call (to test agents).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ScriptReply {
+    /// Answer with this text.
+    Text(String),
+    /// Call a tool.
+    Call {
+        /// The call.
+        call: ScriptCall,
+    },
+}
+
+/// A tool call a scripted model makes.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    /// The tool's name.
+    pub tool: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub arguments: serde_json::Map<String, Value>,
+}
+
+impl ScriptReply {
+    /// The engine's form of this reply.
+    pub fn to_engine(&self) -> crate::inference::ScriptedReply {
+        match self {
+            ScriptReply::Text(text) => crate::inference::ScriptedReply::Text(text.clone()),
+            ScriptReply::Call { call } => crate::inference::ScriptedReply::Call {
+                tool: call.tool.clone(),
+                arguments: Value::Object(call.arguments.clone()),
+            },
+        }
+    }
 }
 
 /// A collection of documents, split into passages for retrieval.

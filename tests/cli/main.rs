@@ -6,10 +6,14 @@
 )]
 
 mod architecture;
+mod batch;
 mod docs;
 mod graph;
 mod invalid_corpus;
+mod patterns;
+mod real_model;
 mod robustness;
+mod route;
 mod run;
 mod schema;
 mod validate;

@@ -115,7 +115,12 @@ impl StepHandler for Agent {
                     ..self.sampling.request(messages)
                 };
                 let response = ctx
-                    .infer(self.engine.as_ref(), request, json!({ "round": round + 1 }))
+                    .infer(
+                        self.engine.as_ref(),
+                        request,
+                        None,
+                        json!({ "round": round + 1 }),
+                    )
                     .await?;
                 usage += response.usage;
                 let turn = match self.tool_calls {

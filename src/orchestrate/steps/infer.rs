@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::Prompt;
 use crate::core::{Failure, Message};
-use crate::inference::{Engine, Grammar, Request};
+use crate::inference::{Engine, Grammar, Request, TokenSink};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
 /// Sampling settings of a model call.
@@ -39,6 +39,8 @@ pub struct Infer {
     pub sampling: Sampling,
     pub json_schema: Option<Value>,
     pub grammar: Option<Grammar>,
+    /// Where to stream the answer as it is generated (the plan's final step only).
+    pub stream: Option<TokenSink>,
 }
 
 impl Infer {
@@ -55,7 +57,14 @@ impl StepHandler for Infer {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
             let request = self.request(ctx)?;
-            let response = ctx.infer(self.engine.as_ref(), request, json!({})).await?;
+            let response = ctx
+                .infer(
+                    self.engine.as_ref(),
+                    request,
+                    self.stream.clone(),
+                    json!({}),
+                )
+                .await?;
             Ok(StepOutput {
                 output: Value::String(response.text),
                 usage: response.usage,

@@ -19,7 +19,7 @@ use super::Prompt;
 use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
-use crate::inference::{Engine, Request};
+use crate::inference::{Engine, Request, TokenSink};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::ToolRuntime;
 
@@ -53,6 +53,8 @@ pub struct Route {
     pub max_agents: usize,
     /// Synthesis template (sees `results`); None uses a built-in one.
     pub synthesis: Option<String>,
+    /// Where to stream the synthesised answer (the plan's final step only).
+    pub stream: Option<TokenSink>,
 }
 
 /// A validated route.
@@ -198,6 +200,7 @@ impl StepHandler for Route {
                     .infer(
                         self.engine.as_ref(),
                         request,
+                        None,
                         json!({ "call": "route", "attempt": attempt }),
                     )
                     .await?;
@@ -284,6 +287,7 @@ impl StepHandler for Route {
                 .infer(
                     self.engine.as_ref(),
                     self.sampling.request(synthesis_messages),
+                    self.stream.clone(),
                     json!({ "call": "synthesis" }),
                 )
                 .await?;

@@ -40,7 +40,12 @@ impl StepHandler for Structured {
                     ..self.sampling.request(messages.clone())
                 };
                 let response = ctx
-                    .infer(self.engine.as_ref(), request, json!({ "attempt": attempt }))
+                    .infer(
+                        self.engine.as_ref(),
+                        request,
+                        None,
+                        json!({ "attempt": attempt }),
+                    )
                     .await?;
                 usage += response.usage;
                 match conform(&response.text, &self.schema) {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::constraint::gbnf_to_lark;
 use crate::core::Failure;
 use crate::inference::Grammar;
 use crate::orchestrate::StepHandler;
@@ -55,7 +56,10 @@ impl StepConfig for InferStep {
             Some(Constraint::JsonSchema(schema)) => {
                 refs.schema(&["constraint", "json_schema"], schema)
             }
-            Some(Constraint::Lark(_) | Constraint::Gbnf(_)) | None => {}
+            Some(Constraint::Gbnf(grammar)) => refs
+                .gbnf
+                .push((vec!["constraint".into(), "gbnf".into()], grammar)),
+            Some(Constraint::Lark(_)) | None => {}
         }
     }
 
@@ -65,7 +69,7 @@ impl StepConfig for InferStep {
             Some(Constraint::JsonSchema(schema)) => (Some(builder.schema(schema)?), None),
             Some(Constraint::Regex(r)) => (None, Some(Grammar::Regex(r.clone()))),
             Some(Constraint::Lark(l)) => (None, Some(Grammar::Lark(l.clone()))),
-            Some(Constraint::Gbnf(g)) => (None, Some(Grammar::Gbnf(g.clone()))),
+            Some(Constraint::Gbnf(g)) => (None, Some(Grammar::Lark(gbnf_to_lark(g)?))),
         };
         Ok(Arc::new(Infer {
             engine: builder.engine(&self.model)?,
@@ -73,6 +77,7 @@ impl StepConfig for InferStep {
             sampling: build::sampling(&self.sampling),
             json_schema,
             grammar,
+            stream: builder.stream(),
         }))
     }
 }

@@ -283,6 +283,8 @@ pub struct References<'a> {
     pub schema_values: Vec<(FieldPath, &'a Value)>,
     /// Regular expressions to compile.
     pub regexes: Vec<(FieldPath, &'a str)>,
+    /// GBNF grammars to translate.
+    pub gbnf: Vec<(FieldPath, &'a str)>,
     /// Pairs of fields of which exactly one must be given: (the pair, whether both were given).
     pub exclusive: Vec<([&'static str; 2], bool)>,
     pub max_tokens: Option<(FieldPath, u64)>,

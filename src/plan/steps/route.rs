@@ -70,6 +70,7 @@ impl StepConfig for RouteStep {
             max_agents: self.max_agents.map_or(agents.len().max(1), |m| m as usize),
             agents,
             synthesis: self.synthesis.clone(),
+            stream: builder.stream(),
         }))
     }
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Local-model speed, pagantic (mistral.rs) vs llama.cpp, side by side on the same machine, the
+# same GGUF files and 2 threads: prefill tok/s, decode tok/s, and 8 concurrent requests.
+#
+#   bash benches/inference.sh
+#
+# Needs the embedded model pulled (`cargo run -- models pull`). The llama.cpp side needs
+# llama-cpp-python in a venv given as LLAMA_VENV; build it with AVX-512 on and AMX off (a native
+# build dies with an illegal instruction on these machines):
+#   python3 -m venv /tmp/llamavenv
+#   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+#     /tmp/llamavenv/bin/pip install llama-cpp-python==0.3.36
+#   LLAMA_VENV=/tmp/llamavenv bash benches/inference.sh
+# pagantic's side is measured on both the original file and the derived Q8_0 file it runs by
+# default; llama.cpp on the original (its Q5_0 kernels are SIMD already).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${PAGANTIC_HOME:-$HOME/.cache/pagantic}/models"
+original="$dir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+derived="$dir/qwen2.5-coder-0.5b-instruct-q4_k_m.q8_0-derived.gguf"
+[ -f "$original" ] || { echo "pull the model first: cargo run -- models pull" >&2; exit 1; }
+cargo build --locked --quiet --example local_speed
+# mistral.rs sizes its thread pool from the visible cores; pin both sides to the same two.
+run() { taskset -c 0,1 "$@"; }
+echo "pagantic, derived Q8_0 file:";  run ./target/debug/examples/local_speed "$derived"
+echo "pagantic, original file:";      run ./target/debug/examples/local_speed "$original"
+if [ -n "${LLAMA_VENV:-}" ]; then
+  echo "llama.cpp, original file:";   run "$LLAMA_VENV/bin/python" benches/peers/llamacpp_speed.py "$original" 2
+fi

@@ -1,0 +1,243 @@
+//! Batch input: rows streamed from JSON Lines, CSV with a header, or a directory / glob of text
+//! files (one row per file), never loaded whole, so memory stays flat whatever the input's size.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::core::{Failure, FailureCode};
+
+/// One input row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Position in the input, from 0.
+    pub index: usize,
+    /// The row's id: the `--id` column's value, else the line number (JSONL), record number
+    /// (CSV, from 1), or the file path.
+    pub id: String,
+    pub data: Map<String, Value>,
+}
+
+fn bad_input(message: impl Into<String>) -> Failure {
+    Failure::new(FailureCode::ConfigInvalidInput, message)
+}
+
+/// Rows from a source, one at a time.
+pub type Rows = Box<dyn Iterator<Item = Result<Row, Failure>> + Send>;
+
+/// Opens `source`: `-` (JSON Lines on stdin), a `.jsonl`/`.json`/`.ndjson` file, a `.csv` file, a
+/// directory, or a glob pattern of text files.
+pub fn open(source: &str, id_column: Option<&str>) -> Result<Rows, Failure> {
+    let id_column = id_column.map(str::to_string);
+    if source == "-" {
+        return Ok(jsonl(
+            Box::new(BufReader::new(std::io::stdin())),
+            "stdin".into(),
+            id_column,
+        ));
+    }
+    let path = Path::new(source);
+    if path.is_dir() {
+        return files(&format!("{}/*", glob::Pattern::escape(source)));
+    }
+    if source.contains(['*', '?', '[']) && !path.exists() {
+        return files(source);
+    }
+    let file = File::open(path).map_err(|e| bad_input(format!("cannot read {source}: {e}")))?;
+    let reader = BufReader::new(file);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("csv") => csv(reader, id_column),
+        _ => Ok(jsonl(Box::new(reader), source.to_string(), id_column)),
+    }
+}
+
+fn with_id(
+    index: usize,
+    default_id: String,
+    data: Map<String, Value>,
+    id_column: &Option<String>,
+) -> Result<Row, Failure> {
+    let id = match id_column {
+        None => default_id,
+        Some(column) => match data.get(column) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => {
+                return Err(bad_input(format!(
+                    "row {} has no `{column}` to use as its id",
+                    index + 1
+                )));
+            }
+        },
+    };
+    Ok(Row { index, id, data })
+}
+
+fn jsonl(reader: Box<dyn BufRead + Send>, name: String, id_column: Option<String>) -> Rows {
+    let mut index = 0;
+    Box::new(
+        reader
+            .lines()
+            .enumerate()
+            .filter_map(move |(line_number, line)| {
+                let line = match line {
+                    Ok(line) => line,
+                    Err(e) => return Some(Err(bad_input(format!("cannot read {name}: {e}")))),
+                };
+                if line.trim().is_empty() {
+                    return None;
+                }
+                let row = match serde_json::from_str::<Value>(&line) {
+                    Ok(Value::Object(data)) => {
+                        with_id(index, (line_number + 1).to_string(), data, &id_column)
+                    }
+                    Ok(_) => Err(bad_input(format!(
+                        "{name} line {}: a row must be a JSON object",
+                        line_number + 1
+                    ))),
+                    Err(e) => Err(bad_input(format!("{name} line {}: {e}", line_number + 1))),
+                };
+                index += 1;
+                Some(row)
+            }),
+    )
+}
+
+fn csv(reader: BufReader<File>, id_column: Option<String>) -> Result<Rows, Failure> {
+    let mut records = csv::Reader::from_reader(reader);
+    let headers = records
+        .headers()
+        .map_err(|e| bad_input(format!("CSV header: {e}")))?
+        .clone();
+    Ok(Box::new(records.into_records().enumerate().map(
+        move |(index, record)| {
+            let record = record.map_err(|e| bad_input(format!("CSV record {}: {e}", index + 1)))?;
+            let data: Map<String, Value> = headers
+                .iter()
+                .zip(record.iter())
+                .map(|(h, v)| (h.to_string(), Value::String(v.to_string())))
+                .collect();
+            with_id(index, (index + 1).to_string(), data, &id_column)
+        },
+    )))
+}
+
+fn files(pattern: &str) -> Result<Rows, Failure> {
+    let mut paths: Vec<PathBuf> = glob::glob(pattern)
+        .map_err(|e| bad_input(format!("invalid pattern {pattern}: {}", e.msg)))?
+        .filter_map(Result::ok)
+        .filter(|p| p.is_file())
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        return Err(bad_input(format!("{pattern} matches no file")));
+    }
+    Ok(Box::new(paths.into_iter().enumerate().map(
+        |(index, path)| {
+            let mut content = String::new();
+            File::open(&path)
+                .and_then(|mut f| f.read_to_string(&mut content))
+                .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
+            let shown = path.display().to_string();
+            let mut data = Map::new();
+            data.insert("path".into(), Value::String(shown.clone()));
+            data.insert("content".into(), Value::String(content));
+            Ok(Row {
+                index,
+                id: shown,
+                data,
+            })
+        },
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str, text: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("pagantic-batch-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path.display().to_string()
+    }
+
+    fn collect(rows: Rows) -> Vec<Result<Row, Failure>> {
+        rows.collect()
+    }
+
+    #[test]
+    fn json_lines_skip_blank_lines_and_number_rows_by_line() {
+        let path = scratch(
+            "rows.jsonl",
+            "{\"q\": \"a\"}\n\n{\"q\": \"b\", \"id\": 7}\n",
+        );
+        let rows: Vec<Row> = collect(open(&path, None).expect("open"))
+            .into_iter()
+            .map(|r| r.expect("row"))
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].index, rows[0].id.as_str()), (0, "1"));
+        assert_eq!((rows[1].index, rows[1].id.as_str()), (1, "3"));
+        let by_id: Vec<Result<Row, Failure>> = collect(open(&path, Some("id")).expect("open"));
+        assert!(by_id[0].is_err(), "row 1 has no id column");
+        assert_eq!(by_id[1].as_ref().map(|r| r.id.clone()), Ok("7".to_string()));
+    }
+
+    #[test]
+    fn bad_lines_are_errors_with_their_line_number() {
+        let path = scratch("bad.jsonl", "{\"q\": 1}\nnot json\n[1]\n");
+        let rows = collect(open(&path, None).expect("open"));
+        assert!(rows[0].is_ok());
+        assert!(
+            rows[1]
+                .as_ref()
+                .expect_err("bad")
+                .message
+                .contains("line 2")
+        );
+        assert!(
+            rows[2]
+                .as_ref()
+                .expect_err("bad")
+                .message
+                .contains("must be a JSON object")
+        );
+    }
+
+    #[test]
+    fn csv_rows_are_strings_keyed_by_header() {
+        let path = scratch("rows.csv", "review,stars\n\"Great, really\",5\nBad,1\n");
+        let rows: Vec<Row> = collect(open(&path, None).expect("open"))
+            .into_iter()
+            .map(|r| r.expect("row"))
+            .collect();
+        assert_eq!(
+            rows[0].data.get("review"),
+            Some(&Value::String("Great, really".into()))
+        );
+        assert_eq!(rows[1].data.get("stars"), Some(&Value::String("1".into())));
+        assert_eq!(rows[1].id, "2");
+    }
+
+    #[test]
+    fn a_directory_is_one_row_per_file() {
+        let dir = std::env::temp_dir().join(format!("pagantic-batch-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("b.txt"), "second").expect("write");
+        std::fs::write(dir.join("a.txt"), "first").expect("write");
+        let rows: Vec<Row> = collect(open(dir.to_str().expect("utf-8"), None).expect("open"))
+            .into_iter()
+            .map(|r| r.expect("row"))
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[0].data.get("content"),
+            Some(&Value::String("first".into()))
+        );
+        assert!(rows[0].id.ends_with("a.txt"));
+    }
+}

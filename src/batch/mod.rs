@@ -1,0 +1,385 @@
+//! Layer 5: batch jobs — one run of a plan per input row, many rows in flight, every row written
+//! once, and nothing lost on a crash.
+//!
+//! Rows are streamed from the input ([`input`]), bound to the plan's inputs (by name, or through
+//! `--map input=column`), and run concurrently on one built pipeline, so every row shares the same
+//! loaded model (a local engine sees concurrent requests and can batch them). Each finished row
+//! becomes one JSON line ([`output`]), written and flushed at once; `--resume` skips the rows an
+//! earlier run wrote. A failing row is recorded and the others go on, unless `--fail-fast`.
+//! Templates see the row itself as `row`.
+
+pub mod input;
+pub mod output;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio::task::JoinSet;
+
+use crate::core::{Failure, TokenUsage};
+use crate::orchestrate::{Events, Pipeline, RunOptions, RunRecord, RunStatus, execute};
+use crate::plan::inputs;
+use crate::plan::model::{InputSpec, InputType};
+
+use input::Row;
+use output::Sink;
+
+/// How to run a batch.
+#[derive(Clone)]
+pub struct BatchOptions {
+    /// `-`, a JSONL or CSV file, a directory, or a glob.
+    pub input: String,
+    /// The column holding each row's id (default: its line / record number or file path).
+    pub id_column: Option<String>,
+    /// The output file; None writes to stdout.
+    pub out: Option<PathBuf>,
+    /// Rows in flight at once.
+    pub concurrency: usize,
+    pub resume: bool,
+    pub retry_errors: bool,
+    pub fail_fast: bool,
+    /// Run at most this many rows.
+    pub limit: Option<usize>,
+    /// Only rows whose index ≡ shard mod count: (shard, count).
+    pub shard: Option<(usize, usize)>,
+    /// Plan input ← row column, where the names differ.
+    pub map: Vec<(String, String)>,
+    /// Write rows in input order instead of as they finish.
+    pub ordered: bool,
+    /// Options for each row's run.
+    pub run: RunOptions,
+}
+
+/// Live counts, for a progress display.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Progress {
+    pub ok: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub tokens: u64,
+    pub elapsed: Duration,
+}
+
+/// Percentiles of a step's duration over the batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepTimes {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+/// The end-of-run summary (stderr, and `--summary FILE` as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub rows_ok: usize,
+    pub rows_failed: usize,
+    pub rows_skipped: usize,
+    pub cancelled: bool,
+    pub usage: TokenUsage,
+    pub wall_ms: f64,
+    pub rows_per_s: f64,
+    pub steps: BTreeMap<String, StepTimes>,
+}
+
+/// Runs `pipeline` over every row.
+pub async fn run(
+    pipeline: Arc<Pipeline>,
+    declared: &IndexMap<String, InputSpec>,
+    options: BatchOptions,
+    progress: &dyn Fn(&Progress),
+) -> Result<Summary, Failure> {
+    let started = Instant::now();
+    let (mut sink, previous) = match &options.out {
+        Some(path) => output::open(path, options.resume, options.retry_errors)?,
+        None => (Sink::Stdout, output::Previous::default()),
+    };
+    let mut rows = input::open(&options.input, options.id_column.as_deref())?;
+    let mut counts = Progress::default();
+    let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut usage = TokenUsage::default();
+    let mut running: JoinSet<(usize, Value, RunRecord)> = JoinSet::new();
+    let mut waiting_lines: BTreeMap<usize, Value> = BTreeMap::new();
+    let (mut next_sequence, mut next_to_write) = (0usize, 0usize);
+    let mut started_rows = 0usize;
+    let mut stop = false;
+    let mut cancel = options.run.cancel.clone();
+    let mut cancelled = false;
+    let mut exhausted = false;
+    let done: &HashSet<String> = &previous.done;
+    let concurrency = options.concurrency.max(1);
+
+    loop {
+        while !stop
+            && !exhausted
+            && running.len() < concurrency
+            && options.limit.is_none_or(|l| started_rows < l)
+        {
+            let Some(next) = rows.next() else {
+                exhausted = true;
+                break;
+            };
+            let row = match next {
+                Ok(row) => row,
+                Err(failure) => {
+                    // An unreadable row is recorded like a failed one, and the rest go on.
+                    let line = json!({ "row": null, "status": "error", "error": failure });
+                    write(
+                        &mut sink,
+                        &mut waiting_lines,
+                        &mut next_to_write,
+                        next_sequence,
+                        line,
+                        options.ordered,
+                    )?;
+                    next_sequence += 1;
+                    counts.failed += 1;
+                    stop = options.fail_fast;
+                    continue;
+                }
+            };
+            if options
+                .shard
+                .is_some_and(|(shard, count)| row.index % count != shard)
+            {
+                continue;
+            }
+            if done.contains(&row.id) {
+                counts.skipped += 1;
+                continue;
+            }
+            started_rows += 1;
+            let sequence = next_sequence;
+            next_sequence += 1;
+            match bind(declared, &options.map, &row) {
+                Ok(bound) => {
+                    let mut run_options = options.run.clone();
+                    run_options.row = Some(Value::Object(row.data.clone()));
+                    let pipeline = Arc::clone(&pipeline);
+                    running.spawn(async move {
+                        let record =
+                            execute(&pipeline, bound, run_options, &Events::new(None)).await;
+                        (sequence, row_json(&row), record)
+                    });
+                }
+                Err(failure) => {
+                    let line = json!({ "row": row.id, "index": row.index, "status": "error", "input": row.data, "error": failure });
+                    write(
+                        &mut sink,
+                        &mut waiting_lines,
+                        &mut next_to_write,
+                        sequence,
+                        line,
+                        options.ordered,
+                    )?;
+                    counts.failed += 1;
+                    stop = options.fail_fast;
+                }
+            }
+        }
+        if running.is_empty() {
+            break;
+        }
+        tokio::select! {
+            joined = running.join_next() => {
+                let Some(Ok((sequence, row, record))) = joined else { continue };
+                for step in &record.steps {
+                    durations.entry(step.name.clone()).or_default().push(step.duration_ms);
+                }
+                counts.tokens += record.usage.total();
+                usage += record.usage;
+                let ok = record.status == RunStatus::Complete;
+                if ok { counts.ok += 1 } else { counts.failed += 1 }
+                stop |= !ok && options.fail_fast;
+                write(&mut sink, &mut waiting_lines, &mut next_to_write, sequence, line_for(row, &record), options.ordered)?;
+                counts.elapsed = started.elapsed();
+                progress(&counts);
+            }
+            changed = cancel.changed(), if !cancelled => {
+                if changed.is_ok() && *cancel.borrow() {
+                    // Rows in flight are abandoned, not written: a resume runs them again.
+                    cancelled = true;
+                    stop = true;
+                    running.abort_all();
+                    while running.join_next().await.is_some() {}
+                } else if changed.is_err() {
+                    cancelled = true;
+                }
+            }
+        }
+    }
+    let wall = started.elapsed();
+    Ok(Summary {
+        rows_ok: counts.ok,
+        rows_failed: counts.failed,
+        rows_skipped: counts.skipped,
+        cancelled: cancelled && *cancel.borrow(),
+        usage,
+        wall_ms: wall.as_secs_f64() * 1000.0,
+        rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
+        steps: durations
+            .into_iter()
+            .map(|(name, times)| (name, percentiles(times)))
+            .collect(),
+    })
+}
+
+/// Writes a line now, or (with `ordered`) once every earlier line is written.
+fn write(
+    sink: &mut Sink,
+    waiting: &mut BTreeMap<usize, Value>,
+    next_to_write: &mut usize,
+    sequence: usize,
+    line: Value,
+    ordered: bool,
+) -> Result<(), Failure> {
+    if !ordered {
+        return sink.write_line(&line);
+    }
+    waiting.insert(sequence, line);
+    while let Some(line) = waiting.remove(next_to_write) {
+        sink.write_line(&line)?;
+        *next_to_write += 1;
+    }
+    Ok(())
+}
+
+fn row_json(row: &Row) -> Value {
+    json!({ "row": row.id, "index": row.index, "input": row.data })
+}
+
+/// One output line: the row, its status, output or error, usage and timings per step.
+fn line_for(mut row: Value, record: &RunRecord) -> Value {
+    let status = match record.status {
+        RunStatus::Complete => "ok",
+        RunStatus::Error => "error",
+        RunStatus::Cancelled => "cancelled",
+    };
+    let steps: Vec<Value> = record
+        .steps
+        .iter()
+        .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage }))
+        .collect();
+    if let Value::Object(map) = &mut row {
+        map.insert("status".into(), json!(status));
+        map.insert(
+            "output".into(),
+            record.output.clone().unwrap_or(Value::Null),
+        );
+        if let Some(error) = &record.error {
+            map.insert("error".into(), json!(error));
+        }
+        map.insert("usage".into(), json!(record.usage));
+        map.insert("duration_ms".into(), json!(record.duration_ms));
+        map.insert("steps".into(), Value::Array(steps));
+    }
+    row
+}
+
+/// The plan's inputs for a row: each input from the column of its name (or `--map`ped column);
+/// text in a non-text input is parsed as JSON (CSV gives only text).
+fn bind(
+    declared: &IndexMap<String, InputSpec>,
+    map: &[(String, String)],
+    row: &Row,
+) -> Result<Value, Failure> {
+    let mut given = Map::new();
+    for (name, spec) in declared {
+        let column = map
+            .iter()
+            .find(|(input, _)| input == name)
+            .map_or(name.as_str(), |(_, c)| c.as_str());
+        let Some(value) = row.data.get(column) else {
+            continue;
+        };
+        let value = match (spec.kind, value) {
+            (InputType::String, _) => value.clone(),
+            (_, Value::String(text)) => {
+                serde_json::from_str(text).unwrap_or_else(|_| value.clone())
+            }
+            _ => value.clone(),
+        };
+        given.insert(name.clone(), value);
+    }
+    inputs::resolve(declared, &[], Some(given))
+}
+
+fn percentiles(mut times: Vec<f64>) -> StepTimes {
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        if times.is_empty() {
+            0.0
+        } else {
+            times[((times.len() - 1) as f64 * q).round() as usize]
+        }
+    };
+    StepTimes {
+        p50_ms: at(0.5),
+        p95_ms: at(0.95),
+    }
+}
+
+/// Parses `I/N`, or takes the shard from the environment of array jobs: `env` reads Kubernetes
+/// Indexed Jobs (`JOB_COMPLETION_INDEX`, with the count in `PAGANTIC_SHARDS`) or Slurm arrays
+/// (`SLURM_ARRAY_TASK_ID` and `SLURM_ARRAY_TASK_COUNT`, IDs from 0).
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let (index, count) = if text == "env" {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        match (
+            var("JOB_COMPLETION_INDEX"),
+            var("PAGANTIC_SHARDS"),
+            var("SLURM_ARRAY_TASK_ID"),
+            var("SLURM_ARRAY_TASK_COUNT"),
+        ) {
+            (Some(i), Some(n), _, _) => (i, n),
+            (_, _, Some(i), Some(n)) => (i, n),
+            _ => {
+                return Err(
+                    "--shard env needs JOB_COMPLETION_INDEX and PAGANTIC_SHARDS, or SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT"
+                        .into(),
+                );
+            }
+        }
+    } else {
+        let (i, n) = text
+            .split_once('/')
+            .ok_or_else(|| format!("expected I/N, got `{text}`"))?;
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("expected I/N, got `{text}`"))
+        };
+        (parse(i)?, parse(n)?)
+    };
+    if count == 0 || index >= count {
+        return Err(format!(
+            "shard {index} of {count} does not exist (shards are 0 to N-1)"
+        ));
+    }
+    Ok((index, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_are_checked() {
+        assert_eq!(parse_shard("1/4"), Ok((1, 4)));
+        assert!(parse_shard("4/4").is_err());
+        assert!(parse_shard("x").is_err());
+    }
+
+    #[test]
+    fn percentiles_of_durations() {
+        let times = percentiles((1..=100).map(f64::from).collect());
+        assert_eq!((times.p50_ms, times.p95_ms), (51.0, 95.0));
+    }
+}

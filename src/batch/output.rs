@@ -1,0 +1,175 @@
+//! Batch output: append-only JSON Lines, one line per row, each written whole and flushed as soon
+//! as its row finishes — so a crash (even SIGKILL) loses at most the rows in flight — and the
+//! bookkeeping `--resume` needs: which rows an earlier run already wrote.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::core::{Failure, FailureCode};
+
+fn output_failure(path: &Path, e: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        FailureCode::ConfigFileError,
+        format!("cannot write {}: {e}", path.display()),
+    )
+}
+
+/// Where rows go.
+pub enum Sink {
+    Stdout,
+    File { path: PathBuf, file: File },
+}
+
+impl Sink {
+    /// Writes one row's line and flushes it.
+    pub fn write_line(&mut self, line: &Value) -> Result<(), Failure> {
+        let mut text = line.to_string();
+        text.push('\n');
+        match self {
+            Sink::Stdout => {
+                let mut stdout = std::io::stdout().lock();
+                stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|()| stdout.flush())
+                    .map_err(|e| output_failure(Path::new("stdout"), e))
+            }
+            Sink::File { path, file } => {
+                // One write per line: a line is either all there or (after a kill) cut and
+                // dropped by the next resume.
+                file.write_all(text.as_bytes())
+                    .and_then(|()| file.flush())
+                    .map_err(|e| output_failure(path, e))
+            }
+        }
+    }
+}
+
+/// Rows an earlier run finished, read back from its output.
+#[derive(Debug, Default)]
+pub struct Previous {
+    /// Ids of rows to skip.
+    pub done: HashSet<String>,
+    /// How many lines were dropped: a cut last line, or failed rows re-run by `--retry-errors`.
+    pub dropped: usize,
+}
+
+/// Opens `path` for appending. With `resume`, first reads which rows it holds (dropping a cut
+/// last line, and with `retry_errors` the failed rows, rewriting the file atomically); without
+/// it, an existing non-empty file is an error rather than something silently overwritten.
+pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Previous), Failure> {
+    let mut previous = Previous::default();
+    if path.exists() && std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) > 0 {
+        if !resume {
+            return Err(Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!("{} already exists", path.display()),
+            )
+            .with_help("use --resume to skip the rows it holds, or choose another --out"));
+        }
+        let reader = BufReader::new(File::open(path).map_err(|e| output_failure(path, e))?);
+        let mut kept = Vec::new();
+        for line in reader.split(b'\n') {
+            let line = line.map_err(|e| output_failure(path, e))?;
+            let parsed: Option<Value> = serde_json::from_slice(&line).ok();
+            match parsed {
+                Some(value) if !(retry_errors && value["status"] != "ok") => {
+                    if let Some(id) = value["row"].as_str() {
+                        previous.done.insert(id.to_string());
+                    }
+                    kept.push(line);
+                }
+                _ if line.is_empty() => {}
+                _ => previous.dropped += 1,
+            }
+        }
+        if previous.dropped > 0 {
+            let temporary = path.with_extension("resume.tmp");
+            let mut rewritten =
+                File::create(&temporary).map_err(|e| output_failure(&temporary, e))?;
+            for line in &kept {
+                rewritten
+                    .write_all(line)
+                    .and_then(|()| rewritten.write_all(b"\n"))
+                    .map_err(|e| output_failure(&temporary, e))?;
+            }
+            rewritten
+                .sync_all()
+                .map_err(|e| output_failure(&temporary, e))?;
+            std::fs::rename(&temporary, path).map_err(|e| output_failure(path, e))?;
+        }
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| output_failure(path, e))?;
+    Ok((
+        Sink::File {
+            path: path.to_path_buf(),
+            file,
+        },
+        previous,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scratch(name: &str, text: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("pagantic-batch-output-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    #[test]
+    fn resuming_reads_done_rows_and_drops_a_cut_last_line() {
+        let path = scratch(
+            "cut.jsonl",
+            "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"2\",\"status\":\"error\"}\n{\"row\":\"3\",\"sta",
+        );
+        let (mut sink, previous) = open(&path, true, false).expect("open");
+        assert_eq!(
+            previous.done,
+            HashSet::from(["1".to_string(), "2".to_string()])
+        );
+        assert_eq!(previous.dropped, 1);
+        sink.write_line(&json!({ "row": "3", "status": "ok" }))
+            .expect("write");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text.lines().count(), 3);
+        assert!(
+            text.lines()
+                .all(|l| serde_json::from_str::<Value>(l).is_ok())
+        );
+    }
+
+    #[test]
+    fn retrying_errors_removes_the_failed_rows() {
+        let path = scratch(
+            "errors.jsonl",
+            "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"2\",\"status\":\"error\"}\n",
+        );
+        let (_, previous) = open(&path, true, true).expect("open");
+        assert_eq!(previous.done, HashSet::from(["1".to_string()]));
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "{\"row\":\"1\",\"status\":\"ok\"}\n"
+        );
+    }
+
+    #[test]
+    fn an_existing_output_is_never_overwritten_without_resume() {
+        let path = scratch("exists.jsonl", "{\"row\":\"1\",\"status\":\"ok\"}\n");
+        let failure = open(&path, false, false).err().expect("refused");
+        assert!(failure.message.contains("already exists"));
+    }
+}

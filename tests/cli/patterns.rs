@@ -1,0 +1,108 @@
+//! The seed's four patterns on scripted models: structured output with repair and retries, voting,
+//! and the agent tool loop (iteration limit, recovering from a tool error).
+
+use serde_json::Value;
+
+use crate::pagantic;
+
+fn run(case: &str) -> (i32, Value, String) {
+    let run = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "-i",
+        &format!("case={case}"),
+        "tests/plans/patterns.yaml",
+    ]);
+    let record = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+    (run.code, record, run.stderr)
+}
+
+fn step<'a>(record: &'a Value, name: &str) -> &'a Value {
+    record["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == name))
+        .expect("step in record")
+}
+
+#[test]
+fn structured_output_is_repaired_and_normalised() {
+    let (code, record, stderr) = run("repair");
+    assert_eq!(code, 0, "{stderr}");
+    let repair = step(&record, "repair");
+    assert_eq!(
+        repair["output"],
+        serde_json::json!({ "label": "bug", "tags": ["ui"] })
+    );
+    let fixes = repair["detail"]["repairs"].as_array().expect("repairs");
+    assert!(!fixes.is_empty(), "the repairs are recorded: {repair}");
+    assert_eq!(
+        repair["detail"]["normalized"],
+        serde_json::json!(["/label"])
+    );
+    assert_eq!(repair["detail"]["retries"], 0);
+}
+
+#[test]
+fn invalid_structured_output_is_retried_with_the_errors_fed_back() {
+    let (code, record, stderr) = run("retry");
+    assert_eq!(code, 0, "{stderr}");
+    let retry = step(&record, "retry");
+    assert_eq!(
+        retry["output"],
+        serde_json::json!({ "label": "feature", "tags": [] })
+    );
+    assert_eq!(retry["detail"]["retries"], 1);
+    assert_eq!(retry["detail"]["attempts"][0]["valid"], false);
+    assert_eq!(
+        retry["detail"]["attempts"][0]["error"]["code"],
+        "CONSTRAINT_JSON_INVALID"
+    );
+}
+
+#[test]
+fn majority_voting_over_a_b_a_picks_a_with_two_thirds() {
+    let (code, record, stderr) = run("majority");
+    assert_eq!(code, 0, "{stderr}");
+    let output = &step(&record, "majority")["output"];
+    assert_eq!(output["value"], "a");
+    let confidence = output["confidence"].as_f64().expect("confidence");
+    assert!((confidence - 0.667).abs() < 0.001, "{confidence}");
+    assert_eq!(output["candidates"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn unanimity_with_a_differing_candidate_fails_with_no_consensus() {
+    let (code, record, _) = run("unanimity");
+    assert_eq!(code, 1);
+    assert_eq!(record["error"]["code"], "ORCHESTRATION_NO_CONSENSUS");
+    assert!(
+        record["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("answered \"no\"")),
+        "{record}"
+    );
+}
+
+#[test]
+fn an_agent_that_always_calls_a_tool_hits_the_iteration_limit() {
+    let (code, record, _) = run("loop");
+    assert_eq!(code, 1);
+    assert_eq!(record["error"]["code"], "ORCHESTRATION_ITERATION_LIMIT");
+}
+
+#[test]
+fn an_agent_sees_a_tool_error_and_recovers() {
+    let (code, record, stderr) = run("recover");
+    assert_eq!(code, 0, "{stderr}");
+    let recover = step(&record, "recover");
+    assert_eq!(recover["output"], "The answer is 4.");
+    let calls = recover["detail"]["tool_calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[0]["ok"], false,
+        "the first call failed and the model saw it"
+    );
+    assert_eq!(calls[1]["ok"], true);
+}

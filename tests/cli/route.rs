@@ -1,0 +1,133 @@
+//! The `route` step on a scripted router: each route shape, rejection before anything runs, and
+//! exactly two model calls per request.
+
+use serde_json::Value;
+
+use crate::{pagantic, root};
+
+fn route(request: &str) -> (i32, Value, Vec<Value>) {
+    route_with(request, "smart")
+}
+
+fn route_with(request: &str, router: &str) -> (i32, Value, Vec<Value>) {
+    let events_file = root()
+        .join("target")
+        .join(format!("route-{router}-{}.jsonl", request.len()));
+    let run = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "--events",
+        events_file.to_str().expect("utf-8"),
+        "-i",
+        &format!("request={request}"),
+        "-i",
+        &format!("router={router}"),
+        "tests/plans/storefront-scripted.yaml",
+    ]);
+    let record = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+    let events = std::fs::read_to_string(&events_file)
+        .expect("events")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    (run.code, record, events)
+}
+
+fn model_calls(events: &[Value]) -> usize {
+    events.iter().filter(|e| e["kind"] == "inference").count()
+}
+
+#[test]
+fn a_catalog_question_routes_to_a_single_agent() {
+    let (code, record, events) = route("what do you have?");
+    assert_eq!(code, 0, "{record}");
+    let detail = &record["steps"][0]["detail"];
+    assert_eq!(detail["route"]["mode"], "single");
+    assert_eq!(detail["route"]["rationale"], "a catalog question");
+    assert_eq!(detail["results"].as_array().map(Vec::len), Some(1));
+    assert!(
+        detail["results"][0]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("Aero 14"))
+    );
+    assert_eq!(record["output"], "Here is what I found.");
+    assert_eq!(model_calls(&events), 2, "exactly two model calls");
+}
+
+#[test]
+fn independent_questions_run_their_agents_in_parallel() {
+    let (code, record, events) = route("price, rating and stock of the Aero 14");
+    assert_eq!(code, 0, "{record}");
+    let detail = &record["steps"][0]["detail"];
+    assert_eq!(detail["route"]["mode"], "parallel");
+    let agents: Vec<&str> = detail["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["agent"].as_str())
+        .collect();
+    assert_eq!(agents, ["pricing", "reviews", "stock"]);
+    assert!(
+        detail["results"][1]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("battery lasts all day"))
+    );
+    assert_eq!(model_calls(&events), 2);
+    let tools = events.iter().filter(|e| e["kind"] == "tool_start").count();
+    assert_eq!(tools, 3);
+}
+
+#[test]
+fn dependent_steps_run_in_sequence_and_the_order_is_placed() {
+    let orders = root().join("target").join("test-orders.jsonl");
+    let _ = std::fs::remove_file(&orders);
+    let (code, record, events) = route("find a laptop under $1000, check stock, then order it");
+    assert_eq!(code, 0, "{record}");
+    let detail = &record["steps"][0]["detail"];
+    assert_eq!(detail["route"]["mode"], "sequential");
+    assert_eq!(
+        detail["results"][2]["output"].as_str().map(str::trim),
+        Some("ordered 1 x aero-14")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&orders).expect("order written"),
+        "{\"product\": \"aero-14\", \"quantity\": 1}\n"
+    );
+    assert_eq!(model_calls(&events), 2);
+}
+
+#[test]
+fn a_route_breaking_an_agent_schema_is_rejected_before_anything_runs() {
+    let (code, record, events) = route_with("order nine of them", "bad_arguments");
+    assert_eq!(code, 1);
+    assert_eq!(record["error"]["code"], "ORCHESTRATION_STEP_MISMATCH");
+    assert!(
+        record["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/steps/0")),
+        "{record}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| e["kind"] == "tool_start").count(),
+        0,
+        "no agent ran"
+    );
+    assert_eq!(
+        model_calls(&events),
+        2,
+        "the route was retried once with the errors"
+    );
+}
+
+#[test]
+fn a_route_over_the_limit_is_rejected() {
+    let (code, record, events) = route_with("everything please", "too_many");
+    assert_eq!(code, 1);
+    assert_eq!(record["error"]["code"], "ORCHESTRATION_STEP_MISMATCH");
+    assert_eq!(
+        events.iter().filter(|e| e["kind"] == "tool_start").count(),
+        0
+    );
+}
