@@ -77,16 +77,11 @@ fn a_failing_step_exits_1_with_its_code_and_the_completed_outputs() {
 fn independent_steps_overlap_in_time() {
     let events_file = root().join("target").join("fanout-events.jsonl");
     let events_arg = events_file.to_str().expect("utf-8");
-    let started = Instant::now();
     let run = pagantic(&["run", "--events", events_arg, "tests/plans/fanout.yaml"]);
-    let elapsed = started.elapsed();
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout.trim(), "left go + right go");
-    // Each branch stalls 300 ms; run one after the other they would take 600 ms.
-    assert!(
-        elapsed < Duration::from_millis(590),
-        "branches did not overlap: {elapsed:?}"
-    );
+    // Each branch stalls 300 ms; the events show their windows overlapping (a wall-clock bound
+    // would be flaky on a loaded machine).
     let events: Vec<Value> = std::fs::read_to_string(&events_file)
         .expect("events written")
         .lines()
@@ -305,7 +300,7 @@ fn ctrl_c_cancels_and_still_reports_what_completed() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawned");
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(1500));
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
