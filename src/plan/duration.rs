@@ -68,11 +68,11 @@ impl DurationSpec {
 impl fmt::Display for DurationSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let millis = self.0.as_millis();
-        if millis % 3_600_000 == 0 && millis > 0 {
+        if millis.is_multiple_of(3_600_000) && millis > 0 {
             write!(f, "{}h", millis / 3_600_000)
-        } else if millis % 60_000 == 0 && millis > 0 {
+        } else if millis.is_multiple_of(60_000) && millis > 0 {
             write!(f, "{}m", millis / 60_000)
-        } else if millis % 1000 == 0 {
+        } else if millis.is_multiple_of(1000) {
             write!(f, "{}s", millis / 1000)
         } else {
             write!(f, "{millis}ms")

@@ -35,7 +35,7 @@ fn rows_file(name: &str, count: usize, boom_at: Option<usize>) -> PathBuf {
     path
 }
 
-fn lines(path: &PathBuf) -> Vec<Value> {
+fn lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .expect("output")
         .lines()
@@ -43,7 +43,7 @@ fn lines(path: &PathBuf) -> Vec<Value> {
         .collect()
 }
 
-fn s(path: &PathBuf) -> &str {
+fn s(path: &std::path::Path) -> &str {
     path.to_str().expect("utf-8")
 }
 
