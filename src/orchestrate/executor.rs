@@ -103,6 +103,8 @@ pub async fn execute(
         .collect();
     let mut running: JoinSet<Finished> = JoinSet::new();
     let mut in_flight: BTreeSet<usize> = BTreeSet::new();
+    let mut task_steps: std::collections::HashMap<tokio::task::Id, usize> =
+        std::collections::HashMap::new();
     let mut failure: Option<Failure> = None;
     let mut cancel = options.cancel.clone();
     let mut cancelled = *cancel.borrow();
@@ -135,7 +137,8 @@ pub async fn execute(
                 handler: Arc::clone(&step.handler),
             };
             in_flight.insert(index);
-            running.spawn(task.run(ctx));
+            let handle = running.spawn(task.run(ctx));
+            task_steps.insert(handle.id(), index);
         }
         if in_flight.is_empty() {
             break;
@@ -147,7 +150,7 @@ pub async fn execute(
                     Ok(finished) => finished,
                     // A handler panicked: a bug, but the run must still end with a record.
                     Err(join_error) => {
-                        let index = in_flight.first().copied().unwrap_or(0);
+                        let index = task_steps.get(&join_error.id()).copied().unwrap_or(0);
                         Finished {
                             index,
                             status: StepStatus::Failed,
