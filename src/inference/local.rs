@@ -4,7 +4,8 @@
 //! mistral.rs concurrently so its scheduler can batch them. It is loaded with F32 activations
 //! (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on the CPU, with
 //! the prefix cache off (seen to corrupt greedy answers under load; see DESIGN.md). Decoding
-//! constraints are not passed on (see `build_request`). No mistral.rs type leaves this file.
+//! constraints (JSON Schema, regex, Lark) go to mistral.rs's llguidance. No mistral.rs type
+//! leaves this file.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mistralrs::core::{
-    AutoDeviceMapParams, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
+    AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
     GGUFSpecificConfig, MistralRsBuilder, ModelDType, SchedulerConfig, TokenSource,
 };
 use mistralrs::{
@@ -39,7 +40,22 @@ pub struct LocalConfig {
 pub struct LocalEngine {
     model: Model,
     name: String,
+    /// The end markers of this model's vocabulary that llguidance may force once a grammar is
+    /// complete; they stop decoding (see [`GRAMMAR_END_MARKERS`]).
+    grammar_ends: Vec<String>,
 }
+
+/// The tokens llguidance takes as end-of-sequence (toktrie_hf_tokenizers picks the first of
+/// these that the vocabulary has). Once a constraint is satisfied llguidance allows only that
+/// token, but mistral.rs stops only on the GGUF's own EOS, which can differ (Qwen: `<|im_end|>`
+/// vs `<|endoftext|>`): without these as stop tokens a constrained answer ran on to max_tokens.
+const GRAMMAR_END_MARKERS: [&str; 5] = [
+    "</s>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<｜end▁of▁sentence｜>",
+    "<eos>",
+];
 
 fn load_failure(path: &Path, error: impl std::fmt::Display) -> Failure {
     Failure::new(
@@ -95,6 +111,16 @@ impl LocalEngine {
         let batch = max_batch
             .try_into()
             .map_err(|_| load_failure(&path, "max_batch must be positive"))?;
+        let grammar_ends = {
+            let pipeline = pipeline.lock().await;
+            pipeline.tokenizer().map_or_else(Vec::new, |tokenizer| {
+                GRAMMAR_END_MARKERS
+                    .iter()
+                    .filter(|marker| tokenizer.token_to_id(marker).is_some())
+                    .map(|marker| marker.to_string())
+                    .collect()
+            })
+        };
         let scheduler = SchedulerConfig::DefaultScheduler {
             method: DefaultSchedulerMethod::Fixed(batch),
         };
@@ -104,13 +130,14 @@ impl LocalEngine {
             .await;
         Ok(LocalEngine {
             model: Model::new(runner),
+            grammar_ends,
             name: path
                 .file_name()
                 .map_or_else(|| "local".into(), |f| f.to_string_lossy().into_owned()),
         })
     }
 
-    fn build_request(request: &Request) -> Result<RequestBuilder, Failure> {
+    fn build_request(&self, request: &Request) -> Result<RequestBuilder, Failure> {
         let mut builder = RequestBuilder::new();
         for message in &request.messages {
             builder = add_message(builder, message);
@@ -134,32 +161,33 @@ impl LocalEngine {
                 .collect();
             builder = builder.set_tools(tools).set_tool_choice(ToolChoice::Auto);
         }
-        // Decoder constraints are not passed to mistral.rs: with them, generation on this GGUF
-        // never finished in our tests (mistral.rs 0.8.1, CPU). JSON Schemas are still enforced
-        // after decoding (repair, normalisation, validation, retries — `constrained_decoding`
-        // is false so run records say so); a grammar cannot be, so it is refused, not ignored.
-        if let Some(grammar) = &request.grammar {
-            let kind = match grammar {
-                Grammar::Regex(_) => "regex",
-                Grammar::Lark(_) => "Lark/GBNF",
-            };
-            return Err(Failure::new(
-                FailureCode::ConstraintGrammarRejected,
-                format!("the local engine cannot enforce a {kind} constraint in this build"),
-            )
-            .with_help("use a `structured` step with a JSON Schema, or a `validate` step with a regex rule"));
+        let constraint = match (&request.grammar, &request.json_schema) {
+            (Some(Grammar::Regex(regex)), _) => Some(Constraint::Regex(regex.clone())),
+            (Some(Grammar::Lark(lark)), _) => Some(Constraint::Lark(lark.clone())),
+            (None, Some(schema)) => Some(Constraint::JsonSchema(schema.clone())),
+            (None, None) => None,
+        };
+        let constrained = constraint.is_some();
+        if let Some(constraint) = constraint {
+            builder = builder.set_constraint(constraint);
         }
-        if let Some(max) = request.max_tokens {
-            builder = builder.set_sampler_max_len(max as usize);
-        }
+        // The sampler first: `set_deterministic_sampler` replaces every sampling parameter, the
+        // length limit included (setting it after max_len made greedy runs ignore max_tokens,
+        // which under a constraint meant decoding forced end tokens up to the context length).
         match request.temperature {
             Some(t) if t > 0.0 => builder = builder.set_sampler_temperature(t),
             // Temperature 0 (or unset) is greedy, deterministic decoding.
             _ => builder = builder.set_deterministic_sampler(),
         }
-        if !request.stop.is_empty() {
-            builder =
-                builder.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(request.stop.clone()));
+        if let Some(max) = request.max_tokens {
+            builder = builder.set_sampler_max_len(max as usize);
+        }
+        let mut stop = request.stop.clone();
+        if constrained {
+            stop.extend(self.grammar_ends.iter().cloned());
+        }
+        if !stop.is_empty() {
+            builder = builder.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(stop));
         }
         Ok(builder)
     }
@@ -198,7 +226,10 @@ fn add_message(builder: RequestBuilder, message: &Message) -> RequestBuilder {
 
 fn engine_failure(error: impl std::fmt::Display) -> Failure {
     let text = error.to_string();
-    if text.contains("context") && (text.contains("length") || text.contains("exceed")) {
+    if text.contains("Invalid grammar") {
+        Failure::new(FailureCode::ConstraintGrammarRejected, text)
+            .with_help("fix the step's `constraint` (llguidance reports where it failed, above)")
+    } else if text.contains("context") && (text.contains("length") || text.contains("exceed")) {
         Failure::new(FailureCode::InferenceContextExceeded, text)
             .with_help("shorten the prompt (fewer retrieved passages, a smaller max_tokens)")
     } else {
@@ -244,7 +275,7 @@ fn to_response(response: ChatCompletionResponse) -> Response {
 impl Engine for LocalEngine {
     fn infer(&self, request: Request) -> EngineFuture<'_> {
         Box::pin(async move {
-            let builder = Self::build_request(&request)?;
+            let builder = self.build_request(&request)?;
             let response = self
                 .model
                 .send_chat_request(builder)
@@ -256,7 +287,7 @@ impl Engine for LocalEngine {
 
     fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
         Box::pin(async move {
-            let builder = Self::build_request(&request)?;
+            let builder = self.build_request(&request)?;
             let mut stream = self
                 .model
                 .stream_chat_request(builder)
@@ -314,7 +345,7 @@ impl Engine for LocalEngine {
         ModelInfo {
             name: self.name.clone(),
             engine: "mistralrs",
-            constrained_decoding: false,
+            constrained_decoding: true,
         }
     }
 }
@@ -417,7 +448,7 @@ impl Engine for LocalModel {
         ModelInfo {
             name,
             engine: "mistralrs",
-            constrained_decoding: false,
+            constrained_decoding: true,
         }
     }
 }

@@ -27,3 +27,55 @@ fn the_quickstart_plan_answers_paris() {
         run.stderr
     );
 }
+
+#[test]
+fn decoder_constraints_hold_on_the_local_model() {
+    require_model();
+    let run = pagantic(&[
+        "run",
+        "--no-stream",
+        "tests/plans/constraints-local.yaml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    let step = |name: &str| {
+        record["steps"]
+            .as_array()
+            .and_then(|steps| steps.iter().find(|s| s["name"] == name))
+            .unwrap_or_else(|| panic!("no step {name} in {record}"))
+            .clone()
+    };
+    let yes_no = step("yes_no")["output"].as_str().unwrap_or_default().to_string();
+    assert!(yes_no == "yes" || yes_no == "no", "regex: {yes_no:?}");
+    // The answer ends where the grammar does, not at max_tokens.
+    assert!(step("yes_no")["usage"]["completion_tokens"].as_u64() < Some(16));
+    let colour = step("colour")["output"].as_str().unwrap_or_default().to_string();
+    assert!(
+        ["colour: blue", "colour: white", "colour: red"].contains(&colour.as_str()),
+        "gbnf: {colour:?}"
+    );
+    let review = step("review");
+    assert_eq!(review["detail"]["constrained"], true);
+    assert_eq!(review["detail"]["retries"], 0);
+    let sentiment = review["output"]["sentiment"].as_str().unwrap_or_default();
+    assert!(
+        ["positive", "negative", "neutral"].contains(&sentiment),
+        "{review}"
+    );
+    let rating = review["output"]["rating"].as_i64().unwrap_or_default();
+    assert!((1..=5).contains(&rating), "{review}");
+}
+
+#[test]
+fn a_lark_grammar_llguidance_cannot_compile_is_a_grammar_failure() {
+    require_model();
+    let run = pagantic(&["run", "--no-stream", "tests/plans/bad-lark-local.yaml"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("CONSTRAINT_GRAMMAR_REJECTED") && run.stderr.contains("missing_rule"),
+        "{}",
+        run.stderr
+    );
+}
