@@ -1,10 +1,11 @@
 //! Local-model speed: prefill and decode tokens per second, and the aggregate throughput of 8
-//! concurrent requests, for the embedded model on mistral.rs — the pagantic side of
+//! requests sent concurrently and one after another, for the embedded model on mistral.rs — the pagantic side of
 //! `benches/inference.sh` (which runs llama.cpp on the same file and threads beside it).
 //!
-//!     cargo run --locked --example local_speed -- [GGUF_PATH]
+//!     cargo run --locked --example local_speed -- [GGUF_PATH [MAX_BATCH]]
 //!
-//! Without a path it uses the cached embedded model (derived Q8_0 file). Prints one JSON object.
+//! Without a path it uses the cached embedded model (derived Q8_0 file); MAX_BATCH (default 8)
+//! is the most sequences mistral.rs decodes together. Prints one JSON object.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,8 +33,22 @@ fn request(prompt: &str, max_tokens: u32) -> Request {
     }
 }
 
+async fn timed(
+    engine: &LocalEngine,
+    prompt: &str,
+    max_tokens: u32,
+) -> Result<(pagantic::inference::Response, f64), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let response = engine.infer(request(prompt, max_tokens)).await?;
+    Ok((response, started.elapsed().as_secs_f64()))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let max_batch = match std::env::args().nth(2) {
+        Some(n) => n.parse()?,
+        None => 8,
+    };
     let path = match std::env::args().nth(1) {
         Some(path) => path.into(),
         None => store::cached_file(&store::DEFAULT_LLM)
@@ -43,27 +58,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Arc::new(
         LocalEngine::load(&LocalConfig {
             path: path.clone(),
-            max_batch: 8,
+            max_batch,
         })
         .await?,
     );
     let load_s = started.elapsed().as_secs_f64();
 
-    // Warm-up, then prefill: a long prompt, one generated token.
+    // Warm-up, then prefill: a long prompt, one generated token, timed by the wall clock (the
+    // llama.cpp side times the same way).
     engine.infer(request("Hello", 4)).await?;
-    let prefill = engine.infer(request(&long_prompt(), 1)).await?;
-    let prefill_tps =
-        prefill.usage.prompt_tokens as f64 / prefill.timings.prompt.as_secs_f64().max(1e-9);
+    let (prefill, prefill_s) = timed(&engine, &long_prompt(), 1).await?;
+    let prefill_tps = prefill.usage.prompt_tokens as f64 / prefill_s;
 
-    // Decode: a short prompt, 128 tokens.
-    let decode = engine
-        .infer(request(
-            "Write a long story about a lighthouse keeper.",
-            128,
-        ))
-        .await?;
+    // Decode: 128 tokens after a short prompt, minus the prompt's share measured apart.
+    let short = "Write a long story about a lighthouse keeper.";
+    let (_, prompt_only_s) = timed(&engine, short, 1).await?;
+    let (decode, decode_s) = timed(&engine, short, 128).await?;
     let decode_tps =
-        decode.usage.completion_tokens as f64 / decode.timings.completion.as_secs_f64().max(1e-9);
+        decode.usage.completion_tokens.saturating_sub(1).max(1) as f64 / (decode_s - prompt_only_s).max(1e-9);
 
     // 8 concurrent requests of 64 tokens each: aggregate generated tokens per wall second.
     let wall = Instant::now();
@@ -82,17 +94,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let concurrent_tps = generated as f64 / wall.elapsed().as_secs_f64();
 
+    // The same 8 requests one after another, for comparison.
+    let wall = Instant::now();
+    let mut generated = 0;
+    for i in 0..8 {
+        let story = request(&format!("Write story number {i} about a fox."), 64);
+        generated += engine.infer(story).await?.usage.completion_tokens;
+    }
+    let sequential_tps = generated as f64 / wall.elapsed().as_secs_f64();
+
     println!(
         "{}",
         serde_json::json!({
             "engine": "pagantic (mistral.rs 0.8.1, F32 activations)",
             "model": path.display().to_string(),
+            "max_batch": max_batch,
             "load_s": load_s,
             "prefill_tokens": prefill.usage.prompt_tokens,
             "prefill_tok_per_s": prefill_tps,
             "decode_tokens": decode.usage.completion_tokens,
             "decode_tok_per_s": decode_tps,
             "concurrent_8_tok_per_s": concurrent_tps,
+            "sequential_8_tok_per_s": sequential_tps,
         })
     );
     Ok(())

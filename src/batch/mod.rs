@@ -13,7 +13,8 @@ pub mod output;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
@@ -22,7 +23,9 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use crate::core::{Failure, TokenUsage};
-use crate::orchestrate::{Events, Pipeline, RunOptions, RunRecord, RunStatus, execute};
+use crate::orchestrate::{
+    EventKind, Events, Pipeline, Rendered, RunOptions, RunRecord, RunStatus, execute, render_step,
+};
 use crate::plan::inputs;
 use crate::plan::model::{InputSpec, InputType};
 
@@ -62,7 +65,21 @@ pub struct Progress {
     pub failed: usize,
     pub skipped: usize,
     pub tokens: u64,
+    /// Model calls made so far (every attempt, vote and tool round).
+    pub model_calls: u64,
     pub elapsed: Duration,
+    /// Rows this run will see (shard and limit applied), once counted: the input is counted on a
+    /// separate thread while the rows run, so this stays None for a while (and for stdin).
+    pub total: Option<usize>,
+}
+
+impl Progress {
+    /// Seconds left at the rate so far, once the total is known and a row has finished.
+    pub fn eta(&self) -> Option<Duration> {
+        let finished = self.ok + self.failed;
+        let left = self.total?.checked_sub(finished + self.skipped)?;
+        (finished > 0).then(|| self.elapsed.mul_f64(left as f64 / finished as f64))
+    }
 }
 
 /// Percentiles of a step's duration over the batch.
@@ -80,6 +97,8 @@ pub struct Summary {
     pub rows_skipped: usize,
     pub cancelled: bool,
     pub usage: TokenUsage,
+    /// Model calls over all rows (in a `--dry-run`, what the real run would make, before retries).
+    pub model_calls: u64,
     pub wall_ms: f64,
     pub rows_per_s: f64,
     pub steps: BTreeMap<String, StepTimes>,
@@ -111,6 +130,8 @@ pub async fn run(
     let mut exhausted = false;
     let done: &HashSet<String> = &previous.done;
     let concurrency = options.concurrency.max(1);
+    let total = count_rows_in_background(&options);
+    let model_calls = Arc::new(AtomicU64::new(0));
 
     loop {
         while !stop
@@ -159,9 +180,14 @@ pub async fn run(
                     let mut run_options = options.run.clone();
                     run_options.row = Some(Value::Object(row.data.clone()));
                     let pipeline = Arc::clone(&pipeline);
+                    let calls = Arc::clone(&model_calls);
+                    let events = Events::with_observer(None, move |event| {
+                        if event.kind == EventKind::Inference {
+                            calls.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
                     running.spawn(async move {
-                        let record =
-                            execute(&pipeline, bound, run_options, &Events::new(None)).await;
+                        let record = execute(&pipeline, bound, run_options, &events).await;
                         (sequence, row_json(&row), record)
                     });
                 }
@@ -196,6 +222,8 @@ pub async fn run(
                 stop |= !ok && options.fail_fast;
                 write(&mut sink, &mut waiting_lines, &mut next_to_write, sequence, line_for(row, &record), options.ordered)?;
                 counts.elapsed = started.elapsed();
+                counts.model_calls = model_calls.load(Ordering::Relaxed);
+                counts.total = total.get().copied();
                 progress(&counts);
             }
             changed = cancel.changed(), if !cancelled => {
@@ -218,6 +246,7 @@ pub async fn run(
         rows_skipped: counts.skipped,
         cancelled: cancelled && *cancel.borrow(),
         usage,
+        model_calls: model_calls.load(Ordering::Relaxed),
         wall_ms: wall.as_secs_f64() * 1000.0,
         rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
         steps: durations
@@ -225,6 +254,82 @@ pub async fn run(
             .map(|(name, times)| (name, percentiles(times)))
             .collect(),
     })
+}
+
+/// Counts the rows the run will see on a thread of its own (reading the input a second time, as
+/// a stream), for the progress display's ETA. Stdin cannot be read twice: no total.
+fn count_rows_in_background(options: &BatchOptions) -> Arc<OnceLock<usize>> {
+    let total = Arc::new(OnceLock::new());
+    if options.input != "-" {
+        let (source, id_column) = (options.input.clone(), options.id_column.clone());
+        let (shard, limit) = (options.shard, options.limit);
+        let slot = Arc::clone(&total);
+        std::thread::spawn(move || {
+            if let Ok(rows) = input::open(&source, id_column.as_deref()) {
+                let count = rows.count();
+                let in_shard = match shard {
+                    Some((index, of)) => (count + of - 1 - index) / of,
+                    None => count,
+                };
+                let _ = slot.set(limit.map_or(in_shard, |l| in_shard.min(l)));
+            }
+        });
+    }
+    total
+}
+
+/// What the model would be sent for one row, step by step.
+#[derive(Debug, Clone)]
+pub struct RowPreview {
+    pub row: String,
+    /// (step name, its messages) for every step that calls a model.
+    pub calls: Vec<(String, Vec<crate::core::Message>)>,
+    /// Why the row could not be previewed (a bad row, a failing upstream step).
+    pub error: Option<Failure>,
+}
+
+/// The prompts of the first `rows` rows (shard applied), as `--dry-run` shows them before it runs
+/// the whole batch on stand-ins.
+pub async fn preview(
+    pipeline: &Pipeline,
+    declared: &IndexMap<String, InputSpec>,
+    options: &BatchOptions,
+    rows: usize,
+) -> Result<Vec<RowPreview>, Failure> {
+    let mut previews = Vec::new();
+    let in_shard = input::open(&options.input, options.id_column.as_deref())?.filter(|row| {
+        !matches!((row, options.shard), (Ok(row), Some((shard, count))) if row.index % count != shard)
+    });
+    for next in in_shard.take(rows) {
+        let row = next?;
+        let mut preview = RowPreview {
+            row: row.id.clone(),
+            calls: Vec::new(),
+            error: None,
+        };
+        match bind(declared, &options.map, &row) {
+            Ok(bound) => {
+                for (index, step) in pipeline.steps.iter().enumerate() {
+                    let mut run_options = options.run.clone();
+                    run_options.row = Some(Value::Object(row.data.clone()));
+                    let events = Events::new(None);
+                    match render_step(pipeline, index, bound.clone(), run_options, &events).await {
+                        Ok(Rendered::Messages(messages)) => {
+                            preview.calls.push((step.name.clone(), messages));
+                        }
+                        Ok(Rendered::Text(_)) => {}
+                        Err(failure) => {
+                            preview.error = Some(failure);
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(failure) => preview.error = Some(failure),
+        }
+        previews.push(preview);
+    }
+    Ok(previews)
 }
 
 /// Writes a line now, or (with `ordered`) once every earlier line is written.
@@ -375,6 +480,24 @@ mod tests {
         assert_eq!(parse_shard("1/4"), Ok((1, 4)));
         assert!(parse_shard("4/4").is_err());
         assert!(parse_shard("x").is_err());
+    }
+
+    #[test]
+    fn eta_needs_a_total_and_a_finished_row() {
+        let mut progress = Progress {
+            ok: 3,
+            failed: 1,
+            skipped: 2,
+            elapsed: Duration::from_secs(8),
+            ..Progress::default()
+        };
+        assert_eq!(progress.eta(), None);
+        progress.total = Some(10);
+        // 4 rows took 8 s; 4 of the 10 are left (2 were skipped).
+        assert_eq!(progress.eta(), Some(Duration::from_secs(8)));
+        progress.ok = 0;
+        progress.failed = 0;
+        assert_eq!(progress.eta(), None);
     }
 
     #[test]

@@ -120,11 +120,7 @@ fn render_plan_step(args: &Args) -> io::Result<u8> {
     let mut stdout = io::stdout().lock();
     match rendered {
         Ok(Rendered::Messages(messages)) => {
-            for message in messages {
-                let role = serde_json::to_value(message.role).unwrap_or_default();
-                writeln!(stdout, "--- {} ---", role.as_str().unwrap_or("message"))?;
-                writeln!(stdout, "{}", message.content.trim_end())?;
-            }
+            write_messages(&mut stdout, None, &messages)?;
             Ok(EXIT_OK)
         }
         Ok(Rendered::Text(text)) => {
@@ -136,4 +132,23 @@ fn render_plan_step(args: &Args) -> io::Result<u8> {
             Ok(EXIT_FAILED)
         }
     }
+}
+
+/// Messages as the model would get them: a `--- role ---` line (`--- step: role ---` when a
+/// step is named), then the text.
+pub(super) fn write_messages(
+    out: &mut impl Write,
+    step: Option<&str>,
+    messages: &[crate::core::Message],
+) -> io::Result<()> {
+    for message in messages {
+        let role = serde_json::to_value(message.role).unwrap_or_default();
+        let role = role.as_str().unwrap_or("message");
+        match step {
+            Some(step) => writeln!(out, "--- {step}: {role} ---")?,
+            None => writeln!(out, "--- {role} ---")?,
+        }
+        writeln!(out, "{}", message.content.trim_end())?;
+    }
+    Ok(())
 }

@@ -359,6 +359,17 @@ fn run_batch(args: &Args) -> io::Result<u8> {
         run: run_options,
     };
     let show = !args.quiet && io::stderr().is_terminal();
+    if args.dry_run {
+        let previews =
+            runtime.block_on(crate::batch::preview(&pipeline, &plan.raw.inputs, &options, 2));
+        match previews {
+            Ok(previews) => print_previews(&previews)?,
+            Err(failure) => {
+                print_failure(&failure)?;
+                return Ok(EXIT_INVALID);
+            }
+        }
+    }
     let summary = runtime.block_on(async {
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -368,9 +379,14 @@ fn run_batch(args: &Args) -> io::Result<u8> {
         crate::batch::run(pipeline, &plan.raw.inputs, options, &|p| {
             if show {
                 let seconds = p.elapsed.as_secs_f64().max(1e-9);
+                let of_total = p.total.map(|t| format!(" of {t}")).unwrap_or_default();
+                let eta = p
+                    .eta()
+                    .map(|eta| format!(", ETA {}", clock(eta)))
+                    .unwrap_or_default();
                 let _ = write!(
                     io::stderr(),
-                    "\r  {} ok, {} failed, {} skipped — {:.1} rows/s, {:.0} tok/s   ",
+                    "\r  {} ok, {} failed, {} skipped{of_total} — {:.1} rows/s, {:.0} tok/s{eta}   ",
                     p.ok,
                     p.failed,
                     p.skipped,
@@ -408,6 +424,15 @@ fn run_batch(args: &Args) -> io::Result<u8> {
                 ""
             }
         )?;
+        if args.dry_run {
+            writeln!(
+                stderr,
+                "dry run: {} model calls for {} rows; the real run makes at least as many (retries, \
+                 repairs and tool rounds can add more)",
+                summary.model_calls,
+                summary.rows_ok + summary.rows_failed
+            )?;
+        }
         for (step, times) in &summary.steps {
             writeln!(
                 stderr,
@@ -508,4 +533,30 @@ fn progress(event: &Event) {
         _ => return,
     };
     let _ = writeln!(io::stderr(), "{line}");
+}
+
+/// `h:mm:ss` (or `m:ss`) for the ETA.
+fn clock(duration: std::time::Duration) -> String {
+    let seconds = duration.as_secs();
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// The `--dry-run` preview of a batch: what the model would be sent for the first rows.
+fn print_previews(previews: &[crate::batch::RowPreview]) -> io::Result<()> {
+    let mut stderr = io::stderr().lock();
+    for preview in previews {
+        writeln!(stderr, "=== row {} ===", preview.row)?;
+        for (step, messages) in &preview.calls {
+            super::render::write_messages(&mut stderr, Some(step), messages)?;
+        }
+        if let Some(failure) = &preview.error {
+            writeln!(stderr, "  cannot preview: {}", failure.message)?;
+        }
+    }
+    Ok(())
 }

@@ -117,12 +117,8 @@ pub async fn execute(
                 break;
             };
             let step = &pipeline.steps[index];
-            let mut scope = scope_for(pipeline, index, &inputs, &records);
-            if let (Some(row), Value::Object(scope)) = (&options.row, &mut scope) {
-                scope.insert("row".into(), row.clone());
-            }
             let ctx = StepContext {
-                scope,
+                scope: scope_for(pipeline, index, &inputs, options.row.as_ref(), &records),
                 templates: Arc::clone(&pipeline.templates),
                 events: events.clone(),
                 step: step.name.clone(),
@@ -272,12 +268,13 @@ pub async fn render_step(
         )
     })?;
     options.only = Some(step.upstream.iter().copied().collect());
+    let row = options.row.clone();
     let record = execute(pipeline, inputs.clone(), options, events).await;
     if let Some(error) = record.error {
         return Err(error);
     }
     let ctx = StepContext {
-        scope: scope_for(pipeline, target, &inputs, &record.steps),
+        scope: scope_for(pipeline, target, &inputs, row.as_ref(), &record.steps),
         templates: Arc::clone(&pipeline.templates),
         events: events.clone(),
         step: step.name.clone(),
@@ -318,9 +315,16 @@ fn mark_not_run(pipeline: &Pipeline, records: &mut [StepRecord], after_failure: 
     }
 }
 
-/// The template context of a step: inputs, vars, its upstream steps, and `input` when it has
-/// predecessors (one predecessor: its output; several: an object of their outputs by name).
-fn scope_for(pipeline: &Pipeline, index: usize, inputs: &Value, records: &[StepRecord]) -> Value {
+/// The template context of a step: inputs, vars, its upstream steps, `row` in a batch, and
+/// `input` when it has predecessors (one predecessor: its output; several: an object of their
+/// outputs by name).
+fn scope_for(
+    pipeline: &Pipeline,
+    index: usize,
+    inputs: &Value,
+    row: Option<&Value>,
+    records: &[StepRecord],
+) -> Value {
     let step = &pipeline.steps[index];
     let mut steps = Map::new();
     for &u in &step.reads {
@@ -330,6 +334,9 @@ fn scope_for(pipeline: &Pipeline, index: usize, inputs: &Value, records: &[StepR
     scope.insert("inputs".into(), inputs.clone());
     scope.insert("vars".into(), pipeline.vars.clone());
     scope.insert("steps".into(), Value::Object(steps));
+    if let Some(row) = row {
+        scope.insert("row".into(), row.clone());
+    }
     match step.needs.as_slice() {
         [] => {}
         [only] => {

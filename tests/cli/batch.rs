@@ -233,3 +233,37 @@ fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_
         counts.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
+    let input = rows_file("dry.jsonl", 5, None);
+    let out = scratch("dry.out.jsonl");
+    let run = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--out",
+        s(&out),
+        "--id",
+        "id",
+        "--dry-run",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // The prompts of the first two rows, as the model would get them; not the third's.
+    assert!(
+        run.stderr.contains("=== row r0 ===")
+            && run.stderr.contains("--- label: user ---\nreview 0 (3 stars, row r0)")
+            && run.stderr.contains("=== row r1 ===")
+            && !run.stderr.contains("=== row r2 ==="),
+        "{}",
+        run.stderr
+    );
+    // One infer step per row: five model calls.
+    assert!(
+        run.stderr.contains("dry run: 5 model calls for 5 rows"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(lines(&out).len(), 5);
+}
