@@ -74,8 +74,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let short = "Write a long story about a lighthouse keeper.";
     let (_, prompt_only_s) = timed(&engine, short, 1).await?;
     let (decode, decode_s) = timed(&engine, short, 128).await?;
-    let decode_tps =
-        decode.usage.completion_tokens.saturating_sub(1).max(1) as f64 / (decode_s - prompt_only_s).max(1e-9);
+    let decode_tps = decode.usage.completion_tokens.saturating_sub(1).max(1) as f64
+        / (decode_s - prompt_only_s).max(1e-9);
 
     // 8 concurrent requests of 64 tokens each: aggregate generated tokens per wall second.
     let wall = Instant::now();
@@ -84,21 +84,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let engine = Arc::clone(&engine);
         tasks.spawn(async move {
             engine
-                .infer(request(&format!("Write story number {i} about a fox."), 64))
+                .infer(request(
+                    &format!("Write Python function number {i}: a linked list with comments."),
+                    64,
+                ))
                 .await
         });
     }
-    let mut generated = 0;
+    let mut concurrent_tokens = 0;
     while let Some(done) = tasks.join_next().await {
-        generated += done??.usage.completion_tokens;
+        concurrent_tokens += done??.usage.completion_tokens;
     }
-    let concurrent_tps = generated as f64 / wall.elapsed().as_secs_f64();
+    let concurrent_tps = concurrent_tokens as f64 / wall.elapsed().as_secs_f64();
 
     // The same 8 requests one after another, for comparison.
     let wall = Instant::now();
     let mut generated = 0;
     for i in 0..8 {
-        let story = request(&format!("Write story number {i} about a fox."), 64);
+        let story = request(
+            &format!("Write Python function number {i}: a linked list with comments."),
+            64,
+        );
         generated += engine.infer(story).await?.usage.completion_tokens;
     }
     let sequential_tps = generated as f64 / wall.elapsed().as_secs_f64();
@@ -114,6 +120,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "prefill_tok_per_s": prefill_tps,
             "decode_tokens": decode.usage.completion_tokens,
             "decode_tok_per_s": decode_tps,
+            "concurrent_8_tokens": concurrent_tokens,
             "concurrent_8_tok_per_s": concurrent_tps,
             "sequential_8_tok_per_s": sequential_tps,
         })

@@ -52,7 +52,7 @@ def main() -> None:
     generated = 0
     for i in range(8):
         llm.reset()
-        out, _ = chat(llm, f"Write story number {i} about a fox.", 64)
+        out, _ = chat(llm, f"Write Python function number {i}: a linked list with comments.", 64)
         generated += out["usage"]["completion_tokens"]
     concurrent_tps = generated / (time.perf_counter() - wall)
     print(json.dumps({
@@ -64,6 +64,7 @@ def main() -> None:
         "prefill_tok_per_s": prefill_tps,
         "decode_tokens": decode_tokens,
         "decode_tok_per_s": decode_tps,
+        "concurrent_8_tokens": generated,
         "concurrent_8_tok_per_s": concurrent_tps,
     }))
 

@@ -102,6 +102,7 @@ fn render_plan_step(args: &Args) -> io::Result<u8> {
         dry_run: !args.live,
         notice: Some(super::run::stderr_notice()),
         stream: None,
+        ..BuildOptions::default()
     }) {
         Ok(pipeline) => pipeline,
         Err(failure) => {

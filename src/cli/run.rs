@@ -283,6 +283,7 @@ pub fn run(args: &Args) -> io::Result<u8> {
         dry_run: args.dry_run,
         notice: (!args.quiet).then(stderr_notice),
         stream,
+        ..BuildOptions::default()
     }) {
         Ok(pipeline) => pipeline,
         Err(failure) => {
@@ -332,6 +333,7 @@ fn run_batch(args: &Args) -> io::Result<u8> {
         dry_run: args.dry_run,
         notice: (!args.quiet).then(stderr_notice),
         stream: None,
+        ..BuildOptions::default()
     }) {
         Ok(pipeline) => Arc::new(pipeline),
         Err(failure) => {
@@ -360,8 +362,12 @@ fn run_batch(args: &Args) -> io::Result<u8> {
     };
     let show = !args.quiet && io::stderr().is_terminal();
     if args.dry_run {
-        let previews =
-            runtime.block_on(crate::batch::preview(&pipeline, &plan.raw.inputs, &options, 2));
+        let previews = runtime.block_on(crate::batch::preview(
+            &pipeline,
+            &plan.raw.inputs,
+            &options,
+            2,
+        ));
         match previews {
             Ok(previews) => print_previews(&previews)?,
             Err(failure) => {

@@ -44,6 +44,8 @@ pub struct BuildOptions {
     /// Where the final step streams its answer, when it is an `infer` step whose output is the
     /// plan's output.
     pub stream: Option<TokenSink>,
+    /// The plan files being built around this one (for sub-plan agents), to refuse a cycle.
+    pub enclosing: Vec<PathBuf>,
 }
 
 /// Most sequences a local model decodes together (batch rows and redundant candidates).
@@ -359,18 +361,17 @@ impl Builder<'_> {
                 format!("agent `{name}` is not declared"),
             )
         })?;
-        let action = match (&spec.tool, &spec.template, &spec.model) {
-            (Some(tool), _, _) => AgentAction::Tool(self.tool(tool)?),
-            (None, Some(template), Some(model)) => AgentAction::Model {
+        let action = match (&spec.tool, &spec.plan, &spec.template, &spec.model) {
+            (Some(tool), _, _, _) => AgentAction::Tool(self.tool(tool)?),
+            (None, Some(file), _, _) => self.sub_plan(name, file)?,
+            (None, None, Some(template), Some(model)) => AgentAction::Model {
                 template: template.clone(),
                 engine: self.engine(model)?,
             },
             _ => {
                 return Err(Failure::new(
                     FailureCode::ConfigNoEngine,
-                    format!(
-                        "agent `{name}`: only `tool` agents and `template` agents with a `model` can run in this build"
-                    ),
+                    format!("agent `{name}`: a `template` agent needs a `model`"),
                 ));
             }
         };
@@ -380,6 +381,51 @@ impl Builder<'_> {
             parameters: spec.parameters.clone().unwrap_or(Value::Null),
             action,
         }))
+    }
+
+    /// A `plan:` agent: the plan file loaded, checked and built like this one (same options),
+    /// run with the agent's arguments as its inputs.
+    fn sub_plan(&self, agent: &str, file: &str) -> Result<AgentAction, Failure> {
+        let path = self.dir.join(file);
+        let this = std::fs::canonicalize(&self.plan.path).unwrap_or(self.plan.path.clone());
+        let mut enclosing = self.options.enclosing.clone();
+        enclosing.push(this);
+        if enclosing.contains(&std::fs::canonicalize(&path).unwrap_or(path.clone())) {
+            return Err(Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!(
+                    "agent `{agent}`: {} runs a plan that encloses it (a cycle)",
+                    path.display()
+                ),
+            )
+            .with_help("a sub-plan agent must not lead back to a plan that uses it"));
+        }
+        let plan = super::load_plan(&path, None).map_err(|diagnostics| {
+            let first = diagnostics
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!(
+                    "agent `{agent}`: {} is not a valid plan: {first}",
+                    path.display()
+                ),
+            )
+            .with_help(format!("run `pagantic validate {}`", path.display()))
+        })?;
+        let options = BuildOptions {
+            stream: None,
+            enclosing,
+            ..self.options.clone()
+        };
+        let declared = plan.raw.inputs.clone();
+        Ok(AgentAction::Plan {
+            pipeline: Arc::new(plan.build(options)?),
+            bind: Arc::new(move |args: &Value| {
+                super::inputs::resolve(&declared, &[], args.as_object().cloned())
+            }),
+        })
     }
 
     /// A JSON Schema given inline or as a file relative to the plan.

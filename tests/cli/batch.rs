@@ -253,7 +253,9 @@ fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
     // The prompts of the first two rows, as the model would get them; not the third's.
     assert!(
         run.stderr.contains("=== row r0 ===")
-            && run.stderr.contains("--- label: user ---\nreview 0 (3 stars, row r0)")
+            && run
+                .stderr
+                .contains("--- label: user ---\nreview 0 (3 stars, row r0)")
             && run.stderr.contains("=== row r1 ===")
             && !run.stderr.contains("=== row r2 ==="),
         "{}",

@@ -47,11 +47,17 @@ fn decoder_constraints_hold_on_the_local_model() {
             .unwrap_or_else(|| panic!("no step {name} in {record}"))
             .clone()
     };
-    let yes_no = step("yes_no")["output"].as_str().unwrap_or_default().to_string();
+    let yes_no = step("yes_no")["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(yes_no == "yes" || yes_no == "no", "regex: {yes_no:?}");
     // The answer ends where the grammar does, not at max_tokens.
     assert!(step("yes_no")["usage"]["completion_tokens"].as_u64() < Some(16));
-    let colour = step("colour")["output"].as_str().unwrap_or_default().to_string();
+    let colour = step("colour")["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         ["colour: blue", "colour: white", "colour: red"].contains(&colour.as_str()),
         "gbnf: {colour:?}"
@@ -78,4 +84,47 @@ fn a_lark_grammar_llguidance_cannot_compile_is_a_grammar_failure() {
         "{}",
         run.stderr
     );
+}
+
+#[test]
+fn the_local_model_routes_a_catalog_question_in_two_calls() {
+    require_model();
+    let events_file = crate::root().join("target").join("route-local.jsonl");
+    let run = pagantic(&[
+        "run",
+        "--no-stream",
+        "--format",
+        "json",
+        "--events",
+        events_file.to_str().unwrap_or_default(),
+        "tests/plans/storefront-local.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    let detail = &record["steps"][0]["detail"];
+    let mode = detail["route"]["mode"].as_str().unwrap_or_default();
+    assert!(
+        ["single", "parallel", "sequential"].contains(&mode),
+        "{detail}"
+    );
+    let results = detail["results"].as_array().cloned().unwrap_or_default();
+    assert!(!results.is_empty(), "{detail}");
+    for result in &results {
+        assert!(
+            ["search", "reviews"].contains(&result["agent"].as_str().unwrap_or_default()),
+            "{detail}"
+        );
+    }
+    assert!(
+        record["output"]
+            .as_str()
+            .is_some_and(|answer| !answer.trim().is_empty()),
+        "{record}"
+    );
+    let calls = std::fs::read_to_string(&events_file)
+        .expect("events")
+        .lines()
+        .filter(|line| line.contains("\"kind\":\"inference\""))
+        .count();
+    assert_eq!(calls, 2, "exactly two model calls");
 }

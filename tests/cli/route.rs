@@ -131,3 +131,53 @@ fn a_route_over_the_limit_is_rejected() {
         0
     );
 }
+
+#[test]
+fn a_plan_agent_runs_its_plan_with_the_route_arguments_as_inputs() {
+    let (code, record, events) = route("describe the aero");
+    assert_eq!(code, 0, "{record}");
+    let result = &record["steps"][0]["detail"]["results"][0];
+    assert_eq!(result["agent"], "describe");
+    // The argument became the sub-plan's input, its default filled the other.
+    assert!(
+        result["output"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("short description of aero: ") && o.contains("Aero 14")),
+        "{result}"
+    );
+    assert_eq!(model_calls(&events), 2);
+}
+
+#[test]
+fn a_plan_agent_that_leads_back_to_its_own_plan_is_refused() {
+    let run = pagantic(&["run", "tests/plans/agents/loop.yaml"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("encloses it (a cycle)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_failed_agent_becomes_its_result_and_stops_the_sequence_after_it() {
+    let (code, record, events) = route("find a unicorn, then order it");
+    assert_eq!(code, 0, "{record}");
+    let results = &record["steps"][0]["detail"]["results"];
+    // grep finds no unicorn: the search fails, its error is its result…
+    assert_eq!(results[0]["error"]["code"], "TOOL_EXECUTION_FAILED");
+    assert!(
+        results[0]["output"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("error: "))
+    );
+    // …and the order after it is not placed.
+    assert_eq!(results[1]["agent"], "place_order");
+    assert_eq!(results[1]["skipped"], true);
+    let orders = std::fs::read_to_string(root().join("target").join("test-orders.jsonl"))
+        .unwrap_or_default();
+    assert!(!orders.contains("unicorn"), "{orders}");
+    // The answer is still written, from what could be done.
+    assert_eq!(record["output"], "Here is what I found.");
+    assert_eq!(model_calls(&events), 2);
+}

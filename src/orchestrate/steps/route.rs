@@ -5,10 +5,13 @@
 //!    and the limits before anything runs; an invalid route is retried once with the errors, then
 //!    fails with ORCHESTRATION_STEP_MISMATCH (the retry is the only extra call there can be).
 //! 2. **Execute** with no model deciding anything: parallel agents run concurrently, sequential
-//!    ones in order, each seeing the results before it.
+//!    ones in order, each seeing the results before it. A failed agent's error becomes its
+//!    result; in a sequence, the agents after it are not run.
 //! 3. **Synthesise**: one call turns the results into the answer.
 //!
-//! The route decision is kept in the run record (the step's detail) as a plan trace.
+//! An agent runs a tool, another plan file, or a template sent to a model (the last two may call
+//! models themselves). The route decision is kept in the run record (the step's detail) as a
+//! plan trace.
 
 use std::sync::Arc;
 
@@ -20,8 +23,11 @@ use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request, TokenSink};
-use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
+use crate::orchestrate::pipeline::{
+    Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepOutput,
+};
 use crate::orchestrate::tools::ToolRuntime;
+use crate::orchestrate::{RunOptions, RunStatus, execute};
 
 /// What an agent runs.
 pub enum AgentAction {
@@ -32,7 +38,16 @@ pub enum AgentAction {
         template: String,
         engine: Arc<dyn Engine>,
     },
+    /// Another plan, run with the agent's arguments as its inputs (`bind` checks them against
+    /// its declared inputs and fills defaults); the result is that plan's output.
+    Plan {
+        pipeline: Arc<Pipeline>,
+        bind: Arc<BindInputs>,
+    },
 }
+
+/// Turns an agent's arguments into a sub-plan's inputs.
+pub type BindInputs = dyn Fn(&Value) -> Result<Value, Failure> + Send + Sync;
 
 /// An agent a route may choose.
 pub struct RouteAgent {
@@ -70,14 +85,24 @@ impl Route {
             .agents
             .iter()
             .map(|a| {
-                let parameters = if a.parameters.is_null() {
+                let mut parameters = if a.parameters.is_null() {
                     json!({ "type": "object" })
                 } else {
                     a.parameters.clone()
                 };
+                // Arguments the agent does not declare are refused, not just ignored: under a
+                // decoder constraint a small model otherwise pads them with schema keywords.
+                if let Value::Object(schema) = &mut parameters
+                    && schema.contains_key("properties")
+                {
+                    schema
+                        .entry("additionalProperties")
+                        .or_insert(Value::Bool(false));
+                }
                 json!({
                     "type": "object",
                     "required": ["agent", "arguments"],
+                    "additionalProperties": false,
                     "properties": { "agent": { "const": a.name }, "arguments": parameters }
                 })
             })
@@ -85,10 +110,11 @@ impl Route {
         json!({
             "type": "object",
             "required": ["mode", "steps"],
+            "additionalProperties": false,
             "properties": {
                 "mode": { "enum": ["single", "parallel", "sequential"] },
                 "steps": { "type": "array", "minItems": 1, "maxItems": self.max_agents, "items": { "oneOf": branches } },
-                "rationale": { "type": "string" }
+                "rationale": { "type": "string", "maxLength": 200 }
             }
         })
     }
@@ -179,8 +205,54 @@ impl Route {
                     .await?;
                 Ok((Value::String(response.text), response.usage))
             }
+            AgentAction::Plan { pipeline, bind } => {
+                let record = execute(pipeline, bind(args)?, RunOptions::new(4), &ctx.events).await;
+                match record.status {
+                    RunStatus::Complete => Ok((record.output.unwrap_or(Value::Null), record.usage)),
+                    _ => Err(record.error.unwrap_or_else(|| {
+                        Failure::new(
+                            FailureCode::OrchestrationDependencyFailed,
+                            format!("agent `{}`: its plan was cancelled", agent.name),
+                        )
+                    })),
+                }
+            }
         }
     }
+}
+
+/// One agent's entry in the results the synthesis sees. A failed agent does not fail the
+/// request: its entry carries the error (also as `output` text, so templates that print
+/// `r.output` still render), and the answer can say what could not be done.
+fn agent_result(
+    name: &str,
+    args: &Value,
+    outcome: Result<(Value, TokenUsage), Failure>,
+    usage: &mut TokenUsage,
+) -> Value {
+    match outcome {
+        Ok((output, used)) => {
+            *usage += used;
+            json!({ "agent": name, "arguments": args, "output": output })
+        }
+        Err(failure) => json!({
+            "agent": name,
+            "arguments": args,
+            "output": format!("error: {}", failure.message),
+            "error": failure,
+        }),
+    }
+}
+
+/// A sequential agent not run because an earlier one failed (a later step may depend on it:
+/// an order must not be placed after its stock check failed).
+fn skipped_result(name: &str, args: &Value, failed: &str) -> Value {
+    json!({
+        "agent": name,
+        "arguments": args,
+        "output": format!("not run: agent `{failed}` before it failed"),
+        "skipped": true,
+    })
 }
 
 impl StepHandler for Route {
@@ -234,11 +306,17 @@ impl StepHandler for Route {
             };
             let mut results: Vec<Value> = Vec::new();
             if decision.mode == "sequential" {
+                let mut failed: Option<String> = None;
                 for (agent, args) in &decision.steps {
-                    let (output, used) = Self::run_agent(agent, args, &results, ctx).await?;
-                    usage += used;
-                    results
-                        .push(json!({ "agent": agent.name, "arguments": args, "output": output }));
+                    if let Some(earlier) = &failed {
+                        results.push(skipped_result(&agent.name, args, earlier));
+                        continue;
+                    }
+                    let outcome = Self::run_agent(agent, args, &results, ctx).await;
+                    if outcome.is_err() {
+                        failed = Some(agent.name.clone());
+                    }
+                    results.push(agent_result(&agent.name, args, outcome, &mut usage));
                 }
             } else {
                 let mut running = JoinSet::new();
@@ -259,9 +337,7 @@ impl StepHandler for Route {
                 let mut finished = running.join_all().await;
                 finished.sort_by_key(|(i, ..)| *i);
                 for (_, name, args, outcome) in finished {
-                    let (output, used) = outcome?;
-                    usage += used;
-                    results.push(json!({ "agent": name, "arguments": args, "output": output }));
+                    results.push(agent_result(&name, &args, outcome, &mut usage));
                 }
             }
             let synthesis_prompt = match &self.synthesis {
@@ -271,7 +347,7 @@ impl StepHandler for Route {
                     ctx.templates.render_str(template, &scope)?
                 }
                 None => format!(
-                    "Answer the request using these results:\n{}\n\nRequest: {}",
+                    "Answer the request using only these results; if they do not hold the answer (an agent failed or found nothing), say so instead of guessing.\nResults:\n{}\n\nRequest: {}",
                     serde_json::to_string_pretty(&results).unwrap_or_default(),
                     self.prompt.user.render(ctx)?
                 ),
