@@ -5,11 +5,12 @@
 #
 #   bash benches/batch.sh            # LOCAL_ROWS=16 by default; the local part needs `models pull`
 #
-# Release build; GNU time for the peak RSS. Prints one line per measurement.
+# The dev build (the profile of the README commands: dependencies optimised, pagantic itself
+# not); GNU time for the peak RSS. Prints one line per measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked --quiet
-bin=./target/release/pagantic
+cargo build --locked --quiet
+bin=./target/debug/pagantic
 dir=target/bench-batch
 mkdir -p "$dir"
 python3 - "$dir" <<'PY'
