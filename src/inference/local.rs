@@ -357,6 +357,64 @@ pub enum LocalSource {
     Embedded(&'static EmbeddedModel),
     /// A GGUF file on disk.
     File(PathBuf),
+    /// A GGUF file in a Hugging Face repository (`hf:ORG/REPO/FILE.gguf` in a plan), fetched
+    /// into the Hugging Face cache on first use — the only source that reaches the network
+    /// by itself, and only because the plan names it.
+    HuggingFace { repo: String, file: String },
+}
+
+impl LocalSource {
+    /// Reads a plan's `source:`: an embedded model's name, `hf:ORG/REPO/FILE.gguf`, or a path
+    /// (relative to `dir`).
+    pub fn parse(text: &str, dir: &Path) -> Result<Self, String> {
+        if let Some(model) = store::embedded(text) {
+            return Ok(LocalSource::Embedded(model));
+        }
+        let Some(hub) = text.strip_prefix("hf:") else {
+            return Ok(LocalSource::File(dir.join(text)));
+        };
+        let mut parts = hub.splitn(3, '/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(org), Some(repo), Some(file))
+                if !org.is_empty() && !repo.is_empty() && file.ends_with(".gguf") =>
+            {
+                Ok(LocalSource::HuggingFace {
+                    repo: format!("{org}/{repo}"),
+                    file: file.to_string(),
+                })
+            }
+            _ => Err(format!(
+                "`{text}` is not a Hugging Face source: write hf:ORG/REPO/FILE.gguf"
+            )),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            LocalSource::Embedded(model) => model.name.to_string(),
+            LocalSource::File(path) => path.display().to_string(),
+            LocalSource::HuggingFace { repo, file } => format!("hf:{repo}/{file}"),
+        }
+    }
+}
+
+/// Fetches `file` from the Hugging Face repository `repo` (or finds it in the cache).
+async fn fetch_from_hub(repo: &str, file: &str) -> Result<PathBuf, Failure> {
+    let unavailable = |error: &dyn std::fmt::Display| {
+        Failure::new(
+            FailureCode::InferenceModelUnavailable,
+            format!("cannot fetch {file} from the Hugging Face repository {repo}: {error}"),
+        )
+        .with_help("check the network and the repository and file names, or download the file and give its path as `source:`")
+    };
+    let api = hf_hub::api::tokio::ApiBuilder::from_env()
+        .with_progress(false)
+        .build()
+        .map_err(|e| unavailable(&e))?;
+    api.model(repo.to_string())
+        .get(file)
+        .await
+        .map_err(|e| unavailable(&e))
 }
 
 /// Tells the user about slow one-time work (pulling, loading), on stderr in the CLI.
@@ -389,6 +447,12 @@ impl LocalModel {
     async fn load(&self) -> Result<LocalEngine, Failure> {
         let path = match &self.source {
             LocalSource::File(path) => path.clone(),
+            LocalSource::HuggingFace { repo, file } => {
+                (self.notice)(&format!(
+                    "fetching {file} from the Hugging Face repository {repo} (kept in the Hugging Face cache) …"
+                ));
+                fetch_from_hub(repo, file).await?
+            }
             LocalSource::Embedded(model) => {
                 let model: &'static EmbeddedModel = model;
                 let notice = Arc::clone(&self.notice);
@@ -441,14 +505,37 @@ impl Engine for LocalModel {
     }
 
     fn model_info(&self) -> ModelInfo {
-        let name = match &self.source {
-            LocalSource::Embedded(model) => model.name.to_string(),
-            LocalSource::File(path) => path.display().to_string(),
-        };
         ModelInfo {
-            name,
+            name: self.source.describe(),
             engine: "mistralrs",
             constrained_decoding: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_embedded_names_hub_ids_or_paths() {
+        let dir = Path::new("plans");
+        assert!(matches!(
+            LocalSource::parse("qwen2.5-coder-0.5b-instruct-q4_k_m", dir),
+            Ok(LocalSource::Embedded(_))
+        ));
+        match LocalSource::parse("hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf", dir) {
+            Ok(LocalSource::HuggingFace { repo, file }) => {
+                assert_eq!(repo, "Qwen/Qwen2.5-0.5B-Instruct-GGUF");
+                assert_eq!(file, "qwen2.5-0.5b-instruct-q8_0.gguf");
+            }
+            other => panic!("{:?}", other.map(|s| s.describe())),
+        }
+        assert!(LocalSource::parse("hf:Qwen/model.gguf", dir).is_err());
+        assert!(LocalSource::parse("hf:Qwen/repo/weights.bin", dir).is_err());
+        match LocalSource::parse("models/x.gguf", dir) {
+            Ok(LocalSource::File(path)) => assert_eq!(path, Path::new("plans/models/x.gguf")),
+            other => panic!("{:?}", other.map(|s| s.describe())),
         }
     }
 }

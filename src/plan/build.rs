@@ -186,10 +186,9 @@ impl Builder<'_> {
             ModelSpec::Mistralrs { source, .. } => {
                 let source = match source.as_deref() {
                     None => LocalSource::Embedded(&store::DEFAULT_LLM),
-                    Some(text) => match store::embedded(text) {
-                        Some(model) => LocalSource::Embedded(model),
-                        None => LocalSource::File(self.dir.join(text)),
-                    },
+                    Some(text) => LocalSource::parse(text, &self.dir).map_err(|reason| {
+                        Failure::new(FailureCode::ConfigInvalidInput, format!("model `{name}`: {reason}"))
+                    })?,
                 };
                 let notice = self
                     .options

@@ -123,7 +123,7 @@ impl InputType {
 pub enum ModelSpec {
     /// A local GGUF model run in-process by mistral.rs.
     Mistralrs {
-        /// `default` (the embedded Qwen2.5-Coder-0.5B-Instruct), a path to a `.gguf` file, or a Hugging Face model id.
+        /// `default` (the embedded Qwen2.5-Coder-0.5B-Instruct), a path to a `.gguf` file, or `hf:ORG/REPO/FILE.gguf` (fetched from Hugging Face on first use).
         #[serde(default)]
         source: Option<String>,
         /// Context window in tokens (default: the model's own).
