@@ -521,10 +521,13 @@ mod tests {
     fn sources_are_embedded_names_hub_ids_or_paths() {
         let dir = Path::new("plans");
         assert!(matches!(
-            LocalSource::parse("qwen2.5-coder-0.5b-instruct-q4_k_m", dir),
+            LocalSource::parse("qwen2.5-coder-0.5b-instruct", dir),
             Ok(LocalSource::Embedded(_))
         ));
-        match LocalSource::parse("hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf", dir) {
+        match LocalSource::parse(
+            "hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf",
+            dir,
+        ) {
             Ok(LocalSource::HuggingFace { repo, file }) => {
                 assert_eq!(repo, "Qwen/Qwen2.5-0.5B-Instruct-GGUF");
                 assert_eq!(file, "qwen2.5-0.5b-instruct-q8_0.gguf");

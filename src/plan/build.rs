@@ -187,7 +187,10 @@ impl Builder<'_> {
                 let source = match source.as_deref() {
                     None => LocalSource::Embedded(&store::DEFAULT_LLM),
                     Some(text) => LocalSource::parse(text, &self.dir).map_err(|reason| {
-                        Failure::new(FailureCode::ConfigInvalidInput, format!("model `{name}`: {reason}"))
+                        Failure::new(
+                            FailureCode::ConfigInvalidInput,
+                            format!("model `{name}`: {reason}"),
+                        )
                     })?,
                 };
                 let notice = self
