@@ -59,6 +59,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         LocalEngine::load(&LocalConfig {
             path: path.clone(),
             max_batch,
+            context_length: None,
         })
         .await?,
     );

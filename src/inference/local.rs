@@ -34,6 +34,8 @@ pub struct LocalConfig {
     pub path: PathBuf,
     /// Most sequences decoded together.
     pub max_batch: usize,
+    /// Refuse requests whose prompt and `max_tokens` would not fit in this many tokens.
+    pub context_length: Option<u32>,
 }
 
 /// A loaded local model.
@@ -43,7 +45,15 @@ pub struct LocalEngine {
     /// The end markers of this model's vocabulary that llguidance may force once a grammar is
     /// complete; they stop decoding (see [`GRAMMAR_END_MARKERS`]).
     grammar_ends: Vec<String>,
+    context_length: Option<u32>,
+    /// Counts the tokens of a text with the model's tokenizer (none: the model has no tokenizer).
+    count_tokens: Option<TokenCounter>,
 }
+
+type TokenCounter = Box<dyn Fn(&str) -> usize + Send + Sync>;
+
+/// Tokens a chat template adds around each message (role markers, separators), roughly.
+const TEMPLATE_TOKENS_PER_MESSAGE: usize = 8;
 
 /// The tokens llguidance takes as end-of-sequence (toktrie_hf_tokenizers picks the first of
 /// these that the vocabulary has). Once a constraint is satisfied llguidance allows only that
@@ -111,16 +121,21 @@ impl LocalEngine {
         let batch = max_batch
             .try_into()
             .map_err(|_| load_failure(&path, "max_batch must be positive"))?;
-        let grammar_ends = {
-            let pipeline = pipeline.lock().await;
-            pipeline.tokenizer().map_or_else(Vec::new, |tokenizer| {
-                GRAMMAR_END_MARKERS
-                    .iter()
-                    .filter(|marker| tokenizer.token_to_id(marker).is_some())
-                    .map(|marker| marker.to_string())
-                    .collect()
-            })
-        };
+        let tokenizer = pipeline.lock().await.tokenizer();
+        let grammar_ends = tokenizer.as_ref().map_or_else(Vec::new, |tokenizer| {
+            GRAMMAR_END_MARKERS
+                .iter()
+                .filter(|marker| tokenizer.token_to_id(marker).is_some())
+                .map(|marker| marker.to_string())
+                .collect()
+        });
+        let count_tokens = tokenizer.map(|tokenizer| {
+            Box::new(move |text: &str| {
+                tokenizer
+                    .encode_fast(text, false)
+                    .map_or(text.len() / 4, |encoding| encoding.len())
+            }) as TokenCounter
+        });
         let scheduler = SchedulerConfig::DefaultScheduler {
             method: DefaultSchedulerMethod::Fixed(batch),
         };
@@ -131,13 +146,39 @@ impl LocalEngine {
         Ok(LocalEngine {
             model: Model::new(runner),
             grammar_ends,
+            context_length: config.context_length,
+            count_tokens,
             name: path
                 .file_name()
                 .map_or_else(|| "local".into(), |f| f.to_string_lossy().into_owned()),
         })
     }
 
+    /// Refuses a request that cannot fit in `context_length` (prompt, template and `max_tokens`).
+    fn check_context(&self, request: &Request) -> Result<(), Failure> {
+        let (Some(limit), Some(count)) = (self.context_length, &self.count_tokens) else {
+            return Ok(());
+        };
+        let prompt: usize = request
+            .messages
+            .iter()
+            .map(|m| count(&m.content) + TEMPLATE_TOKENS_PER_MESSAGE)
+            .sum();
+        let answer = request.max_tokens.unwrap_or(0) as usize;
+        if prompt + answer <= limit as usize {
+            return Ok(());
+        }
+        Err(Failure::new(
+            FailureCode::InferenceContextExceeded,
+            format!(
+                "the prompt is about {prompt} tokens and max_tokens {answer}: more than the model's context_length of {limit}"
+            ),
+        )
+        .with_help("shorten the prompt (fewer or shorter retrieved passages), lower max_tokens, or raise context_length"))
+    }
+
     fn build_request(&self, request: &Request) -> Result<RequestBuilder, Failure> {
+        self.check_context(request)?;
         let mut builder = RequestBuilder::new();
         for message in &request.messages {
             builder = add_message(builder, message);
@@ -425,6 +466,7 @@ pub type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct LocalModel {
     source: LocalSource,
     max_batch: usize,
+    context_length: Option<u32>,
     notice: Notice,
     loaded: OnceCell<Result<LocalEngine, Failure>>,
 }
@@ -434,9 +476,16 @@ impl LocalModel {
         LocalModel {
             source,
             max_batch,
+            context_length: None,
             notice,
             loaded: OnceCell::new(),
         }
+    }
+
+    /// Requests that would not fit in `tokens` are refused with INFERENCE_CONTEXT_EXCEEDED.
+    pub fn with_context_length(mut self, tokens: Option<u32>) -> Self {
+        self.context_length = tokens;
+        self
     }
 
     async fn engine(&self) -> Result<&LocalEngine, Failure> {
@@ -473,6 +522,7 @@ impl LocalModel {
         LocalEngine::load(&LocalConfig {
             path,
             max_batch: self.max_batch,
+            context_length: self.context_length,
         })
         .await
     }

@@ -183,7 +183,10 @@ impl Builder<'_> {
                     stall: stall.map(|s| s.get()),
                 }))
             }
-            ModelSpec::Mistralrs { source, .. } => {
+            ModelSpec::Mistralrs {
+                source,
+                context_length,
+            } => {
                 let source = match source.as_deref() {
                     None => LocalSource::Embedded(&store::DEFAULT_LLM),
                     Some(text) => LocalSource::parse(text, &self.dir).map_err(|reason| {
@@ -198,7 +201,10 @@ impl Builder<'_> {
                     .notice
                     .clone()
                     .unwrap_or_else(|| Arc::new(|_: &str| {}));
-                Arc::new(LocalModel::new(source, LOCAL_MAX_BATCH, notice))
+                Arc::new(
+                    LocalModel::new(source, LOCAL_MAX_BATCH, notice)
+                        .with_context_length(*context_length),
+                )
             }
             ModelSpec::Openai {
                 base_url,

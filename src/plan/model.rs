@@ -126,7 +126,7 @@ pub enum ModelSpec {
         /// `default` (the embedded Qwen2.5-Coder-0.5B-Instruct), a path to a `.gguf` file, or `hf:ORG/REPO/FILE.gguf` (fetched from Hugging Face on first use).
         #[serde(default)]
         source: Option<String>,
-        /// Context window in tokens (default: the model's own).
+        /// Refuse requests whose prompt and max_tokens exceed this many tokens (INFERENCE_CONTEXT_EXCEEDED) instead of sending them.
         #[serde(default)]
         #[schemars(range(min = 256))]
         context_length: Option<u32>,

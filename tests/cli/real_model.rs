@@ -128,3 +128,16 @@ fn the_local_model_routes_a_catalog_question_in_two_calls() {
         .count();
     assert_eq!(calls, 2, "exactly two model calls");
 }
+
+#[test]
+fn a_prompt_longer_than_context_length_is_refused_before_decoding() {
+    require_model();
+    let run = pagantic(&["run", "--no-stream", "tests/plans/context-local.yaml"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("INFERENCE_CONTEXT_EXCEEDED")
+            && run.stderr.contains("context_length of 256"),
+        "{}",
+        run.stderr
+    );
+}
