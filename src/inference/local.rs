@@ -205,7 +205,7 @@ impl LocalEngine {
         let constraint = match (&request.grammar, &request.json_schema) {
             (Some(Grammar::Regex(regex)), _) => Some(Constraint::Regex(regex.clone())),
             (Some(Grammar::Lark(lark)), _) => Some(Constraint::Lark(lark.clone())),
-            (None, Some(schema)) => Some(Constraint::JsonSchema(schema.clone())),
+            (None, Some(schema)) => Some(Constraint::JsonSchema(compact_json(schema))),
             (None, None) => None,
         };
         let constrained = constraint.is_some();
@@ -232,6 +232,23 @@ impl LocalEngine {
         }
         Ok(builder)
     }
+}
+
+/// The schema with llguidance told to allow no whitespace between JSON tokens (only `, ` and
+/// `: `). With the default "any whitespace", the small model can spend its whole `max_tokens`
+/// on newlines inside an object, leaving the JSON unfinished; compact JSON is shorter anyway.
+fn compact_json(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Value::Object(object) = &mut schema {
+        object.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": ",
+            })
+        });
+    }
+    schema
 }
 
 fn add_message(builder: RequestBuilder, message: &Message) -> RequestBuilder {

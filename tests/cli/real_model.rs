@@ -141,3 +141,54 @@ fn a_prompt_longer_than_context_length_is_refused_before_decoding() {
         run.stderr
     );
 }
+
+#[test]
+fn the_agent_plan_calls_the_calculator_and_answers() {
+    require_model();
+    let run = pagantic(&["run", "--no-stream", "--format", "json", "plans/agent.yaml"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    assert!(
+        record["output"]
+            .as_str()
+            .is_some_and(|answer| answer.replace(',', "").contains("7006652")),
+        "{record}"
+    );
+    let calls = record["steps"][0]["detail"]["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c["tool"] == "calculator" && c["ok"] == true),
+        "{record}"
+    );
+}
+
+#[test]
+fn the_classify_plan_extracts_json_and_votes_on_the_local_model() {
+    require_model();
+    let run = pagantic(&[
+        "run",
+        "--no-stream",
+        "--format",
+        "json",
+        "plans/classify.yaml",
+        "-i",
+        "review=The battery died after two days and support never answered. Avoid.",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    let extract = &record["steps"][0];
+    assert_eq!(extract["output"]["sentiment"], "negative", "{extract}");
+    assert_eq!(extract["detail"]["constrained"], true);
+    let vote = &record["steps"][1]["output"];
+    assert_eq!(vote["candidates"].as_array().map(Vec::len), Some(3));
+    assert!(
+        vote["value"]
+            .as_str()
+            .is_some_and(|v| v.to_lowercase().contains("negative")),
+        "{vote}"
+    );
+}

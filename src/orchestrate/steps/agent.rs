@@ -8,6 +8,7 @@
 //! never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
 //! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -60,16 +61,21 @@ impl Agent {
 
     /// The schema of one constrained turn. The final-answer form comes first, so the simplest
     /// instance of it (what a scripted dry run answers) ends the loop.
-    fn turn_schema(&self) -> Value {
-        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
-        json!({
-            "oneOf": [
-                { "type": "object", "required": ["final"], "additionalProperties": false,
-                  "properties": { "final": { "type": "string" } } },
-                { "type": "object", "required": ["tool", "arguments"], "additionalProperties": false,
-                  "properties": { "tool": { "enum": names }, "arguments": { "type": "object" } } }
-            ]
-        })
+    /// Each tool is its own branch, so its arguments are held to its schema while decoding;
+    /// without `tools`, only a final answer.
+    fn turn_schema(&self, tools: bool) -> Value {
+        let mut branches = vec![json!({
+            "type": "object", "required": ["final"], "additionalProperties": false,
+            "properties": { "final": { "type": "string" } }
+        })];
+        if tools {
+            branches.extend(
+                self.tools
+                    .iter()
+                    .map(|t| super::call_branch("tool", &t.name, &t.parameters)),
+            );
+        }
+        json!({ "oneOf": branches })
     }
 
     /// Trims memory to the system message plus the most recent messages.
@@ -96,6 +102,11 @@ impl StepHandler for Agent {
             let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
             let mut usage = TokenUsage::default();
             let mut calls_made = Vec::new();
+            // Calls already made (tool and arguments): a model that repeats one is not given the
+            // same result again but asked for its answer, with the tools withdrawn for that turn
+            // (small models otherwise loop on a call whose result they already hold).
+            let mut seen = HashSet::new();
+            let mut must_answer = false;
             for round in 0..=self.max_tool_iterations {
                 let mut messages = memory.clone();
                 if let Some(context) = &context {
@@ -107,11 +118,11 @@ impl StepHandler for Agent {
                 }
                 let request = Request {
                     tools: match self.tool_calls {
-                        ToolCalls::Native => self.definitions(),
-                        ToolCalls::Constrained => Vec::new(),
+                        ToolCalls::Native if !must_answer => self.definitions(),
+                        _ => Vec::new(),
                     },
                     json_schema: (self.tool_calls == ToolCalls::Constrained)
-                        .then(|| self.turn_schema()),
+                        .then(|| self.turn_schema(!must_answer)),
                     ..self.sampling.request(messages)
                 };
                 let response = ctx
@@ -143,6 +154,19 @@ impl StepHandler for Agent {
                 if round == self.max_tool_iterations {
                     break;
                 }
+                let repeated = calls
+                    .iter()
+                    .all(|c| seen.contains(&format!("{}{}", c.name, c.arguments)));
+                if repeated && !must_answer {
+                    must_answer = true;
+                    memory.push(Message::assistant(response.text));
+                    memory.push(Message::user(
+                        "You already made that call and its result is above. Give your final answer now.",
+                    ));
+                    continue;
+                }
+                seen.extend(calls.iter().map(|c| format!("{}{}", c.name, c.arguments)));
+                must_answer = false;
                 memory.push(Message {
                     tool_calls: calls.clone(),
                     ..Message::assistant(response.text)

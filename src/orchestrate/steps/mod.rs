@@ -24,6 +24,8 @@ pub use template::Template;
 pub use tool::ToolStep;
 pub use validate::Validate;
 
+use serde_json::{Value, json};
+
 use super::pipeline::{StepContext, StepOutput};
 use crate::core::{Candidate, Failure, FailureCode, Message};
 
@@ -76,5 +78,30 @@ fn candidates_output(candidates: Vec<Candidate>) -> Result<StepOutput, Failure> 
     Ok(StepOutput {
         output,
         ..StepOutput::default()
+    })
+}
+
+/// One branch of a "call X with these arguments" choice, for a decoder constraint: `key` must be
+/// `name` and `arguments` must match `parameters` (no schema: any object), with arguments that
+/// `parameters` does not declare refused — under a constraint a small model otherwise pads them
+/// with schema keywords or invents its own names.
+fn call_branch(key: &str, name: &str, parameters: &Value) -> Value {
+    let mut arguments = if parameters.is_null() {
+        json!({ "type": "object" })
+    } else {
+        parameters.clone()
+    };
+    if let Value::Object(schema) = &mut arguments
+        && schema.contains_key("properties")
+    {
+        schema
+            .entry("additionalProperties")
+            .or_insert(Value::Bool(false));
+    }
+    json!({
+        "type": "object",
+        "required": [key, "arguments"],
+        "additionalProperties": false,
+        "properties": { key: { "const": name }, "arguments": arguments }
     })
 }

@@ -84,28 +84,7 @@ impl Route {
         let branches: Vec<Value> = self
             .agents
             .iter()
-            .map(|a| {
-                let mut parameters = if a.parameters.is_null() {
-                    json!({ "type": "object" })
-                } else {
-                    a.parameters.clone()
-                };
-                // Arguments the agent does not declare are refused, not just ignored: under a
-                // decoder constraint a small model otherwise pads them with schema keywords.
-                if let Value::Object(schema) = &mut parameters
-                    && schema.contains_key("properties")
-                {
-                    schema
-                        .entry("additionalProperties")
-                        .or_insert(Value::Bool(false));
-                }
-                json!({
-                    "type": "object",
-                    "required": ["agent", "arguments"],
-                    "additionalProperties": false,
-                    "properties": { "agent": { "const": a.name }, "arguments": parameters }
-                })
-            })
+            .map(|a| super::call_branch("agent", &a.name, &a.parameters))
             .collect();
         json!({
             "type": "object",
