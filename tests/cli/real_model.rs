@@ -47,11 +47,17 @@ fn decoder_constraints_hold_on_the_local_model() {
             .unwrap_or_else(|| panic!("no step {name} in {record}"))
             .clone()
     };
-    let yes_no = step("yes_no")["output"].as_str().unwrap_or_default().to_string();
+    let yes_no = step("yes_no")["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(yes_no == "yes" || yes_no == "no", "regex: {yes_no:?}");
     // The answer ends where the grammar does, not at max_tokens.
     assert!(step("yes_no")["usage"]["completion_tokens"].as_u64() < Some(16));
-    let colour = step("colour")["output"].as_str().unwrap_or_default().to_string();
+    let colour = step("colour")["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         ["colour: blue", "colour: white", "colour: red"].contains(&colour.as_str()),
         "gbnf: {colour:?}"

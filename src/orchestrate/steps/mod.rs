@@ -78,3 +78,15 @@ fn candidates_output(candidates: Vec<Candidate>) -> Result<StepOutput, Failure> 
         ..StepOutput::default()
     })
 }
+
+/// Runs CPU-heavy model work off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        Failure::new(
+            FailureCode::InferenceEngineError,
+            format!("the scoring task failed: {e}"),
+        )
+    })?
+}

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::candidates_output;
+use super::{blocking, candidates_output};
 use crate::core::{Candidate, Failure, FailureCode};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler};
 use crate::rerank::{Scorer, rerank};
@@ -29,13 +29,10 @@ impl StepHandler for Rerank {
                         ),
                     )
                 })?;
-            let kept = rerank(
-                self.scorer.as_ref(),
-                &query,
-                candidates,
-                self.top_k,
-                self.min_score,
-            )?;
+            let (scorer, top_k, min_score) = (Arc::clone(&self.scorer), self.top_k, self.min_score);
+            let kept =
+                blocking(move || rerank(scorer.as_ref(), &query, candidates, top_k, min_score))
+                    .await?;
             candidates_output(kept)
         })
     }
