@@ -603,7 +603,8 @@ fn corpus_source(spec: &CorpusSpec, dir: &Path) -> CorpusSource {
             })
             .collect(),
         jsonl: spec.jsonl.as_ref().map(|j| JsonlOptions {
-            path: dir.join(&j.path),
+            // Relative to the plan: loading joins it to `base_dir`.
+            path: PathBuf::from(&j.path),
             content_field: j.content_field.clone().unwrap_or_else(|| "content".into()),
             source_field: j.source_field.clone(),
         }),

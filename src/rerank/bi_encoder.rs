@@ -34,8 +34,7 @@ impl BiEncoder {
         let mut embeddings = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(self.model.batch_size()) {
             self.model.run(
-                chunk,
-                |encoder, text| encoder.single(text),
+                |encoder| encoder.singles(chunk),
                 "sentence_embedding",
                 |output| {
                     embeddings.extend(pooled(&output, chunk.len(), &self.model.label())?);
@@ -111,24 +110,14 @@ fn pooled(output: &Output<'_>, rows: usize, model: &str) -> Result<Vec<Embedding
             .chunks(dim.max(1))
             .map(<[f32]>::to_vec)
             .collect(),
-        [r, tokens, dim] if r == rows && output.attention_mask.len() == rows * tokens => (0..rows)
-            .map(|row| {
-                let mut sum = vec![0f32; dim];
-                let mut count = 0f32;
-                for token in 0..tokens {
-                    if output.attention_mask[row * tokens + token] == 0 {
-                        continue;
-                    }
-                    count += 1.0;
-                    let start = (row * tokens + token) * dim;
-                    for (s, v) in sum.iter_mut().zip(&output.values[start..start + dim]) {
-                        *s += v;
-                    }
-                }
-                sum.iter_mut().for_each(|s| *s /= count.max(1.0));
-                sum
-            })
-            .collect(),
+        [r, tokens, dim] if r == rows && output.attention_mask.len() == rows * tokens => {
+            mean_pool(output, [rows, tokens, dim]).map_err(|e| {
+                Failure::new(
+                    FailureCode::InferenceEngineError,
+                    format!("mean pooling failed: {e}"),
+                )
+            })?
+        }
         _ => {
             return Err(Failure::new(
                 FailureCode::InferenceModelUnavailable,
@@ -150,6 +139,28 @@ fn pooled(output: &Output<'_>, rows: usize, model: &str) -> Result<Vec<Embedding
             Embedding::from(v)
         })
         .collect())
+}
+
+/// The mean of each row's attended token embeddings: `mask [rows, 1, tokens] × hidden [rows,
+/// tokens, dim]`, divided by the attended count — one batched matrix product in candle's
+/// optimised kernels rather than a loop here.
+fn mean_pool(
+    output: &Output<'_>,
+    [rows, tokens, dim]: [usize; 3],
+) -> candle_core::Result<Vec<Vec<f32>>> {
+    use candle_core::{Device, Tensor};
+    let mask: Vec<f32> = output.attention_mask.iter().map(|&m| m as f32).collect();
+    let counts: Vec<f32> = mask
+        .chunks(tokens.max(1))
+        .map(|row| row.iter().sum::<f32>().max(1.0))
+        .collect();
+    let hidden = Tensor::from_slice(output.values, (rows, tokens, dim), &Device::Cpu)?;
+    let mask = Tensor::from_vec(mask, (rows, 1, tokens), &Device::Cpu)?;
+    let counts = Tensor::from_vec(counts, (rows, 1), &Device::Cpu)?;
+    mask.matmul(&hidden)?
+        .squeeze(1)?
+        .broadcast_div(&counts)?
+        .to_vec2::<f32>()
 }
 
 #[cfg(test)]

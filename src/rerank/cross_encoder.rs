@@ -23,8 +23,7 @@ impl Scorer for CrossEncoder {
         let mut scores = Vec::with_capacity(passages.len());
         for chunk in passages.chunks(self.model.batch_size()) {
             self.model.run(
-                chunk,
-                |encoder, passage| encoder.pair(query, passage),
+                |encoder| encoder.pairs(query, chunk),
                 "logits",
                 |output| {
                     // One logit per pair: shape [rows] or [rows, 1].

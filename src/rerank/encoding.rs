@@ -61,18 +61,20 @@ impl TextEncoder {
         })
     }
 
-    /// Encodes a (query, passage) pair: the query whole where it fits, the passage cut.
-    pub fn pair(&self, query: &str, passage: &str) -> Result<Encoding, Failure> {
+    /// Encodes (query, passage) pairs, in parallel: the query whole where it fits, the passage
+    /// cut; when the query alone is too long, both are cut.
+    pub fn pairs(&self, query: &str, passages: &[&str]) -> Result<Vec<Encoding>, Failure> {
+        let inputs = || passages.iter().map(|p| (query, *p)).collect::<Vec<_>>();
         self.passage_first
-            .encode((query, passage), true)
-            .or_else(|_| self.longest_first.encode((query, passage), true))
+            .encode_batch(inputs(), true)
+            .or_else(|_| self.longest_first.encode_batch(inputs(), true))
             .map_err(tokenize_failure)
     }
 
-    /// Encodes one text, cut at the maximum length.
-    pub fn single(&self, text: &str) -> Result<Encoding, Failure> {
+    /// Encodes texts, in parallel, each cut at the maximum length.
+    pub fn singles(&self, texts: &[&str]) -> Result<Vec<Encoding>, Failure> {
         self.longest_first
-            .encode(text, true)
+            .encode_batch(texts.to_vec(), true)
             .map_err(tokenize_failure)
     }
 
@@ -191,17 +193,19 @@ mod tests {
     fn pairs_keep_the_query_and_cut_the_passage() {
         let dir = temp_dir("encode-pair");
         let encoder = TextEncoder::load(&tiny_tokenizer(&dir, None), Some(9)).expect("tokenizer");
-        let pair = encoder
-            .pair("how do I resume", "the plan runs the rows again")
-            .expect("pair");
+        let pairs = encoder
+            .pairs("how do I resume", &["the plan runs the rows again", "rows"])
+            .expect("pairs");
+        let pair = &pairs[0];
         // [CLS] how do i resume [SEP] the plan [SEP]: 9 tokens, the query whole.
         assert_eq!(pair.get_ids(), [2, 4, 5, 6, 7, 3, 10, 11, 3]);
         assert_eq!(pair.get_type_ids(), [0, 0, 0, 0, 0, 0, 1, 1, 1]);
+        assert_eq!(pairs[1].get_ids(), [2, 4, 5, 6, 7, 3, 13, 3]);
         // A query longer than the maximum alone is cut too, rather than failing.
         let long = encoder
-            .pair("how do i resume a batch how do i", "the plan")
+            .pairs("how do i resume a batch how do i", &["the plan"])
             .expect("long query");
-        assert_eq!(long.len(), 9);
+        assert_eq!(long[0].len(), 9);
         std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
@@ -209,17 +213,11 @@ mod tests {
     fn the_fixed_padding_of_the_file_is_ignored_and_its_truncation_is_the_default() {
         let dir = temp_dir("encode-single");
         let encoder = TextEncoder::load(&tiny_tokenizer(&dir, Some(4)), None).expect("tokenizer");
-        assert_eq!(
-            encoder.single("resume").expect("short").get_ids(),
-            [2, 7, 3]
-        );
-        assert_eq!(
-            encoder
-                .single("how do i resume a batch")
-                .expect("long")
-                .get_ids(),
-            [2, 4, 5, 3]
-        );
+        let singles = encoder
+            .singles(&["resume", "how do i resume a batch"])
+            .expect("singles");
+        assert_eq!(singles[0].get_ids(), [2, 7, 3]);
+        assert_eq!(singles[1].get_ids(), [2, 4, 5, 3]);
         std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
@@ -228,8 +226,11 @@ mod tests {
         let dir = temp_dir("encode-batch");
         let encoder = TextEncoder::load(&tiny_tokenizer(&dir, None), None).expect("tokenizer");
         let encodings = [
-            encoder.pair("resume", "rows").expect("a"),
-            encoder.pair("resume a batch", "rows").expect("b"),
+            encoder.pairs("resume", &["rows"]).expect("a").remove(0),
+            encoder
+                .pairs("resume a batch", &["rows"])
+                .expect("b")
+                .remove(0),
         ];
         let mut batch = Batch::default();
         batch.fill(&encodings, encoder.pad_id());

@@ -85,12 +85,11 @@ impl OnnxModel {
         }
     }
 
-    /// Encodes `texts` with `encode`, runs them as one batch, and reads the output named
-    /// `preferred` (else the first) with `read`.
-    pub fn run<T, R>(
+    /// Encodes one batch with `encode`, runs it, and reads the output named `preferred` (else
+    /// the first) with `read`.
+    pub fn run<R>(
         &self,
-        texts: &[T],
-        encode: impl Fn(&TextEncoder, &T) -> Result<Encoding, Failure>,
+        encode: impl FnOnce(&TextEncoder) -> Result<Vec<Encoding>, Failure>,
         preferred: &str,
         read: impl FnOnce(Output<'_>) -> Result<R, Failure>,
     ) -> Result<R, Failure> {
@@ -108,10 +107,7 @@ impl OnnxModel {
             takes_token_types,
             batch,
         } = &mut *guard;
-        let encodings = texts
-            .iter()
-            .map(|text| encode(encoder, text))
-            .collect::<Result<Vec<_>, Failure>>()?;
+        let encodings = encode(encoder)?;
         batch.fill(&encodings, encoder.pad_id());
         let shape = batch.shape();
         let mut inputs = vec![
@@ -153,6 +149,13 @@ impl OnnxModel {
                 (model, tokenizer)
             }
         };
+        if !model.is_file() {
+            return Err(Failure::new(
+                FailureCode::InferenceModelUnavailable,
+                format!("the ONNX model {} does not exist", model.display()),
+            )
+            .with_help("`source:` is a path to a .onnx file (or a directory holding model.onnx), relative to the plan, or `default`"));
+        }
         let encoder = TextEncoder::load(&tokenizer, self.config.max_length)?;
         let session = runtime::session(
             &model,

@@ -34,13 +34,6 @@ pub struct SessionOptions {
 
 /// Loads `model` into a session on the process's runtime, loading the runtime first if needed.
 pub fn session(model: &Path, options: SessionOptions, notice: &Notice) -> Result<Session, Failure> {
-    if !model.is_file() {
-        return Err(Failure::new(
-            FailureCode::InferenceModelUnavailable,
-            format!("the ONNX model {} does not exist", model.display()),
-        )
-        .with_help("`source:` is a path to a .onnx file (or a directory holding model.onnx), relative to the plan, or `default`"));
-    }
     let environment = RUNTIME
         .get_or_init(|| library_path(notice).and_then(|path| load(&path)))
         .as_ref()

@@ -8,6 +8,7 @@ use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandle
 use crate::rerank::{Scorer, rerank};
 
 /// Re-scores the candidates in `input` against the query; keeps `top_k` scoring `>= min_score`.
+/// The record's detail names the scorer and how many candidates it scored.
 pub struct Rerank {
     pub scorer: Arc<dyn Scorer>,
     pub query: String,
@@ -30,10 +31,16 @@ impl StepHandler for Rerank {
                     )
                 })?;
             let (scorer, top_k, min_score) = (Arc::clone(&self.scorer), self.top_k, self.min_score);
+            let scored = candidates.len();
             let kept =
                 blocking(move || rerank(scorer.as_ref(), &query, candidates, top_k, min_score))
                     .await?;
-            candidates_output(kept)
+            let mut output = candidates_output(kept)?;
+            output.detail = Some(serde_json::json!({
+                "scorer": self.scorer.name(),
+                "scored": scored,
+            }));
+            Ok(output)
         })
     }
 
