@@ -240,7 +240,7 @@ mod tests {
             values: &values,
             attention_mask: &[1, 1],
         };
-        let failure = pooled(&scalar, 2, "m").err().expect("refused");
+        let failure = pooled(&scalar, 2, "m").expect_err("refused");
         assert!(
             failure.message.contains("outputs shape [2]"),
             "{}",

@@ -45,14 +45,21 @@ pub fn session(model: &Path, options: SessionOptions, notice: &Notice) -> Result
         )
         .with_help("check that the file is an ONNX model (opset supported by ONNX Runtime 1.31)")
     };
-    Session::builder(environment)
-        .map_err(|e| unreadable(e.to_string()))?
-        .with_optimization_level(GraphOptimizationLevel::All)
-        .and_then(|b| b.with_intra_threads(options.intra_threads))
-        .and_then(|b| b.with_inter_threads(1))
-        .map_err(|e| unreadable(e.to_string()))?
-        .commit_from_file(model)
-        .map_err(|e| unreadable(e.to_string()))
+    let text = |e: ort::Error| e.to_string();
+    let text_of_builder = |e: ort::Error<_>| e.to_string();
+    let build = || -> Result<Session, String> {
+        Session::builder(environment)
+            .map_err(text)?
+            .with_optimization_level(GraphOptimizationLevel::All)
+            .map_err(text_of_builder)?
+            .with_intra_threads(options.intra_threads)
+            .map_err(text_of_builder)?
+            .with_inter_threads(1)
+            .map_err(text_of_builder)?
+            .commit_from_file(model)
+            .map_err(text)
+    };
+    build().map_err(unreadable)
 }
 
 /// `$ORT_DYLIB_PATH`, else the pulled library (pulling it if the store lacks it).

@@ -60,3 +60,11 @@ pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 pub fn pagantic(args: &[&str]) -> Run {
     pagantic_in(&root(), args)
 }
+
+/// The record of step `name` in a run record (`run --format json`).
+pub fn step<'a>(record: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    record["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no step {name} in {record}"))
+}

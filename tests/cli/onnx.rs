@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::{pagantic, pagantic_with, root};
+use crate::{pagantic, pagantic_with, root, step};
 
 /// Fails with the fix when the ONNX models have not been pulled.
 fn require_onnx_models() {
@@ -18,13 +18,6 @@ fn require_onnx_models() {
         listed.stdout,
         listed.stderr
     );
-}
-
-fn step<'a>(record: &'a Value, name: &str) -> &'a Value {
-    record["steps"]
-        .as_array()
-        .and_then(|steps| steps.iter().find(|s| s["name"] == name))
-        .unwrap_or_else(|| panic!("no step {name} in {record}"))
 }
 
 #[test]
