@@ -286,14 +286,8 @@ impl Builder<'_> {
                 format!("model `{name}` is of kind `{kind}`, not an ONNX scorer"),
             ));
         };
+        // The checker refuses `source: default` with `task: cross-encoder`.
         let (source, default_max_length) = if source == "default" {
-            if *task == OnnxTask::CrossEncoder {
-                return Err(Failure::new(
-                    FailureCode::ConfigInvalidInput,
-                    format!("model `{name}`: the embedded default model is a bi-encoder"),
-                )
-                .with_help("write `task: bi-encoder`, or give the path of a cross-encoder exported to ONNX as `source:`"));
-            }
             (
                 OnnxSource::Embedded(&store::DEFAULT_SCORER),
                 Some(DEFAULT_SCORER_MAX_LENGTH),
