@@ -109,15 +109,17 @@ fn list(verify: bool, all: bool) -> io::Result<u8> {
             format!("{}…", &model.sha256[..model.sha256.len().min(12)]),
             model.path.display()
         )?;
-        if let Some(derived) = &model.derived {
+        let derived = model.derived.iter().map(|path| ("  (derived Q8_0)", path));
+        let companions = model.companions.iter().map(|path| ("  (with)", path));
+        for (label, path) in derived.chain(companions) {
             writeln!(
                 stdout,
                 "{:<30} {:>10}  {:<8} {:<16} {}",
-                "  (derived Q8_0)",
+                label,
                 "",
                 "",
                 "",
-                derived.display()
+                path.display()
             )?;
         }
     }

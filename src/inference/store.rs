@@ -253,6 +253,8 @@ pub struct Listed {
     /// The size on disk matches and (with `check`) the hash too.
     pub verified: bool,
     pub derived: Option<PathBuf>,
+    /// Files stored with it (a tokenizer).
+    pub companions: Vec<PathBuf>,
 }
 
 /// What the store holds. With `check`, every file's hash is recomputed (about a second per
@@ -282,6 +284,7 @@ pub fn list(check: bool) -> Vec<Listed> {
                     && companions_ok
                     && manifest.sha256 == model.file.sha256,
                 derived: manifest.derived.map(|d| models_dir().join(d.file)),
+                companions: model.companions.iter().map(stored_path).collect(),
             })
         })
         .collect()
@@ -563,6 +566,27 @@ mod tests {
             Some(491_400_064)
         );
         assert!(embedded("gpt-5").is_none());
+    }
+
+    /// Every file of every model shares one directory: no two may have the same name.
+    #[test]
+    fn embedded_models_and_their_files_have_distinct_names() {
+        let mut names: Vec<&str> = EMBEDDED.iter().map(|m| m.name).collect();
+        let mut files: Vec<&str> = EMBEDDED
+            .iter()
+            .flat_map(|m| m.files().map(|f| f.file_name))
+            .collect();
+        let (model_count, file_count) = (names.len(), files.len());
+        names.sort_unstable();
+        names.dedup();
+        files.sort_unstable();
+        files.dedup();
+        assert_eq!((names.len(), files.len()), (model_count, file_count));
+        assert_eq!(
+            file_count, 4,
+            "the GGUF, the runtime, the MiniLM and its tokenizer"
+        );
+        assert_eq!(DEFAULT_SCORER.size(), 22_928_619 + 466_247);
     }
 
     #[test]
