@@ -3,9 +3,9 @@
 //! Names in the plan are resolved to run-time objects here: engines for models, loaded corpora,
 //! scorers, tools, prompt templates; then every step's config builds its handler. Resources are
 //! created on first use and shared (one engine or ONNX session per model for every step and batch
-//! row of the run), and nothing a plan declares but never uses is loaded. `--dry-run` swaps every model for a scripted echo,
-//! every ONNX scorer for the keyword scorer, and every tool with side effects for a stand-in
-//! that reports the call.
+//! row of the run), and nothing a plan declares but never uses is loaded. `--dry-run` swaps every
+//! model for a scripted echo, every ONNX scorer for the keyword scorer (dense retrieval for
+//! lexical search), and every tool with side effects for a stand-in that reports the call.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -20,6 +20,14 @@ fn require_onnx_models() {
     );
 }
 
+/// `tests/onnx/reference.json`: the Python onnxruntime's scores for the tiny models.
+fn reference() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/onnx/reference.json")).expect("reference"),
+    )
+    .expect("reference json")
+}
+
 #[test]
 fn the_tiny_cross_encoder_scores_as_the_python_onnxruntime_did() {
     require_onnx_models();
@@ -32,10 +40,7 @@ fn the_tiny_cross_encoder_scores_as_the_python_onnxruntime_did() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     let record: Value = serde_json::from_str(&run.stdout).expect("json record");
     let rerank = step(&record, "rerank");
-    let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("tests/onnx/reference.json")).expect("reference"),
-    )
-    .expect("reference json");
+    let reference = reference();
     // The plan's passages are the first two reference pairs' passages, for their query.
     for pair in reference["pairs"].as_array().expect("pairs").iter().take(2) {
         let candidate = rerank["output"]
@@ -180,5 +185,42 @@ fn an_old_onnx_runtime_is_refused_with_the_version_needed() {
             .contains("is ONNX Runtime 1.20.0; pagantic needs 1.31 or later"),
         "{}",
         run.stderr
+    );
+}
+
+/// `source:` may name a directory holding `model.onnx`, with `tokenizer.json` beside it.
+#[test]
+fn a_model_directory_is_found_by_its_model_onnx_and_tokenizer_json() {
+    require_onnx_models();
+    let dir = std::env::temp_dir().join(format!("pagantic-onnx-dir-{}", std::process::id()));
+    let model_dir = dir.join("tiny");
+    std::fs::create_dir_all(&model_dir).expect("dir");
+    for (from, to) in [
+        ("tiny-cross-encoder.onnx", "model.onnx"),
+        ("tokenizer.json", "tokenizer.json"),
+    ] {
+        std::fs::copy(root().join("tests/onnx").join(from), model_dir.join(to)).expect("copy");
+    }
+    let plan = dir.join("plan.yaml");
+    std::fs::write(
+        &plan,
+        "version: 1\nname: directory\nmodels:\n  tiny: { kind: onnx, task: cross-encoder, source: tiny, max_length: 24 }\n\
+         corpora:\n  docs: { documents: [{ content: the weather is nice today . }] }\n\
+         steps:\n  - { name: retrieve, type: retrieve, corpus: docs, query: weather }\n  \
+         - { name: rerank, type: rerank, model: tiny, query: how do i resume a batch ? }\n",
+    )
+    .expect("plan");
+    let run = pagantic(&["run", "--format", "json", plan.to_str().expect("utf-8")]);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("json record");
+    let score = step(&record, "rerank")["output"][0]["score"]
+        .as_f64()
+        .expect("score");
+    // Reference pair 1, through the logistic function (the default).
+    let logit = reference()["pairs"][1]["logit"].as_f64().expect("logit");
+    assert!(
+        (score - 1.0 / (1.0 + (-logit).exp())).abs() < 1e-4,
+        "{score}"
     );
 }
