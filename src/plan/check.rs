@@ -284,6 +284,20 @@ impl Checker<'_> {
 
     fn models(&mut self) {
         for (name, model) in &self.plan.models {
+            if let ModelSpec::Onnx {
+                task: OnnxTask::CrossEncoder,
+                source,
+                ..
+            } = model
+                && source == "default"
+            {
+                let span = self.span(&path(&["models", name, "task"]));
+                self.emit(
+                    PlanError::OnnxDefaultTask { name: name.clone() },
+                    span,
+                    "the default model is a bi-encoder",
+                );
+            }
             if let ModelSpec::Scripted { rules, .. } = model {
                 for (i, rule) in rules.iter().enumerate() {
                     if let Some(pattern) = &rule.matches

@@ -307,6 +307,16 @@ pub enum PlanError {
     )]
     SchemaFile { path: String, reason: String },
 
+    /// `source: default` (the embedded MiniLM, a bi-encoder) with `task: cross-encoder`.
+    #[error("model `{name}`: the embedded default ONNX model is a bi-encoder, not a cross-encoder")]
+    #[diagnostic(
+        code(plan::onnx_default_task),
+        help(
+            "write `task: bi-encoder`, or give a cross-encoder exported to ONNX as `source:` (a .onnx file or a directory holding model.onnx)"
+        )
+    )]
+    OnnxDefaultTask { name: String },
+
     /// A regular expression that does not compile.
     #[error("invalid regular expression: {message}")]
     #[diagnostic(code(plan::invalid_regex))]

@@ -175,6 +175,17 @@ pub enum ModelSpec {
         #[serde(default)]
         #[schemars(range(min = 1, max = 4096))]
         batch_size: Option<u32>,
+        /// Threads one inference may use (default: the number of CPUs).
+        #[serde(default)]
+        #[schemars(range(min = 1, max = 256))]
+        threads: Option<u32>,
+        /// Longest input in tokens; longer passages are cut, queries kept (default: the tokenizer's truncation length, else 512; 256 for `default`).
+        #[serde(default)]
+        #[schemars(range(min = 8, max = 8192))]
+        max_length: Option<u32>,
+        /// Cross-encoders: map the logit to 0..1 with the logistic function, as sentence-transformers' CrossEncoder does (default true).
+        #[serde(default)]
+        sigmoid: Option<bool>,
     },
 }
 

@@ -3,6 +3,25 @@
 //! A [`Scorer`] scores passages for a query; the keyword scorer lives here and the ONNX cross- and
 //! bi-encoders plug in through the same trait. [`select`] applies a rerank step's policy: best
 //! first, keep scores `>= min_score` (inclusive), at most `top_k`.
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `runtime.rs` | loading the ONNX Runtime library once per process; sessions |
+//! | `encoding.rs` | tokenising, truncation, padding a batch |
+//! | `onnx.rs` | [`OnnxModel`]: a model loaded on first use, running one batch |
+//! | `cross_encoder.rs` | [`CrossEncoder`]: one logit per (query, passage) pair |
+//! | `bi_encoder.rs` | [`BiEncoder`]: mean-pooled embeddings, cosine, the dense retrieval cache |
+
+mod bi_encoder;
+mod cross_encoder;
+mod encoding;
+mod onnx;
+mod runtime;
+
+pub use bi_encoder::BiEncoder;
+pub use cross_encoder::CrossEncoder;
+pub use onnx::{OnnxConfig, OnnxModel, OnnxSource};
+pub use runtime::LIBRARY_VARIABLE;
 
 use crate::core::{Candidate, Failure, text};
 

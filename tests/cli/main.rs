@@ -10,6 +10,7 @@ mod batch;
 mod docs;
 mod graph;
 mod invalid_corpus;
+mod onnx;
 mod patterns;
 mod real_model;
 mod robustness;
@@ -36,10 +37,16 @@ pub fn root() -> PathBuf {
 
 /// Runs `pagantic ARGS…` in `dir`, with colours off.
 pub fn pagantic_in(dir: &Path, args: &[&str]) -> Run {
+    pagantic_with(dir, args, &[])
+}
+
+/// Runs `pagantic ARGS…` in `dir` with extra environment variables, colours off.
+pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let output = Command::new(env!("CARGO_BIN_EXE_pagantic"))
         .args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("the pagantic binary runs");
     Run {
@@ -52,4 +59,12 @@ pub fn pagantic_in(dir: &Path, args: &[&str]) -> Run {
 /// Runs `pagantic ARGS…` at the repository root.
 pub fn pagantic(args: &[&str]) -> Run {
     pagantic_in(&root(), args)
+}
+
+/// The record of step `name` in a run record (`run --format json`).
+pub fn step<'a>(record: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    record["steps"]
+        .as_array()
+        .and_then(|steps| steps.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no step {name} in {record}"))
 }

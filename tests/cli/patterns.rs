@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::pagantic;
+use crate::{pagantic, step};
 
 fn run(case: &str) -> (i32, Value, String) {
     let run = pagantic(&[
@@ -17,13 +17,6 @@ fn run(case: &str) -> (i32, Value, String) {
     let record = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
     (run.code, record, run.stderr)
-}
-
-fn step<'a>(record: &'a Value, name: &str) -> &'a Value {
-    record["steps"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["name"] == name))
-        .expect("step in record")
 }
 
 #[test]

@@ -192,3 +192,38 @@ fn the_classify_plan_extracts_json_and_votes_on_the_local_model() {
         "{vote}"
     );
 }
+
+/// Issue 6's acceptance: rag.yaml retrieves from corpus/docs, reranks with the embedded MiniLM on
+/// ONNX Runtime, and answers with the local LLM; the record shows every candidate's rerank score.
+#[test]
+fn the_rag_plan_reranks_with_minilm_and_answers() {
+    require_model();
+    let run = pagantic(&[
+        "run",
+        "--no-stream",
+        "--format",
+        "json",
+        "plans/rag.yaml",
+        "-i",
+        "question=How do I resume a batch?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    assert_eq!(record["status"], "complete", "{record}");
+    let rerank = crate::step(&record, "rerank");
+    assert!(
+        rerank["detail"]["scorer"] == "bi-encoder:all-minilm-l6-v2-int8",
+        "{rerank}"
+    );
+    let candidates = rerank["output"].as_array().expect("candidates");
+    assert_eq!(
+        candidates[0]["source"], "../corpus/docs/batch.md",
+        "{rerank}"
+    );
+    assert!(
+        candidates
+            .iter()
+            .all(|c| c["score"].as_f64().is_some_and(|s| s >= 0.1)),
+        "every kept candidate has its cosine score, at least min_score: {rerank}"
+    );
+}

@@ -263,19 +263,6 @@ fn missing_and_unknown_inputs_exit_2_before_anything_runs() {
 }
 
 #[test]
-fn a_model_kind_this_build_cannot_run_is_a_clear_error_not_a_crash() {
-    // rag.yaml's reranker is `kind: onnx`, which arrives with the ONNX issue.
-    let run = pagantic(&["run", "-i", "question=x", "plans/rag.yaml"]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("error[CONFIG_NO_ENGINE]"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("--dry-run"), "{}", run.stderr);
-}
-
-#[test]
 fn a_missing_model_file_fails_with_its_code_and_a_fix() {
     let run = pagantic(&["run", "tests/plans/missing-model.yaml"]);
     assert_eq!(run.code, 1, "{}", run.stderr);

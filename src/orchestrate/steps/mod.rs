@@ -105,3 +105,15 @@ fn call_branch(key: &str, name: &str, parameters: &Value) -> Value {
         "properties": { key: { "const": name }, "arguments": arguments }
     })
 }
+
+/// Runs CPU-heavy model work off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        Failure::new(
+            FailureCode::InferenceEngineError,
+            format!("the scoring task failed: {e}"),
+        )
+    })?
+}

@@ -2,12 +2,13 @@
 
 use std::sync::Arc;
 
-use super::candidates_output;
+use super::{blocking, candidates_output};
 use crate::core::{Candidate, Failure, FailureCode};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler};
 use crate::rerank::{Scorer, rerank};
 
 /// Re-scores the candidates in `input` against the query; keeps `top_k` scoring `>= min_score`.
+/// The record's detail names the scorer and how many candidates it scored.
 pub struct Rerank {
     pub scorer: Arc<dyn Scorer>,
     pub query: String,
@@ -29,14 +30,17 @@ impl StepHandler for Rerank {
                         ),
                     )
                 })?;
-            let kept = rerank(
-                self.scorer.as_ref(),
-                &query,
-                candidates,
-                self.top_k,
-                self.min_score,
-            )?;
-            candidates_output(kept)
+            let (scorer, top_k, min_score) = (Arc::clone(&self.scorer), self.top_k, self.min_score);
+            let scored = candidates.len();
+            let kept =
+                blocking(move || rerank(scorer.as_ref(), &query, candidates, top_k, min_score))
+                    .await?;
+            let mut output = candidates_output(kept)?;
+            output.detail = Some(serde_json::json!({
+                "scorer": self.scorer.name(),
+                "scored": scored,
+            }));
+            Ok(output)
         })
     }
 

@@ -56,11 +56,13 @@ impl StepConfig for RetrieveStep {
     }
 
     fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
-        if let Some(model) = &self.model {
-            // Dense retrieval needs the ONNX engine; a dry run falls back to the lexical scorer.
-            builder.scorer(Some(model))?;
-        }
+        // A dry run has no bi-encoder: the lexical scorer stands in.
+        let dense = match &self.model {
+            Some(model) => builder.embedder(model)?,
+            None => None,
+        };
         Ok(Arc::new(Retrieve {
+            dense,
             corpus: builder.corpus(&self.corpus)?,
             query: self.query.clone(),
             limit: self.limit.map_or(10, |l| l as usize),

@@ -1,0 +1,250 @@
+//! The bi-encoder scorer: query and passages are embedded separately (mean pooling over the
+//! attention mask, unit length) and scored by cosine similarity; also the dense retriever's
+//! embeddings, cached by content so a corpus is embedded once per run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use super::Scorer;
+use super::onnx::{OnnxModel, Output};
+use crate::core::{Failure, FailureCode};
+
+/// A text's embedding, unit length.
+pub type Embedding = Arc<[f32]>;
+
+/// Embeds texts with a sentence-embedding model and scores by cosine similarity.
+pub struct BiEncoder {
+    model: OnnxModel,
+    /// Embeddings of corpus passages by the SHA-256 of their text.
+    cache: Mutex<HashMap<[u8; 32], Embedding>>,
+}
+
+impl BiEncoder {
+    pub fn new(model: OnnxModel) -> BiEncoder {
+        BiEncoder {
+            model,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// One unit-length embedding per text, in order, computed in batches.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Embedding>, Failure> {
+        let mut embeddings = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(self.model.batch_size()) {
+            self.model.run(
+                |encoder| encoder.singles(chunk),
+                "sentence_embedding",
+                |output| {
+                    embeddings.extend(pooled(&output, chunk.len(), &self.model.label())?);
+                    Ok(())
+                },
+            )?;
+        }
+        Ok(embeddings)
+    }
+
+    /// Cosine similarity of `query` with each passage, embedding each distinct passage text once
+    /// for the life of this scorer (a run): for dense retrieval over a corpus.
+    pub fn score_cached(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
+        let keys: Vec<[u8; 32]> = passages
+            .iter()
+            .map(|p| Sha256::digest(p.as_bytes()).into())
+            .collect();
+        let missing: Vec<(usize, &str)> = {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seen = std::collections::HashSet::new();
+            keys.iter()
+                .zip(passages)
+                .enumerate()
+                .filter(|(_, (key, _))| !cache.contains_key(*key) && seen.insert(**key))
+                .map(|(i, (_, text))| (i, *text))
+                .collect()
+        };
+        let texts: Vec<&str> = missing.iter().map(|(_, text)| *text).collect();
+        let fresh = self.embed(&texts)?;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for ((i, _), embedding) in missing.iter().zip(fresh) {
+            cache.insert(keys[*i], embedding);
+        }
+        let query = self.embed(&[query])?;
+        Ok(keys
+            .iter()
+            .map(|key| cache.get(key).map_or(0.0, |e| cosine(&query[0], e)))
+            .collect())
+    }
+}
+
+impl Scorer for BiEncoder {
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
+        let query = self.embed(&[query])?;
+        let passages = self.embed(passages)?;
+        Ok(passages.iter().map(|p| cosine(&query[0], p)).collect())
+    }
+
+    fn name(&self) -> String {
+        format!("bi-encoder:{}", self.model.label())
+    }
+}
+
+/// The dot product of two unit vectors: their cosine similarity.
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum()
+}
+
+/// One unit-length embedding per row: the output itself when it is `[rows, dim]` (a pooled
+/// `sentence_embedding`), else the mean of `[rows, tokens, dim]` over the attended tokens.
+fn pooled(output: &Output<'_>, rows: usize, model: &str) -> Result<Vec<Embedding>, Failure> {
+    let dims: Vec<usize> = output
+        .shape
+        .iter()
+        .map(|d| usize::try_from(*d).unwrap_or(0))
+        .collect();
+    let vectors: Vec<Vec<f32>> = match dims[..] {
+        [r, dim] if r == rows => output
+            .values
+            .chunks(dim.max(1))
+            .map(<[f32]>::to_vec)
+            .collect(),
+        [r, tokens, dim] if r == rows && output.attention_mask.len() == rows * tokens => {
+            mean_pool(output, [rows, tokens, dim]).map_err(|e| {
+                Failure::new(
+                    FailureCode::InferenceEngineError,
+                    format!("mean pooling failed: {e}"),
+                )
+            })?
+        }
+        _ => {
+            return Err(Failure::new(
+                FailureCode::InferenceModelUnavailable,
+                format!(
+                    "a bi-encoder must output token embeddings [batch, tokens, dim] or sentence embeddings [batch, dim]; {model} outputs shape {:?}",
+                    output.shape
+                ),
+            )
+            .with_help("use `task: cross-encoder` for models that score pairs"));
+        }
+    };
+    Ok(vectors
+        .into_iter()
+        .map(|mut v| {
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm > 0.0 {
+                v.iter_mut().for_each(|x| *x /= norm);
+            }
+            Embedding::from(v)
+        })
+        .collect())
+}
+
+/// The mean of each row's attended token embeddings: `mask [rows, 1, tokens] × hidden [rows,
+/// tokens, dim]`, divided by the attended count — one batched matrix product in candle's
+/// optimised kernels rather than a loop here.
+fn mean_pool(
+    output: &Output<'_>,
+    [rows, tokens, dim]: [usize; 3],
+) -> candle_core::Result<Vec<Vec<f32>>> {
+    use candle_core::{Device, Tensor};
+    let mask: Vec<f32> = output.attention_mask.iter().map(|&m| m as f32).collect();
+    let counts: Vec<f32> = mask
+        .chunks(tokens.max(1))
+        .map(|row| row.iter().sum::<f32>().max(1.0))
+        .collect();
+    let hidden = Tensor::from_slice(output.values, (rows, tokens, dim), &Device::Cpu)?;
+    let mask = Tensor::from_vec(mask, (rows, 1, tokens), &Device::Cpu)?;
+    let counts = Tensor::from_vec(counts, (rows, 1), &Device::Cpu)?;
+    mask.matmul(&hidden)?
+        .squeeze(1)?
+        .broadcast_div(&counts)?
+        .to_vec2::<f32>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rerank::onnx::{reference_pairs, tiny_model};
+
+    /// Mean pooling and cosine over the tiny BERT of `tests/onnx/` agree with the reference the
+    /// Python onnxruntime and numpy computed.
+    #[test]
+    fn cosines_match_the_python_onnxruntime_reference() {
+        let encoder = BiEncoder::new(tiny_model("tiny-bi-encoder.onnx"));
+        for (query, passage, _, cosine) in reference_pairs() {
+            let score = encoder.score(&query, &[&passage]).expect("scores")[0];
+            assert!(
+                (score - cosine).abs() < 1e-4,
+                "{query} / {passage}: {score} vs {cosine}"
+            );
+        }
+    }
+
+    #[test]
+    fn cached_scores_equal_fresh_ones_and_embed_each_text_once() {
+        let encoder = BiEncoder::new(tiny_model("tiny-bi-encoder.onnx"));
+        let passages = [
+            "the cat sat on the mat",
+            "validate plans in ci",
+            "the cat sat on the mat",
+        ];
+        let fresh = encoder.score("validate plans", &passages).expect("fresh");
+        let cached = encoder
+            .score_cached("validate plans", &passages)
+            .expect("cached");
+        let again = encoder
+            .score_cached("validate plans", &passages)
+            .expect("again");
+        for (a, b) in fresh.iter().zip(&cached) {
+            assert!((a - b).abs() < 1e-6, "{fresh:?} vs {cached:?}");
+        }
+        assert_eq!(cached, again);
+        assert_eq!(
+            encoder.cache.lock().expect("cache").len(),
+            2,
+            "duplicates embedded once"
+        );
+    }
+
+    #[test]
+    fn token_embeddings_are_mean_pooled_over_the_mask_and_normalised() {
+        // Two rows, three tokens, two dims; row 0 attends to two tokens, row 1 to one.
+        let values = [
+            3.0, 0.0, 1.0, 0.0, 100.0, 100.0, 0.0, 2.0, 9.0, 9.0, 9.0, 9.0,
+        ];
+        let output = Output {
+            shape: &[2, 3, 2],
+            values: &values,
+            attention_mask: &[1, 1, 0, 1, 0, 0],
+        };
+        let pooled = pooled(&output, 2, "m").expect("pooled");
+        // Row 0: mean (2, 0) → (1, 0); row 1: (0, 2) → (0, 1).
+        assert_eq!(&*pooled[0], [1.0, 0.0]);
+        assert_eq!(&*pooled[1], [0.0, 1.0]);
+        assert!((cosine(&pooled[0], &pooled[1])).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sentence_embeddings_are_normalised_and_other_shapes_refused() {
+        let values = [3.0, 4.0];
+        let output = Output {
+            shape: &[1, 2],
+            values: &values,
+            attention_mask: &[1],
+        };
+        assert_eq!(&*pooled(&output, 1, "m").expect("pooled")[0], [0.6, 0.8]);
+        let scalar = Output {
+            shape: &[2],
+            values: &values,
+            attention_mask: &[1, 1],
+        };
+        let failure = pooled(&scalar, 2, "m").expect_err("refused");
+        assert!(
+            failure.message.contains("outputs shape [2]"),
+            "{}",
+            failure.message
+        );
+    }
+}

@@ -1,0 +1,226 @@
+//! ONNX scorers through the binary: the tiny committed cross-encoder against its Python
+//! reference, the embedded MiniLM ranking a small committed set, and the failures a user can
+//! meet (no runtime library, a foreign library, a missing model). The tests that run a model
+//! need the ONNX Runtime library (and, for MiniLM, the model) pulled: the README's test command
+//! runs `pagantic models pull` first, and so does CI.
+
+use serde_json::Value;
+
+use crate::{pagantic, pagantic_with, root, step};
+
+/// Fails with the fix when the ONNX models have not been pulled.
+fn require_onnx_models() {
+    let listed = pagantic(&["models", "list"]);
+    assert!(
+        listed.stdout.contains("onnxruntime-1.31.1")
+            && listed.stdout.contains("all-minilm-l6-v2-int8"),
+        "these tests need the ONNX Runtime library and the MiniLM model: run `cargo run -- models pull` first\n{}{}",
+        listed.stdout,
+        listed.stderr
+    );
+}
+
+/// `tests/onnx/reference.json`: the Python onnxruntime's scores for the tiny models.
+fn reference() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/onnx/reference.json")).expect("reference"),
+    )
+    .expect("reference json")
+}
+
+#[test]
+fn the_tiny_cross_encoder_scores_as_the_python_onnxruntime_did() {
+    require_onnx_models();
+    let run = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "tests/plans/tiny-cross-encoder.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("json record");
+    let rerank = step(&record, "rerank");
+    let reference = reference();
+    // The plan's passages are the first two reference pairs' passages, for their query.
+    for pair in reference["pairs"].as_array().expect("pairs").iter().take(2) {
+        let candidate = rerank["output"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["content"] == pair["passage"]))
+            .unwrap_or_else(|| panic!("{} not in {rerank}", pair["passage"]));
+        let (got, want) = (
+            candidate["score"].as_f64().expect("score"),
+            pair["logit"].as_f64().expect("logit"),
+        );
+        assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+    }
+    assert_eq!(rerank["detail"]["scored"], 2);
+    assert!(
+        rerank["detail"]["scorer"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("cross-encoder:")),
+        "{rerank}"
+    );
+}
+
+#[test]
+fn minilm_ranks_the_relevant_passage_first_in_dense_retrieval_and_reranking() {
+    require_onnx_models();
+    let out = std::env::temp_dir().join(format!("pagantic-relevance-{}.jsonl", std::process::id()));
+    let run = pagantic(&[
+        "run",
+        "tests/plans/minilm-relevance.yaml",
+        "--batch",
+        "tests/onnx/relevance-questions.jsonl",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rows = std::fs::read_to_string(&out).expect("output");
+    std::fs::remove_file(&out).expect("cleanup");
+    assert_eq!(rows.lines().count(), 3, "{rows}");
+    for line in rows.lines() {
+        let row: Value = serde_json::from_str(line).expect("row");
+        let ranked = row["output"].as_array().expect("candidates");
+        assert_eq!(ranked.len(), 6, "{row}");
+        assert_eq!(ranked[0]["source"], row["input"]["relevant"], "{row}");
+        let best = ranked[0]["score"].as_f64().expect("score");
+        let runner_up = ranked[1]["score"].as_f64().expect("score");
+        assert!(best > runner_up + 0.1, "a clear margin: {row}");
+    }
+}
+
+#[test]
+fn a_missing_or_foreign_runtime_library_is_a_clear_failure_not_a_crash() {
+    let missing = "/nonexistent/libonnxruntime.so.1.31.1";
+    let cases = [
+        (missing, "does not exist"),
+        ("Cargo.toml", "is not a loadable shared library"),
+    ];
+    for (library, reason) in cases {
+        let run = pagantic_with(
+            &root(),
+            &["run", "tests/plans/tiny-cross-encoder.yaml"],
+            &[("ORT_DYLIB_PATH", library)],
+        );
+        assert_eq!(run.code, 1, "{library}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("error[INFERENCE_MODEL_UNAVAILABLE]: the ONNX Runtime library")
+                && run.stderr.contains(reason),
+            "{library}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("models pull") || run.stderr.contains("ORT_DYLIB_PATH"));
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+}
+
+#[test]
+fn a_missing_onnx_model_file_is_a_clear_failure_and_validate_never_loads_it() {
+    let dir = std::env::temp_dir().join(format!("pagantic-onnx-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let plan = dir.join("plan.yaml");
+    std::fs::write(
+        &plan,
+        "version: 1\nname: missing\nmodels:\n  ranker: { kind: onnx, task: cross-encoder, source: nowhere.onnx }\n\
+         corpora:\n  docs: { documents: [{ content: a passage }] }\n\
+         steps:\n  - { name: retrieve, type: retrieve, corpus: docs, query: passage }\n  - { name: rerank, type: rerank, model: ranker }\n",
+    )
+    .expect("plan");
+    let plan = plan.to_str().expect("utf-8 path");
+    let validated = pagantic(&["validate", plan]);
+    assert_eq!(validated.code, 0, "{}", validated.stderr);
+    let dry = pagantic(&["run", "--dry-run", plan]);
+    assert_eq!(
+        dry.code, 0,
+        "a dry run uses the keyword scorer: {}",
+        dry.stderr
+    );
+    let run = pagantic(&["run", plan]);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("error[INFERENCE_MODEL_UNAVAILABLE]: the ONNX model")
+            && run.stderr.contains("nowhere.onnx does not exist"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("help:"), "{}", run.stderr);
+}
+
+/// A library that says it is ONNX Runtime 1.20 (built here with `cc`, which cargo needs for
+/// linking anyway): ort refuses it, and pagantic explains the version it needs.
+#[test]
+fn an_old_onnx_runtime_is_refused_with_the_version_needed() {
+    let dir = std::env::temp_dir().join(format!("pagantic-old-ort-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let source = dir.join("fake.c");
+    std::fs::write(
+        &source,
+        "typedef struct { const void* (*get_api)(unsigned); const char* (*version)(void); } Base;\n\
+         static const void* get_api(unsigned v) { (void)v; return 0; }\n\
+         static const char* version(void) { return \"1.20.0\"; }\n\
+         static Base base = { get_api, version };\n\
+         const Base* OrtGetApiBase(void) { return &base; }\n",
+    )
+    .expect("source");
+    let library = dir.join("libonnxruntime.so.1.20.0");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("cc runs");
+    assert!(built.success());
+    let run = pagantic_with(
+        &root(),
+        &["run", "tests/plans/tiny-cross-encoder.yaml"],
+        &[("ORT_DYLIB_PATH", library.to_str().expect("utf-8 path"))],
+    );
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("is ONNX Runtime 1.20.0; pagantic needs 1.31 or later"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `source:` may name a directory holding `model.onnx`, with `tokenizer.json` beside it.
+#[test]
+fn a_model_directory_is_found_by_its_model_onnx_and_tokenizer_json() {
+    require_onnx_models();
+    let dir = std::env::temp_dir().join(format!("pagantic-onnx-dir-{}", std::process::id()));
+    let model_dir = dir.join("tiny");
+    std::fs::create_dir_all(&model_dir).expect("dir");
+    for (from, to) in [
+        ("tiny-cross-encoder.onnx", "model.onnx"),
+        ("tokenizer.json", "tokenizer.json"),
+    ] {
+        std::fs::copy(root().join("tests/onnx").join(from), model_dir.join(to)).expect("copy");
+    }
+    let plan = dir.join("plan.yaml");
+    std::fs::write(
+        &plan,
+        "version: 1\nname: directory\nmodels:\n  tiny: { kind: onnx, task: cross-encoder, source: tiny, max_length: 24 }\n\
+         corpora:\n  docs: { documents: [{ content: the weather is nice today . }] }\n\
+         steps:\n  - { name: retrieve, type: retrieve, corpus: docs, query: weather }\n  \
+         - { name: rerank, type: rerank, model: tiny, query: how do i resume a batch ? }\n",
+    )
+    .expect("plan");
+    let run = pagantic(&["run", "--format", "json", plan.to_str().expect("utf-8")]);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("json record");
+    let score = step(&record, "rerank")["output"][0]["score"]
+        .as_f64()
+        .expect("score");
+    // Reference pair 1, through the logistic function (the default).
+    let logit = reference()["pairs"][1]["logit"].as_f64().expect("logit");
+    assert!(
+        (score - 1.0 / (1.0 + (-logit).exp())).abs() < 1e-4,
+        "{score}"
+    );
+}
