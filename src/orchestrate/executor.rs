@@ -127,6 +127,7 @@ pub async fn execute(
             let timeout = step.timeout.or(options.default_timeout);
             let task = StepTask {
                 index,
+                standby_for: step.standby_for.clone(),
                 when: step.when.clone(),
                 retry: step.retry,
                 timeout,
@@ -394,6 +395,7 @@ fn final_output(
 /// One step's run: `when`, attempts, timeouts, retries, and its events.
 struct StepTask {
     index: usize,
+    standby_for: Option<String>,
     when: Option<String>,
     retry: crate::validate::RetryPolicy,
     timeout: Option<Duration>,
@@ -413,6 +415,16 @@ impl StepTask {
             duration: started.elapsed(),
             result,
         };
+        if let Some(owner) = &self.standby_for {
+            events.emit(
+                EventKind::StepSkipped,
+                Some(&step),
+                events.new_span(),
+                Some(parent),
+                json!({ "standby_for": owner }),
+            );
+            return finish(StepStatus::Skipped, 0, Ok(StepOutput::default()));
+        }
         if let Some(when) = &self.when {
             match ctx.templates.is_true(when, &ctx.scope) {
                 Ok(true) => {}
@@ -581,6 +593,7 @@ mod tests {
                 reads: upstream.iter().copied().collect(),
                 upstream: upstream.into_iter().collect(),
                 when: s.when.map(str::to_string),
+                standby_for: None,
                 retry: s.retry,
                 timeout: s.timeout,
                 handler: Arc::new(Probe {
@@ -620,6 +633,7 @@ mod tests {
             reads: upstream.clone(),
             upstream,
             when: None,
+            standby_for: None,
             retry: RetryPolicy::default(),
             timeout: None,
             handler: Arc::new(Template {

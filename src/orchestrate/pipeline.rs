@@ -41,6 +41,9 @@ pub struct StepNode {
     pub retry: RetryPolicy,
     pub timeout: Option<Duration>,
     pub handler: Arc<dyn StepHandler>,
+    /// The voting step this one is the fallback of: it does not run on its own (it is skipped)
+    /// and runs only when that step hands over to it.
+    pub standby_for: Option<String>,
 }
 
 /// What a handler sees while it runs.

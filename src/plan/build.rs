@@ -28,7 +28,7 @@ use crate::inference::{
 };
 use crate::orchestrate::steps::{AgentAction, Prompt, PromptSource, RouteAgent, Sampling};
 use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
-use crate::orchestrate::{Pipeline, StepNode};
+use crate::orchestrate::{Pipeline, StepHandler, StepNode};
 use crate::prompt::Templates;
 use crate::rerank::{
     BiEncoder, CrossEncoder, KeywordScorer, OnnxConfig, OnnxModel, OnnxSource, Scorer,
@@ -121,6 +121,7 @@ impl Plan {
                     }),
                 timeout: common.timeout.map(|t| t.get()),
                 handler,
+                standby_for: self.fallback_owner(&common.name),
             });
         }
         Ok(Pipeline {
@@ -135,6 +136,16 @@ impl Plan {
                     .collect(),
             ),
             templates,
+        })
+    }
+
+    /// The voting step that names `step` as its fallback, if any.
+    fn fallback_owner(&self, step: &str) -> Option<String> {
+        self.raw.steps.iter().find_map(|s| match s {
+            plan_steps::RawStep::Redundant(r) if r.voting.fallback.as_deref() == Some(step) => {
+                Some(r.common.name.clone())
+            }
+            _ => None,
         })
     }
 
@@ -448,6 +459,27 @@ impl Builder<'_> {
                 )
             }
         }
+    }
+
+    /// Another step's handler, built again (for a voting fallback, which runs in the place of
+    /// the step that hands over to it).
+    pub fn step_handler(&mut self, name: &str) -> Result<Arc<dyn StepHandler>, Failure> {
+        let index = self
+            .plan
+            .raw
+            .steps
+            .iter()
+            .position(|s| s.common().name == name)
+            .ok_or_else(|| {
+                Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!("no step `{name}` to hand over to"),
+                )
+            })?;
+        let building = std::mem::replace(&mut self.step, index);
+        let handler = self.plan.raw.steps[index].build(self);
+        self.step = building;
+        handler
     }
 
     /// Agent `name` of a route step.

@@ -79,6 +79,20 @@ fn unanimity_with_a_differing_candidate_fails_with_no_consensus() {
 }
 
 #[test]
+fn a_vote_below_min_confidence_hands_over_to_its_standby_fallback_step() {
+    let (code, record, stderr) = run("fallback");
+    assert_eq!(code, 0, "{stderr}");
+    let voted = step(&record, "fallback");
+    // a, b, c: confidence 1/3 < 0.6, so `escalate` answers in the vote's place…
+    assert_eq!(voted["output"], "no consensus on: fallback");
+    assert_eq!(voted["detail"]["fallback"], "escalate");
+    let confidence = voted["detail"]["vote"]["confidence"].as_f64();
+    assert!(confidence.is_some_and(|c| (c - 0.333).abs() < 0.001), "{voted}");
+    // …and never ran on its own.
+    assert_eq!(step(&record, "escalate")["status"], "skipped");
+}
+
+#[test]
 fn an_agent_that_always_calls_a_tool_hits_the_iteration_limit() {
     let (code, record, _) = run("loop");
     assert_eq!(code, 1);

@@ -28,6 +28,8 @@ pub struct Redundant {
     pub schema: Option<Value>,
     pub method: VotingMethod,
     pub min_confidence: Option<f64>,
+    /// The step (name, handler) that answers instead when confidence is below `min_confidence`.
+    pub fallback: Option<(String, Arc<dyn StepHandler>)>,
 }
 
 impl StepHandler for Redundant {
@@ -77,6 +79,22 @@ impl StepHandler for Redundant {
             if let Some(min) = self.min_confidence
                 && result.confidence < min
             {
+                if let Some((name, fallback)) = &self.fallback {
+                    let vote = json!({
+                        "value": result.value,
+                        "confidence": result.confidence,
+                        "candidates": candidates,
+                        "votes": result.votes,
+                    });
+                    let handed = fallback.run(ctx).await?;
+                    let mut usage = usage;
+                    usage += handed.usage;
+                    return Ok(StepOutput {
+                        output: handed.output,
+                        usage,
+                        detail: Some(json!({ "fallback": name, "vote": vote, "fallback_detail": handed.detail })),
+                    });
+                }
                 return Err(Failure::new(
                     FailureCode::OrchestrationNoConsensus,
                     format!(

@@ -54,7 +54,8 @@ pub struct Voting {
     #[serde(default)]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub min_confidence: Option<f64>,
-    /// A step to run instead when confidence is below `min_confidence`.
+    /// A step to run instead when confidence is below `min_confidence`: it is held in standby
+    /// (it does not run on its own) and its output becomes this step's.
     #[serde(default)]
     pub fallback: Option<String>,
 }
@@ -111,6 +112,12 @@ impl StepConfig for RedundantStep {
                 VotingMethod::FieldMajority => voting::VotingMethod::FieldMajority,
             },
             min_confidence: self.voting.min_confidence,
+            fallback: self
+                .voting
+                .fallback
+                .as_ref()
+                .map(|name| Ok::<_, Failure>((name.clone(), builder.step_handler(name)?)))
+                .transpose()?,
         }))
     }
 }
