@@ -55,6 +55,17 @@ fn invalid_structured_output_is_retried_with_the_errors_fed_back() {
 }
 
 #[test]
+fn structured_output_can_use_tools_first() {
+    let (code, record, stderr) = run("tooled");
+    assert_eq!(code, 0, "{stderr}");
+    let tooled = step(&record, "tooled");
+    assert_eq!(tooled["output"], serde_json::json!({ "value": 42 }));
+    let phase = &tooled["detail"]["tool_phase"];
+    assert_eq!(phase["tool_calls"][0]["tool"], "calculator", "{tooled}");
+    assert_eq!(phase["tool_calls"][0]["ok"], true);
+}
+
+#[test]
 fn majority_voting_over_a_b_a_picks_a_with_two_thirds() {
     let (code, record, stderr) = run("majority");
     assert_eq!(code, 0, "{stderr}");
@@ -87,7 +98,10 @@ fn a_vote_below_min_confidence_hands_over_to_its_standby_fallback_step() {
     assert_eq!(voted["output"], "no consensus on: fallback");
     assert_eq!(voted["detail"]["fallback"], "escalate");
     let confidence = voted["detail"]["vote"]["confidence"].as_f64();
-    assert!(confidence.is_some_and(|c| (c - 0.333).abs() < 0.001), "{voted}");
+    assert!(
+        confidence.is_some_and(|c| (c - 0.333).abs() < 0.001),
+        "{voted}"
+    );
     // …and never ran on its own.
     assert_eq!(step(&record, "escalate")["status"], "skipped");
 }

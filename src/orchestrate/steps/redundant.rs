@@ -92,7 +92,9 @@ impl StepHandler for Redundant {
                     return Ok(StepOutput {
                         output: handed.output,
                         usage,
-                        detail: Some(json!({ "fallback": name, "vote": vote, "fallback_detail": handed.detail })),
+                        detail: Some(
+                            json!({ "fallback": name, "vote": vote, "fallback_detail": handed.detail }),
+                        ),
                     });
                 }
                 return Err(Failure::new(

@@ -3,6 +3,7 @@
 //! The schema goes to the engine as a decoding constraint (enforced when the engine can); the
 //! answer is then parsed leniently (repair), enum values normalised, and validated. An answer that
 //! still fails is retried with the validation errors fed back to the model, up to `max_attempts`.
+//! With `tools`, a tool loop runs first and its findings come before the request for JSON.
 //! The output is the validated JSON; the record's detail says how it was obtained.
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Prompt;
+use super::agent::Agent;
 use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, Message, TokenUsage};
@@ -24,6 +26,9 @@ pub struct Structured {
     pub schema: Value,
     /// Attempts in all (at least 1).
     pub max_attempts: u32,
+    /// The first phase when the step has tools: a tool loop whose final text (its findings)
+    /// goes before the request for JSON.
+    pub tool_phase: Option<Agent>,
 }
 
 impl StepHandler for Structured {
@@ -32,6 +37,19 @@ impl StepHandler for Structured {
             let mut messages = self.prompt.messages(ctx)?;
             let constrained = self.engine.model_info().constrained_decoding;
             let mut usage = TokenUsage::default();
+            let mut tools = Value::Null;
+            if let Some(phase) = &self.tool_phase {
+                let found = phase.run(ctx).await?;
+                usage += found.usage;
+                tools = found.detail.unwrap_or(Value::Null);
+                messages.push(Message::assistant(match found.output {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                }));
+                messages.push(Message::user(
+                    "Now give the answer as JSON that matches the schema, using what you found.",
+                ));
+            }
             let mut attempts = Vec::new();
             let mut last_failure = None;
             for attempt in 1..=self.max_attempts.max(1) {
@@ -59,6 +77,7 @@ impl StepHandler for Structured {
                             "normalized": conformed.normalized,
                             "retries": attempt - 1,
                             "attempts": attempts,
+                            "tool_phase": tools,
                         });
                         return Ok(StepOutput {
                             output: conformed.value,

@@ -1,6 +1,6 @@
 //! `type: structured` — schema-valid JSON from a model (the seed's SpecializedLoop).
 
-use crate::orchestrate::steps::Structured;
+use crate::orchestrate::steps::{Agent, Structured, ToolCalls};
 use crate::plan::build;
 use std::sync::Arc;
 
@@ -31,7 +31,9 @@ pub struct StructuredStep {
     #[serde(default)]
     #[schemars(range(min = 1, max = 20))]
     pub max_attempts: Option<u32>,
-    /// Tools the model may call in a first phase, before it gives the structured answer.
+    /// Tools the model may call in a first phase (a tool loop, bounded by the policy's
+    /// `max_tool_iterations`, default 20); its findings are then in front of the model when it
+    /// gives the structured answer.
     #[serde(default)]
     pub tools: Vec<String>,
 }
@@ -48,12 +50,38 @@ impl StepConfig for StructuredStep {
     }
 
     fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+        let engine = builder.engine(&self.model)?;
+        let tool_phase = if self.tools.is_empty() {
+            None
+        } else {
+            let tools = self
+                .tools
+                .iter()
+                .map(|t| builder.tool(t))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(Agent {
+                engine: Arc::clone(&engine),
+                prompt: build::prompt(&self.prompt),
+                sampling: build::sampling(&self.sampling),
+                tools,
+                max_tool_iterations: builder.policy_tool_iterations().unwrap_or(20),
+                memory: None,
+                context: None,
+                // Forced through the decoder where the engine can, native tool calls elsewhere.
+                tool_calls: if engine.model_info().constrained_decoding {
+                    ToolCalls::Constrained
+                } else {
+                    ToolCalls::Native
+                },
+            })
+        };
         Ok(Arc::new(Structured {
-            engine: builder.engine(&self.model)?,
+            engine,
             prompt: build::prompt(&self.prompt),
             sampling: build::sampling(&self.sampling),
             schema: builder.schema(&self.schema)?,
             max_attempts: self.max_attempts.unwrap_or(3),
+            tool_phase,
         }))
     }
 }
