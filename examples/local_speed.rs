@@ -60,6 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             path: path.clone(),
             max_batch,
             context_length: None,
+            decoder_constraints: true,
         })
         .await?,
     );

@@ -178,7 +178,9 @@ pub async fn run(
             match bind(declared, &options.map, &row) {
                 Ok(bound) => {
                     let mut run_options = options.run.clone();
-                    run_options.row = Some(Value::Object(row.data.clone()));
+                    run_options
+                        .globals
+                        .insert("row".into(), Value::Object(row.data.clone()));
                     let pipeline = Arc::clone(&pipeline);
                     let calls = Arc::clone(&model_calls);
                     let events = Events::with_observer(None, move |event| {
@@ -311,7 +313,9 @@ pub async fn preview(
             Ok(bound) => {
                 for (index, step) in pipeline.steps.iter().enumerate() {
                     let mut run_options = options.run.clone();
-                    run_options.row = Some(Value::Object(row.data.clone()));
+                    run_options
+                        .globals
+                        .insert("row".into(), Value::Object(row.data.clone()));
                     let events = Events::new(None);
                     match render_step(pipeline, index, bound.clone(), run_options, &events).await {
                         Ok(Rendered::Messages(messages)) => {

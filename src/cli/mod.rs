@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 a valid request whose work failed (e.g. schemas out of date);
 //! 2 invalid input (plan, policy, flags) — nothing was executed.
 
+mod chat;
 mod graph;
 mod models;
 mod render;
@@ -47,6 +48,9 @@ enum Command {
     /// to stderr. Exit 0 when the run completes, 1 when a step fails (or the run is cancelled),
     /// 2 when the plan or its inputs are invalid (nothing ran).
     Run(run::Args),
+    /// Talk to a plan's agent: each line you type runs the plan with it as the message; earlier
+    /// turns are remembered, tool calls are shown as they happen. Ctrl-D or /exit to leave.
+    Chat(chat::Args),
     /// Show the exact messages a plan step would send (its upstream steps run on scripted echoes
     /// unless --live), or render a single prompt file with --var values.
     Render(render::Args),
@@ -64,6 +68,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Chat(args) => chat::run(&args),
         Command::Render(args) => render::run(&args),
         Command::Models(args) => models::run(&args),
         Command::Schema(args) => schema::run(&args),

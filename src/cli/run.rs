@@ -165,7 +165,7 @@ pub fn load(path: &Path, given: &PlanInputs) -> io::Result<Result<Loaded, u8>> {
 }
 
 /// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics when invalid).
-fn load_checked(path: &Path, given: &PlanInputs) -> io::Result<Result<Plan, u8>> {
+pub(super) fn load_checked(path: &Path, given: &PlanInputs) -> io::Result<Result<Plan, u8>> {
     let policy = match &given.policy {
         Some(path) => match plan::load_policy(path) {
             Ok(policy) => Some(policy),
@@ -185,7 +185,7 @@ fn load_checked(path: &Path, given: &PlanInputs) -> io::Result<Result<Plan, u8>>
     }
 }
 
-fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
+pub(super) fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Failure::new(
             crate::core::FailureCode::ConfigFileError,

@@ -36,6 +36,9 @@ pub struct LocalConfig {
     pub max_batch: usize,
     /// Refuse requests whose prompt and `max_tokens` would not fit in this many tokens.
     pub context_length: Option<u32>,
+    /// Pass JSON Schemas and grammars to llguidance (else schemas are left to the caller's
+    /// checks after decoding, and grammars are refused).
+    pub decoder_constraints: bool,
 }
 
 /// A loaded local model.
@@ -46,6 +49,7 @@ pub struct LocalEngine {
     /// complete; they stop decoding (see [`GRAMMAR_END_MARKERS`]).
     grammar_ends: Vec<String>,
     context_length: Option<u32>,
+    decoder_constraints: bool,
     /// Counts the tokens of a text with the model's tokenizer (none: the model has no tokenizer).
     count_tokens: Option<TokenCounter>,
 }
@@ -147,6 +151,7 @@ impl LocalEngine {
             model: Model::new(runner),
             grammar_ends,
             context_length: config.context_length,
+            decoder_constraints: config.decoder_constraints,
             count_tokens,
             name: path
                 .file_name()
@@ -202,7 +207,18 @@ impl LocalEngine {
                 .collect();
             builder = builder.set_tools(tools).set_tool_choice(ToolChoice::Auto);
         }
-        let constraint = match (&request.grammar, &request.json_schema) {
+        if !self.decoder_constraints && request.grammar.is_some() {
+            return Err(Failure::new(
+                FailureCode::ConstraintGrammarRejected,
+                "this model has decoder_constraints off, so a grammar cannot be enforced",
+            )
+            .with_help("turn decoder_constraints on for the model, or use a `validate` step with a regex rule"));
+        }
+        let schema = request
+            .json_schema
+            .as_ref()
+            .filter(|_| self.decoder_constraints);
+        let constraint = match (&request.grammar, schema) {
             (Some(Grammar::Regex(regex)), _) => Some(Constraint::Regex(regex.clone())),
             (Some(Grammar::Lark(lark)), _) => Some(Constraint::Lark(lark.clone())),
             (None, Some(schema)) => Some(Constraint::JsonSchema(compact_json(schema))),
@@ -403,7 +419,7 @@ impl Engine for LocalEngine {
         ModelInfo {
             name: self.name.clone(),
             engine: "mistralrs",
-            constrained_decoding: true,
+            constrained_decoding: self.decoder_constraints,
         }
     }
 }
@@ -484,6 +500,7 @@ pub struct LocalModel {
     source: LocalSource,
     max_batch: usize,
     context_length: Option<u32>,
+    decoder_constraints: bool,
     notice: Notice,
     loaded: OnceCell<Result<LocalEngine, Failure>>,
 }
@@ -494,6 +511,7 @@ impl LocalModel {
             source,
             max_batch,
             context_length: None,
+            decoder_constraints: true,
             notice,
             loaded: OnceCell::new(),
         }
@@ -502,6 +520,12 @@ impl LocalModel {
     /// Requests that would not fit in `tokens` are refused with INFERENCE_CONTEXT_EXCEEDED.
     pub fn with_context_length(mut self, tokens: Option<u32>) -> Self {
         self.context_length = tokens;
+        self
+    }
+
+    /// With false, schemas are not enforced while decoding and grammars are refused.
+    pub fn with_decoder_constraints(mut self, on: bool) -> Self {
+        self.decoder_constraints = on;
         self
     }
 
@@ -540,6 +564,7 @@ impl LocalModel {
             path,
             max_batch: self.max_batch,
             context_length: self.context_length,
+            decoder_constraints: self.decoder_constraints,
         })
         .await
     }
@@ -580,7 +605,7 @@ impl Engine for LocalModel {
         ModelInfo {
             name: self.source.describe(),
             engine: "mistralrs",
-            constrained_decoding: true,
+            constrained_decoding: self.decoder_constraints,
         }
     }
 }

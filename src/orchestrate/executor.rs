@@ -30,8 +30,8 @@ pub struct RunOptions {
     pub cancel: watch::Receiver<bool>,
     /// Run only these steps (for `render`: the target's upstream steps); None runs all.
     pub only: Option<BTreeSet<usize>>,
-    /// The batch row this run is for; templates see it as `row`.
-    pub row: Option<Value>,
+    /// More names every template sees: a batch's `row`, a chat's `history` (empty by default).
+    pub globals: Map<String, Value>,
 }
 
 impl RunOptions {
@@ -43,7 +43,7 @@ impl RunOptions {
             default_timeout: None,
             cancel,
             only: None,
-            row: None,
+            globals: Map::from_iter([("history".to_string(), Value::Array(Vec::new()))]),
         }
     }
 }
@@ -118,7 +118,7 @@ pub async fn execute(
             };
             let step = &pipeline.steps[index];
             let ctx = StepContext {
-                scope: scope_for(pipeline, index, &inputs, options.row.as_ref(), &records),
+                scope: scope_for(pipeline, index, &inputs, &options.globals, &records),
                 templates: Arc::clone(&pipeline.templates),
                 events: events.clone(),
                 step: step.name.clone(),
@@ -269,13 +269,13 @@ pub async fn render_step(
         )
     })?;
     options.only = Some(step.upstream.iter().copied().collect());
-    let row = options.row.clone();
+    let globals = options.globals.clone();
     let record = execute(pipeline, inputs.clone(), options, events).await;
     if let Some(error) = record.error {
         return Err(error);
     }
     let ctx = StepContext {
-        scope: scope_for(pipeline, target, &inputs, row.as_ref(), &record.steps),
+        scope: scope_for(pipeline, target, &inputs, &globals, &record.steps),
         templates: Arc::clone(&pipeline.templates),
         events: events.clone(),
         step: step.name.clone(),
@@ -316,14 +316,14 @@ fn mark_not_run(pipeline: &Pipeline, records: &mut [StepRecord], after_failure: 
     }
 }
 
-/// The template context of a step: inputs, vars, its upstream steps, `row` in a batch, and
+/// The template context of a step: inputs, vars, its upstream steps, the run's globals, and
 /// `input` when it has predecessors (one predecessor: its output; several: an object of their
 /// outputs by name).
 fn scope_for(
     pipeline: &Pipeline,
     index: usize,
     inputs: &Value,
-    row: Option<&Value>,
+    globals: &Map<String, Value>,
     records: &[StepRecord],
 ) -> Value {
     let step = &pipeline.steps[index];
@@ -335,9 +335,7 @@ fn scope_for(
     scope.insert("inputs".into(), inputs.clone());
     scope.insert("vars".into(), pipeline.vars.clone());
     scope.insert("steps".into(), Value::Object(steps));
-    if let Some(row) = row {
-        scope.insert("row".into(), row.clone());
-    }
+    scope.extend(globals.iter().map(|(k, v)| (k.clone(), v.clone())));
     match step.needs.as_slice() {
         [] => {}
         [only] => {

@@ -206,6 +206,7 @@ impl Builder<'_> {
             ModelSpec::Mistralrs {
                 source,
                 context_length,
+                decoder_constraints,
             } => {
                 let source = match source.as_deref() {
                     None => LocalSource::Embedded(&store::DEFAULT_LLM),
@@ -218,7 +219,8 @@ impl Builder<'_> {
                 };
                 Arc::new(
                     LocalModel::new(source, LOCAL_MAX_BATCH, self.notice())
-                        .with_context_length(*context_length),
+                        .with_context_length(*context_length)
+                        .with_decoder_constraints(decoder_constraints.unwrap_or(true)),
                 )
             }
             ModelSpec::Openai {

@@ -25,8 +25,9 @@ use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
 /// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`.
 pub const STEP_FIELDS: &[&str] = &["output", "usage"];
 
-/// The context roots every template may read.
-const CONTEXT_ROOTS: &[&str] = &["inputs", "input", "steps", "vars", "row"];
+/// The context roots every template may read (`row` in a batch; `history`, a chat's earlier
+/// messages, is empty outside `pagantic chat`).
+const CONTEXT_ROOTS: &[&str] = &["inputs", "input", "steps", "vars", "row", "history"];
 
 /// The result of checking a plan.
 pub struct Analysis {

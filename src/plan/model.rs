@@ -130,6 +130,11 @@ pub enum ModelSpec {
         #[serde(default)]
         #[schemars(range(min = 256))]
         context_length: Option<u32>,
+        /// Enforce JSON Schemas and grammars while decoding (default true). With false, JSON
+        /// Schemas are only checked after decoding (repair, validation, retries) and grammar
+        /// constraints are refused — for comparing the two.
+        #[serde(default)]
+        decoder_constraints: Option<bool>,
     },
     /// An OpenAI-compatible chat-completions server (vLLM, llama.cpp server, mistralrs-server…).
     Openai {

@@ -7,6 +7,7 @@
 
 mod architecture;
 mod batch;
+mod chat;
 mod docs;
 mod graph;
 mod invalid_corpus;

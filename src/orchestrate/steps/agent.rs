@@ -99,6 +99,15 @@ impl StepHandler for Agent {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
             let mut memory = self.prompt.messages(ctx)?;
+            // A chat's earlier turns (`history`) go between the system prompt and this turn.
+            if let Some(Value::Array(earlier)) = ctx.scope.get("history") {
+                let earlier = earlier
+                    .iter()
+                    .filter_map(|m| serde_json::from_value::<Message>(m.clone()).ok());
+                let at = memory.iter().take_while(|m| m.role == Role::System).count();
+                memory.splice(at..at, earlier);
+                self.remember(&mut memory);
+            }
             let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
             let mut usage = TokenUsage::default();
             let mut calls_made = Vec::new();
