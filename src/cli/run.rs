@@ -65,6 +65,9 @@ pub struct Args {
     /// No progress lines on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Say more on stderr: which tools are hidden from models, and why.
+    #[arg(long, short)]
+    verbose: bool,
     /// Print the answer token by token as the model writes it (when the plan's last step is an
     /// `infer` step). On by default when stdout is a terminal.
     #[arg(long, conflicts_with = "no_stream")]
@@ -282,6 +285,7 @@ pub fn run(args: &Args) -> io::Result<u8> {
     let pipeline = match loaded.plan.build(BuildOptions {
         dry_run: args.dry_run,
         notice: (!args.quiet).then(stderr_notice),
+        verbose: args.verbose,
         stream,
         ..BuildOptions::default()
     }) {
@@ -332,6 +336,7 @@ fn run_batch(args: &Args) -> io::Result<u8> {
     let pipeline = match plan.build(BuildOptions {
         dry_run: args.dry_run,
         notice: (!args.quiet).then(stderr_notice),
+        verbose: args.verbose,
         stream: None,
         ..BuildOptions::default()
     }) {

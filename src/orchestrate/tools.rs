@@ -46,6 +46,39 @@ pub enum ToolAction {
     DryRun,
 }
 
+impl ToolAction {
+    /// Why the tool cannot run on this machine, if it cannot: a command that is not on `PATH`
+    /// (or not at its path), a working directory or a `read_file` root that does not exist.
+    pub fn unavailable(&self) -> Option<String> {
+        match self {
+            ToolAction::Command(command) => {
+                if let Some(dir) = &command.working_dir
+                    && !dir.is_dir()
+                {
+                    return Some(format!("its working_dir {} does not exist", dir.display()));
+                }
+                let program = command.argv.first()?;
+                if program.contains("{{") {
+                    return None;
+                }
+                let found = if program.contains('/') {
+                    let base = command.working_dir.clone().unwrap_or_default();
+                    base.join(program).is_file()
+                } else {
+                    std::env::var_os("PATH").is_some_and(|path| {
+                        std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+                    })
+                };
+                (!found).then(|| format!("`{program}` is not on PATH"))
+            }
+            ToolAction::Builtin(Builtin::ReadFile { root }) if !root.is_dir() => {
+                Some(format!("its root {} does not exist", root.display()))
+            }
+            ToolAction::Builtin(_) | ToolAction::DryRun => None,
+        }
+    }
+}
+
 /// A declared tool, ready to call.
 pub struct ToolRuntime {
     pub name: String,

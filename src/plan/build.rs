@@ -48,6 +48,8 @@ pub struct BuildOptions {
     pub stream: Option<TokenSink>,
     /// The plan files being built around this one (for sub-plan agents), to refuse a cycle.
     pub enclosing: Vec<PathBuf>,
+    /// Say (through `notice`) which tools are hidden from models and why.
+    pub verbose: bool,
 }
 
 /// Most sequences a local model decodes together (batch rows and redundant candidates).
@@ -482,6 +484,28 @@ impl Builder<'_> {
         let handler = self.plan.raw.steps[index].build(self);
         self.step = building;
         handler
+    }
+
+    /// The tools a model may be offered (agent steps, the tool phase of structured steps): those
+    /// that can run here. The others are hidden from the model — a tool it cannot call only
+    /// leads it astray — and, with `verbose`, the notice says why.
+    pub fn offered_tools(&mut self, names: &[String]) -> Result<Vec<Arc<ToolRuntime>>, Failure> {
+        let mut offered = Vec::new();
+        for name in names {
+            let tool = self.tool(name)?;
+            match tool.action.unavailable() {
+                Some(reason) => {
+                    if self.options.verbose {
+                        (self.notice())(&format!(
+                            "step `{}`: tool `{name}` is hidden from the model: {reason}",
+                            self.step_name()
+                        ));
+                    }
+                }
+                None => offered.push(tool),
+            }
+        }
+        Ok(offered)
     }
 
     /// Agent `name` of a route step.

@@ -127,3 +127,28 @@ fn an_agent_sees_a_tool_error_and_recovers() {
     );
     assert_eq!(calls[1]["ok"], true);
 }
+
+#[test]
+fn a_tool_that_cannot_run_here_is_hidden_from_the_model_and_verbose_says_why() {
+    let run = crate::pagantic(&[
+        "run",
+        "--verbose",
+        "--format",
+        "json",
+        "tests/plans/hidden-tool.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "step `ask`: tool `lookup` is hidden from the model: `pagantic-test-no-such-program` is not on PATH"
+        ),
+        "{}",
+        run.stderr
+    );
+    let record: Value = serde_json::from_str(&run.stdout).expect("json record");
+    // The model's call to the hidden tool came back as "no such tool", and it went on.
+    assert_eq!(step(&record, "ask")["detail"]["tool_calls"][0]["ok"], false);
+    assert_eq!(record["output"], "done");
+    let quiet = crate::pagantic(&["run", "tests/plans/hidden-tool.yaml"]);
+    assert!(!quiet.stderr.contains("hidden"), "{}", quiet.stderr);
+}

@@ -71,11 +71,7 @@ impl StepConfig for AgentStep {
     }
 
     fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
-        let tools = self
-            .tools
-            .iter()
-            .map(|t| builder.tool(t))
-            .collect::<Result<Vec<_>, _>>()?;
+        let tools = builder.offered_tools(&self.tools)?;
         Ok(Arc::new(Agent {
             engine: builder.engine(&self.model)?,
             prompt: build::prompt(&self.prompt),

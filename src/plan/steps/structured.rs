@@ -54,11 +54,7 @@ impl StepConfig for StructuredStep {
         let tool_phase = if self.tools.is_empty() {
             None
         } else {
-            let tools = self
-                .tools
-                .iter()
-                .map(|t| builder.tool(t))
-                .collect::<Result<Vec<_>, _>>()?;
+            let tools = builder.offered_tools(&self.tools)?;
             Some(Agent {
                 engine: Arc::clone(&engine),
                 prompt: build::prompt(&self.prompt),
