@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::Prompt;
 use super::infer::Sampling;
+use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::{Engine, Request};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
@@ -168,10 +169,16 @@ impl StepHandler for Agent {
                     .all(|c| seen.contains(&format!("{}{}", c.name, c.arguments)));
                 if repeated && !must_answer {
                     must_answer = true;
+                    let last_result = memory
+                        .iter()
+                        .rev()
+                        .find(|m| m.role == Role::Tool)
+                        .map(|m| m.content.clone())
+                        .unwrap_or_default();
                     memory.push(Message::assistant(response.text));
-                    memory.push(Message::user(
-                        "You already made that call and its result is above. Give your final answer now.",
-                    ));
+                    memory.push(Message::user(format!(
+                        "You already made that call. The last tool result was: {last_result}\nUse it: give your final answer to the task now."
+                    )));
                     continue;
                 }
                 seen.extend(calls.iter().map(|c| format!("{}{}", c.name, c.arguments)));
@@ -215,14 +222,18 @@ impl StepHandler for Agent {
     }
 }
 
-/// Reads a constrained turn: `{"final": …}` or `{"tool": …, "arguments": {…}}`.
+/// Reads a constrained turn: `{"final": …}` or `{"tool": …, "arguments": {…}}`. A turn cut off
+/// by `max_tokens` (the grammar holds until then) is closed by the JSON repair, so a long final
+/// answer arrives truncated rather than lost.
 fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
-    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
-        Failure::new(
-            FailureCode::ConstraintJsonInvalid,
-            format!("the agent's turn is not JSON: {e}"),
-        )
-    })?;
+    let value = parse_json_lenient(text.trim())
+        .map_err(|failure| {
+            Failure::new(
+                FailureCode::ConstraintJsonInvalid,
+                format!("the agent's turn is not JSON: {}", failure.message),
+            )
+        })?
+        .value;
     if let Some(answer) = value.get("final").and_then(Value::as_str) {
         return Ok(Turn::Final(answer.to_string()));
     }
