@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use mistralrs::core::{
@@ -523,6 +523,31 @@ impl LocalModel {
         self
     }
 
+    /// This model, or the one already made with the same source and settings and still in use:
+    /// plans built in one process (a plan and its sub-plans) then load the file once.
+    pub fn shared(self) -> Arc<LocalModel> {
+        static SHARED: Mutex<Vec<(String, Weak<LocalModel>)>> = Mutex::new(Vec::new());
+        let key = format!(
+            "{}|{}|{:?}|{}",
+            self.source.describe(),
+            self.max_batch,
+            self.context_length,
+            self.decoder_constraints
+        );
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.retain(|(_, model)| model.strong_count() > 0);
+        if let Some(model) = shared
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, model)| model.upgrade())
+        {
+            return model;
+        }
+        let model = Arc::new(self);
+        shared.push((key, Arc::downgrade(&model)));
+        model
+    }
+
     /// With false, schemas are not enforced while decoding and grammars are refused.
     pub fn with_decoder_constraints(mut self, on: bool) -> Self {
         self.decoder_constraints = on;
@@ -613,6 +638,20 @@ impl Engine for LocalModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn models_with_the_same_source_and_settings_are_shared() {
+        let quiet: Notice = Arc::new(|_: &str| {});
+        let make = |path: &str, length| {
+            LocalModel::new(LocalSource::File(path.into()), 8, Arc::clone(&quiet))
+                .with_context_length(length)
+                .shared()
+        };
+        let first = make("/models/a.gguf", None);
+        assert!(Arc::ptr_eq(&first, &make("/models/a.gguf", None)));
+        assert!(!Arc::ptr_eq(&first, &make("/models/a.gguf", Some(512))));
+        assert!(!Arc::ptr_eq(&first, &make("/models/b.gguf", None)));
+    }
 
     #[test]
     fn sources_are_embedded_names_hub_ids_or_paths() {

@@ -219,11 +219,10 @@ impl Builder<'_> {
                         )
                     })?,
                 };
-                Arc::new(
-                    LocalModel::new(source, LOCAL_MAX_BATCH, self.notice())
-                        .with_context_length(*context_length)
-                        .with_decoder_constraints(decoder_constraints.unwrap_or(true)),
-                )
+                LocalModel::new(source, LOCAL_MAX_BATCH, self.notice())
+                    .with_context_length(*context_length)
+                    .with_decoder_constraints(decoder_constraints.unwrap_or(true))
+                    .shared()
             }
             ModelSpec::Openai {
                 base_url,
