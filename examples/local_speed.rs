@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pagantic::core::Message;
-use pagantic::inference::{Engine, LocalConfig, LocalEngine, Request, store};
+use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request, store};
 
 /// A ~500-token prompt for prefill (the same text the llama.cpp side uses).
 fn long_prompt() -> String {
@@ -58,9 +58,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Arc::new(
         LocalEngine::load(&LocalConfig {
             path: path.clone(),
-            max_batch,
-            context_length: None,
-            decoder_constraints: true,
+            settings: LocalSettings {
+                max_batch,
+                context_length: None,
+                decoder_constraints: true,
+            },
         })
         .await?,
     );

@@ -162,10 +162,7 @@ pub async fn run(
                     continue;
                 }
             };
-            if options
-                .shard
-                .is_some_and(|(shard, count)| row.index % count != shard)
-            {
+            if !in_shard(row.index, options.shard) {
                 continue;
             }
             if done.contains(&row.id) {
@@ -258,6 +255,11 @@ pub async fn run(
     })
 }
 
+/// Whether the row at `index` belongs to this shard (every row does without one).
+fn in_shard(index: usize, shard: Option<(usize, usize)>) -> bool {
+    shard.is_none_or(|(shard, count)| index % count == shard)
+}
+
 /// Counts the rows the run will see on a thread of its own (reading the input a second time, as
 /// a stream), for the progress display's ETA. Stdin cannot be read twice: no total.
 fn count_rows_in_background(options: &BatchOptions) -> Arc<OnceLock<usize>> {
@@ -299,10 +301,13 @@ pub async fn preview(
     rows: usize,
 ) -> Result<Vec<RowPreview>, Failure> {
     let mut previews = Vec::new();
-    let in_shard = input::open(&options.input, options.id_column.as_deref())?.filter(|row| {
-        !matches!((row, options.shard), (Ok(row), Some((shard, count))) if row.index % count != shard)
-    });
-    for next in in_shard.take(rows) {
+    let rows_in_shard =
+        input::open(&options.input, options.id_column.as_deref())?.filter(|row| match row {
+            Ok(row) => in_shard(row.index, options.shard),
+            // An unreadable row stops the preview with its error.
+            Err(_) => true,
+        });
+    for next in rows_in_shard.take(rows) {
         let row = next?;
         let mut preview = RowPreview {
             row: row.id.clone(),

@@ -15,7 +15,7 @@ use crate::plan::inputs;
 use crate::plan::model::InputType;
 
 use super::run::{
-    PlanInputs, load_checked, print_failure, read_inputs_file, runtime, stderr_notice,
+    PlanInputs, build_pipeline, inputs_file, load_checked, print_failure, runtime, stderr_notice,
 };
 use super::{EXIT_INVALID, EXIT_OK};
 
@@ -73,26 +73,20 @@ pub fn run(args: &Args) -> io::Result<u8> {
             }
         },
     };
-    let file = match &args.given.inputs_file {
-        Some(path) => match read_inputs_file(path) {
-            Ok(map) => Some(map),
-            Err(failure) => {
-                print_failure(&failure)?;
-                return Ok(EXIT_INVALID);
-            }
-        },
-        None => None,
+    let file = match inputs_file(&args.given)? {
+        Ok(file) => file,
+        Err(code) => return Ok(code),
     };
-    let pipeline = match plan.build(BuildOptions {
-        dry_run: args.dry_run,
-        notice: Some(stderr_notice()),
-        ..BuildOptions::default()
-    }) {
+    let pipeline = match build_pipeline(
+        &plan,
+        BuildOptions {
+            dry_run: args.dry_run,
+            notice: Some(stderr_notice()),
+            ..BuildOptions::default()
+        },
+    )? {
         Ok(pipeline) => pipeline,
-        Err(failure) => {
-            print_failure(&failure)?;
-            return Ok(EXIT_INVALID);
-        }
+        Err(code) => return Ok(code),
     };
     let runtime = runtime()?;
     let events = Events::with_observer(None, show_tool_event);

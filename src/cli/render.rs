@@ -10,7 +10,7 @@ use crate::plan::build::BuildOptions;
 use crate::plan::inputs;
 use crate::prompt::Templates;
 
-use super::run::{PlanInputs, load, print_failure, runtime};
+use super::run::{PlanInputs, build_pipeline, load, print_failure, runtime};
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 
 #[derive(Debug, clap::Args)]
@@ -98,17 +98,16 @@ fn render_plan_step(args: &Args) -> io::Result<u8> {
         )?;
         return Ok(EXIT_INVALID);
     };
-    let pipeline = match loaded.plan.build(BuildOptions {
-        dry_run: !args.live,
-        notice: Some(super::run::stderr_notice()),
-        stream: None,
-        ..BuildOptions::default()
-    }) {
+    let pipeline = match build_pipeline(
+        &loaded.plan,
+        BuildOptions {
+            dry_run: !args.live,
+            notice: Some(super::run::stderr_notice()),
+            ..BuildOptions::default()
+        },
+    )? {
         Ok(pipeline) => pipeline,
-        Err(failure) => {
-            print_failure(&failure)?;
-            return Ok(EXIT_INVALID);
-        }
+        Err(code) => return Ok(code),
     };
     let events = Events::new(None);
     let rendered = runtime()?.block_on(render_step(

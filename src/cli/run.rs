@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::core::Failure;
 use crate::inference::{Notice, TokenSink};
 use crate::orchestrate::{
-    Event, EventKind, Events, Lifecycle, RunOptions, RunRecord, RunStatus, execute,
+    Event, EventKind, Events, Lifecycle, Pipeline, RunOptions, RunRecord, RunStatus, execute,
 };
 use crate::plan::build::BuildOptions;
 use crate::plan::{self, Plan, inputs};
@@ -148,18 +148,26 @@ pub fn load(path: &Path, given: &PlanInputs) -> io::Result<Result<Loaded, u8>> {
         Ok(plan) => plan,
         Err(code) => return Ok(Err(code)),
     };
-    let file = match &given.inputs_file {
-        Some(file) => match read_inputs_file(file) {
-            Ok(map) => Some(map),
-            Err(failure) => {
-                print_failure(&failure)?;
-                return Ok(Err(EXIT_INVALID));
-            }
-        },
-        None => None,
+    let file = match inputs_file(given)? {
+        Ok(file) => file,
+        Err(code) => return Ok(Err(code)),
     };
     match inputs::resolve(&plan.raw.inputs, &given.inputs, file) {
         Ok(inputs) => Ok(Ok(Loaded { plan, inputs })),
+        Err(failure) => {
+            print_failure(&failure)?;
+            Ok(Err(EXIT_INVALID))
+        }
+    }
+}
+
+/// Builds the plan's pipeline, or prints why it cannot be built (exit 2: nothing ran).
+pub(super) fn build_pipeline(
+    plan: &Plan,
+    options: BuildOptions,
+) -> io::Result<Result<Pipeline, u8>> {
+    match plan.build(options) {
+        Ok(pipeline) => Ok(Ok(pipeline)),
         Err(failure) => {
             print_failure(&failure)?;
             Ok(Err(EXIT_INVALID))
@@ -188,7 +196,23 @@ pub(super) fn load_checked(path: &Path, given: &PlanInputs) -> io::Result<Result
     }
 }
 
-pub(super) fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
+/// The object of `--inputs-file`, if given (exit 2 when it cannot be read).
+pub(super) fn inputs_file(
+    given: &PlanInputs,
+) -> io::Result<Result<Option<Map<String, Value>>, u8>> {
+    let Some(path) = &given.inputs_file else {
+        return Ok(Ok(None));
+    };
+    match read_inputs_file(path) {
+        Ok(map) => Ok(Ok(Some(map))),
+        Err(failure) => {
+            print_failure(&failure)?;
+            Ok(Err(EXIT_INVALID))
+        }
+    }
+}
+
+fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Failure::new(
             crate::core::FailureCode::ConfigFileError,
@@ -282,18 +306,18 @@ pub fn run(args: &Args) -> io::Result<u8> {
             let _ = stdout.flush();
         }) as TokenSink
     });
-    let pipeline = match loaded.plan.build(BuildOptions {
-        dry_run: args.dry_run,
-        notice: (!args.quiet).then(stderr_notice),
-        verbose: args.verbose,
-        stream,
-        ..BuildOptions::default()
-    }) {
+    let pipeline = match build_pipeline(
+        &loaded.plan,
+        BuildOptions {
+            dry_run: args.dry_run,
+            notice: (!args.quiet).then(stderr_notice),
+            verbose: args.verbose,
+            stream,
+            ..BuildOptions::default()
+        },
+    )? {
         Ok(pipeline) => pipeline,
-        Err(failure) => {
-            print_failure(&failure)?;
-            return Ok(EXIT_INVALID);
-        }
+        Err(code) => return Ok(code),
     };
     let runtime = runtime()?;
     let record = runtime.block_on(async {
@@ -333,18 +357,17 @@ fn run_batch(args: &Args) -> io::Result<u8> {
         Ok(plan) => plan,
         Err(code) => return Ok(code),
     };
-    let pipeline = match plan.build(BuildOptions {
-        dry_run: args.dry_run,
-        notice: (!args.quiet).then(stderr_notice),
-        verbose: args.verbose,
-        stream: None,
-        ..BuildOptions::default()
-    }) {
+    let pipeline = match build_pipeline(
+        &plan,
+        BuildOptions {
+            dry_run: args.dry_run,
+            notice: (!args.quiet).then(stderr_notice),
+            verbose: args.verbose,
+            ..BuildOptions::default()
+        },
+    )? {
         Ok(pipeline) => Arc::new(pipeline),
-        Err(failure) => {
-            print_failure(&failure)?;
-            return Ok(EXIT_INVALID);
-        }
+        Err(code) => return Ok(code),
     };
     let runtime = runtime()?;
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);

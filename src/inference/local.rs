@@ -27,11 +27,9 @@ use super::store::{self, EmbeddedModel, PullProgress};
 use super::{Engine, EngineFuture, Grammar, ModelInfo, Request, Response, Timings, TokenSink};
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall};
 
-/// How to load a local model.
-#[derive(Debug, Clone)]
-pub struct LocalConfig {
-    /// The GGUF file.
-    pub path: PathBuf,
+/// How to run a local model, whatever its file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalSettings {
     /// Most sequences decoded together.
     pub max_batch: usize,
     /// Refuse requests whose prompt and `max_tokens` would not fit in this many tokens.
@@ -41,6 +39,14 @@ pub struct LocalConfig {
     pub decoder_constraints: bool,
 }
 
+/// How to load a local model.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// The GGUF file.
+    pub path: PathBuf,
+    pub settings: LocalSettings,
+}
+
 /// A loaded local model.
 pub struct LocalEngine {
     model: Model,
@@ -48,8 +54,7 @@ pub struct LocalEngine {
     /// The end markers of this model's vocabulary that llguidance may force once a grammar is
     /// complete; they stop decoding (see [`GRAMMAR_END_MARKERS`]).
     grammar_ends: Vec<String>,
-    context_length: Option<u32>,
-    decoder_constraints: bool,
+    settings: LocalSettings,
     /// Counts the tokens of a text with the model's tokenizer (none: the model has no tokenizer).
     count_tokens: Option<TokenCounter>,
 }
@@ -95,7 +100,7 @@ impl LocalEngine {
             .map(|f| f.to_string_lossy().into_owned())
             .ok_or_else(|| load_failure(&config.path, "not a file path"))?;
         let path = config.path.clone();
-        let max_batch = config.max_batch.max(1);
+        let max_batch = config.settings.max_batch.max(1);
         // Loading reads ~600 MB and builds the model: keep it off the async threads.
         let pipeline = tokio::task::spawn_blocking(move || {
             let loader = GGUFLoaderBuilder::new(
@@ -150,8 +155,7 @@ impl LocalEngine {
         Ok(LocalEngine {
             model: Model::new(runner),
             grammar_ends,
-            context_length: config.context_length,
-            decoder_constraints: config.decoder_constraints,
+            settings: config.settings.clone(),
             count_tokens,
             name: path
                 .file_name()
@@ -161,7 +165,7 @@ impl LocalEngine {
 
     /// Refuses a request that cannot fit in `context_length` (prompt, template and `max_tokens`).
     fn check_context(&self, request: &Request) -> Result<(), Failure> {
-        let (Some(limit), Some(count)) = (self.context_length, &self.count_tokens) else {
+        let (Some(limit), Some(count)) = (self.settings.context_length, &self.count_tokens) else {
             return Ok(());
         };
         let prompt: usize = request
@@ -207,7 +211,7 @@ impl LocalEngine {
                 .collect();
             builder = builder.set_tools(tools).set_tool_choice(ToolChoice::Auto);
         }
-        if !self.decoder_constraints && request.grammar.is_some() {
+        if !self.settings.decoder_constraints && request.grammar.is_some() {
             return Err(Failure::new(
                 FailureCode::ConstraintGrammarRejected,
                 "this model has decoder_constraints off, so a grammar cannot be enforced",
@@ -217,7 +221,7 @@ impl LocalEngine {
         let schema = request
             .json_schema
             .as_ref()
-            .filter(|_| self.decoder_constraints);
+            .filter(|_| self.settings.decoder_constraints);
         let constraint = match (&request.grammar, schema) {
             (Some(Grammar::Regex(regex)), _) => Some(Constraint::Regex(regex.clone())),
             (Some(Grammar::Lark(lark)), _) => Some(Constraint::Lark(lark.clone())),
@@ -419,7 +423,7 @@ impl Engine for LocalEngine {
         ModelInfo {
             name: self.name.clone(),
             engine: "mistralrs",
-            constrained_decoding: self.decoder_constraints,
+            constrained_decoding: self.settings.decoder_constraints,
         }
     }
 }
@@ -498,42 +502,26 @@ pub type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 /// load is remembered and reported to every caller.
 pub struct LocalModel {
     source: LocalSource,
-    max_batch: usize,
-    context_length: Option<u32>,
-    decoder_constraints: bool,
+    settings: LocalSettings,
     notice: Notice,
     loaded: OnceCell<Result<LocalEngine, Failure>>,
 }
 
 impl LocalModel {
-    pub fn new(source: LocalSource, max_batch: usize, notice: Notice) -> Self {
+    pub fn new(source: LocalSource, settings: LocalSettings, notice: Notice) -> Self {
         LocalModel {
             source,
-            max_batch,
-            context_length: None,
-            decoder_constraints: true,
+            settings,
             notice,
             loaded: OnceCell::new(),
         }
-    }
-
-    /// Requests that would not fit in `tokens` are refused with INFERENCE_CONTEXT_EXCEEDED.
-    pub fn with_context_length(mut self, tokens: Option<u32>) -> Self {
-        self.context_length = tokens;
-        self
     }
 
     /// This model, or the one already made with the same source and settings and still in use:
     /// plans built in one process (a plan and its sub-plans) then load the file once.
     pub fn shared(self) -> Arc<LocalModel> {
         static SHARED: Mutex<Vec<(String, Weak<LocalModel>)>> = Mutex::new(Vec::new());
-        let key = format!(
-            "{}|{}|{:?}|{}",
-            self.source.describe(),
-            self.max_batch,
-            self.context_length,
-            self.decoder_constraints
-        );
+        let key = format!("{}|{:?}", self.source.describe(), self.settings);
         let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
         shared.retain(|(_, model)| model.strong_count() > 0);
         if let Some(model) = shared
@@ -546,12 +534,6 @@ impl LocalModel {
         let model = Arc::new(self);
         shared.push((key, Arc::downgrade(&model)));
         model
-    }
-
-    /// With false, schemas are not enforced while decoding and grammars are refused.
-    pub fn with_decoder_constraints(mut self, on: bool) -> Self {
-        self.decoder_constraints = on;
-        self
     }
 
     async fn engine(&self) -> Result<&LocalEngine, Failure> {
@@ -587,9 +569,7 @@ impl LocalModel {
         (self.notice)(&format!("loading {} …", path.display()));
         LocalEngine::load(&LocalConfig {
             path,
-            max_batch: self.max_batch,
-            context_length: self.context_length,
-            decoder_constraints: self.decoder_constraints,
+            settings: self.settings.clone(),
         })
         .await
     }
@@ -630,7 +610,7 @@ impl Engine for LocalModel {
         ModelInfo {
             name: self.source.describe(),
             engine: "mistralrs",
-            constrained_decoding: self.decoder_constraints,
+            constrained_decoding: self.settings.decoder_constraints,
         }
     }
 }
@@ -642,10 +622,13 @@ mod tests {
     #[test]
     fn models_with_the_same_source_and_settings_are_shared() {
         let quiet: Notice = Arc::new(|_: &str| {});
-        let make = |path: &str, length| {
-            LocalModel::new(LocalSource::File(path.into()), 8, Arc::clone(&quiet))
-                .with_context_length(length)
-                .shared()
+        let make = |path: &str, context_length| {
+            let settings = LocalSettings {
+                max_batch: 8,
+                context_length,
+                decoder_constraints: true,
+            };
+            LocalModel::new(LocalSource::File(path.into()), settings, Arc::clone(&quiet)).shared()
         };
         let first = make("/models/a.gguf", None);
         assert!(Arc::ptr_eq(&first, &make("/models/a.gguf", None)));

@@ -24,7 +24,8 @@ use crate::core::{Failure, Message, TokenUsage, ToolCall, ToolDefinition};
 
 pub use example::example_for_schema;
 pub use local::{
-    LocalConfig, LocalEngine, LocalModel, LocalSource, Notice, describe as describe_pull,
+    LocalConfig, LocalEngine, LocalModel, LocalSettings, LocalSource, Notice,
+    describe as describe_pull,
 };
 pub use openai::{OpenAiConfig, OpenAiEngine};
 pub use scripted::{ScriptRule, ScriptedConfig, ScriptedEngine, ScriptedReply};

@@ -413,29 +413,23 @@ impl StepTask {
             duration: started.elapsed(),
             result,
         };
-        if let Some(owner) = &self.standby_for {
+        let skip = |why: Value| {
             events.emit(
                 EventKind::StepSkipped,
                 Some(&step),
                 events.new_span(),
                 Some(parent),
-                json!({ "standby_for": owner }),
+                why,
             );
-            return finish(StepStatus::Skipped, 0, Ok(StepOutput::default()));
+            finish(StepStatus::Skipped, 0, Ok(StepOutput::default()))
+        };
+        if let Some(owner) = &self.standby_for {
+            return skip(json!({ "standby_for": owner }));
         }
         if let Some(when) = &self.when {
             match ctx.templates.is_true(when, &ctx.scope) {
                 Ok(true) => {}
-                Ok(false) => {
-                    events.emit(
-                        EventKind::StepSkipped,
-                        Some(&step),
-                        events.new_span(),
-                        Some(parent),
-                        json!({ "when": when }),
-                    );
-                    return finish(StepStatus::Skipped, 0, Ok(StepOutput::default()));
-                }
+                Ok(false) => return skip(json!({ "when": when })),
                 Err(error) => return finish(StepStatus::Failed, 0, Err(error)),
             }
         }

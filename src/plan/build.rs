@@ -23,7 +23,7 @@ use super::steps::{self as plan_steps, PromptSpec, SchemaSource};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Failure, FailureCode};
 use crate::inference::{
-    Engine, LocalModel, LocalSource, Notice, OpenAiConfig, OpenAiEngine, ScriptRule,
+    Engine, LocalModel, LocalSettings, LocalSource, Notice, OpenAiConfig, OpenAiEngine, ScriptRule,
     ScriptedConfig, ScriptedEngine, TokenSink, store,
 };
 use crate::orchestrate::steps::{AgentAction, Prompt, PromptSource, RouteAgent, Sampling};
@@ -93,6 +93,7 @@ impl Plan {
             tools: HashMap::new(),
             step: 0,
         };
+        let standby = self.standby_steps();
         let mut steps = Vec::with_capacity(self.raw.steps.len());
         for (index, step) in self.raw.steps.iter().enumerate() {
             builder.step = index;
@@ -123,7 +124,7 @@ impl Plan {
                     }),
                 timeout: common.timeout.map(|t| t.get()),
                 handler,
-                standby_for: self.fallback_owner(&common.name),
+                standby_for: standby.get(common.name.as_str()).map(|o| o.to_string()),
             });
         }
         Ok(Pipeline {
@@ -141,14 +142,20 @@ impl Plan {
         })
     }
 
-    /// The voting step that names `step` as its fallback, if any.
-    fn fallback_owner(&self, step: &str) -> Option<String> {
-        self.raw.steps.iter().find_map(|s| match s {
-            plan_steps::RawStep::Redundant(r) if r.voting.fallback.as_deref() == Some(step) => {
-                Some(r.common.name.clone())
-            }
-            _ => None,
-        })
+    /// Voting fallbacks and the voting step each stands by for.
+    fn standby_steps(&self) -> HashMap<&str, &str> {
+        self.raw
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                plan_steps::RawStep::Redundant(r) => r
+                    .voting
+                    .fallback
+                    .as_deref()
+                    .map(|fallback| (fallback, r.common.name.as_str())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The directory paths in the plan are relative to.
@@ -219,10 +226,12 @@ impl Builder<'_> {
                         )
                     })?,
                 };
-                LocalModel::new(source, LOCAL_MAX_BATCH, self.notice())
-                    .with_context_length(*context_length)
-                    .with_decoder_constraints(decoder_constraints.unwrap_or(true))
-                    .shared()
+                let settings = LocalSettings {
+                    max_batch: LOCAL_MAX_BATCH,
+                    context_length: *context_length,
+                    decoder_constraints: decoder_constraints.unwrap_or(true),
+                };
+                LocalModel::new(source, settings, self.notice()).shared()
             }
             ModelSpec::Openai {
                 base_url,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{pagantic, root};
+use crate::{Run, pagantic, root};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = root().join("target").join("batch-tests");
@@ -35,6 +35,13 @@ fn rows_file(name: &str, count: usize, boom_at: Option<usize>) -> PathBuf {
     path
 }
 
+/// `pagantic run tests/plans/batch.yaml --batch INPUT ARGS…`.
+fn batch(input: &std::path::Path, args: &[&str]) -> Run {
+    let mut argv = vec!["run", "tests/plans/batch.yaml", "--batch", s(input)];
+    argv.extend_from_slice(args);
+    pagantic(&argv)
+}
+
 fn lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .expect("output")
@@ -51,18 +58,7 @@ fn s(path: &std::path::Path) -> &str {
 fn every_row_gets_one_line_and_a_failing_row_does_not_stop_the_others() {
     let input = rows_file("basic.jsonl", 20, Some(7));
     let out = scratch("basic.out.jsonl");
-    let run = pagantic(&[
-        "run",
-        "tests/plans/batch.yaml",
-        "--batch",
-        s(&input),
-        "--out",
-        s(&out),
-        "--id",
-        "id",
-        "-j",
-        "4",
-    ]);
+    let run = batch(&input, &["--out", s(&out), "--id", "id", "-j", "4"]);
     assert_eq!(
         run.code, 1,
         "a failed row makes the exit code 1\n{}",
@@ -92,17 +88,10 @@ fn csv_columns_bind_through_map_and_text_becomes_numbers() {
         "id,review,rating\nc1,\"Great, really\",5\nc2,Meh,2\n",
     )
     .expect("csv");
-    let run = pagantic(&[
-        "run",
-        "tests/plans/batch.yaml",
-        "--batch",
-        s(&input),
-        "--map",
-        "text=review",
-        "--map",
-        "stars=rating",
-        "--ordered",
-    ]);
+    let run = batch(
+        &input,
+        &["--map", "text=review", "--map", "stars=rating", "--ordered"],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let written: Vec<Value> = run
         .stdout
@@ -126,19 +115,10 @@ fn csv_columns_bind_through_map_and_text_becomes_numbers() {
 #[test]
 fn shards_and_limits_select_rows_and_ordered_keeps_input_order() {
     let input = rows_file("shard.jsonl", 12, None);
-    let run = pagantic(&[
-        "run",
-        "tests/plans/batch.yaml",
-        "--batch",
-        s(&input),
-        "--id",
-        "id",
-        "--shard",
-        "1/3",
-        "--ordered",
-        "-j",
-        "4",
-    ]);
+    let run = batch(
+        &input,
+        &["--id", "id", "--shard", "1/3", "--ordered", "-j", "4"],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let ids: Vec<String> = run
         .stdout
@@ -151,14 +131,7 @@ fn shards_and_limits_select_rows_and_ordered_keeps_input_order() {
         })
         .collect();
     assert_eq!(ids, ["r1", "r4", "r7", "r10"]);
-    let limited = pagantic(&[
-        "run",
-        "tests/plans/batch.yaml",
-        "--batch",
-        s(&input),
-        "--limit",
-        "3",
-    ]);
+    let limited = batch(&input, &["--limit", "3"]);
     assert_eq!(limited.stdout.lines().count(), 3);
 }
 
@@ -167,14 +140,7 @@ fn an_existing_output_is_not_overwritten_without_resume() {
     let input = rows_file("exists.jsonl", 2, None);
     let out = scratch("exists.out.jsonl");
     std::fs::write(&out, "{\"row\": \"1\", \"status\": \"ok\"}\n").expect("existing");
-    let run = pagantic(&[
-        "run",
-        "tests/plans/batch.yaml",
-        "--batch",
-        s(&input),
-        "--out",
-        s(&out),
-    ]);
+    let run = batch(&input, &["--out", s(&out)]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("already exists"), "{}", run.stderr);
 }
@@ -238,17 +204,7 @@ fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_
 fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
     let input = rows_file("dry.jsonl", 5, None);
     let out = scratch("dry.out.jsonl");
-    let run = pagantic(&[
-        "run",
-        "tests/plans/batch.yaml",
-        "--batch",
-        s(&input),
-        "--out",
-        s(&out),
-        "--id",
-        "id",
-        "--dry-run",
-    ]);
+    let run = batch(&input, &["--out", s(&out), "--id", "id", "--dry-run"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     // The prompts of the first two rows, as the model would get them; not the third's.
     assert!(

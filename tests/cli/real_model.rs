@@ -2,7 +2,9 @@
 //! the model in the cache: the README's test command runs `pagantic models pull` first, and so
 //! does CI. Each loads the model once (~6 s) and generates a handful of tokens.
 
-use crate::pagantic;
+use serde_json::Value;
+
+use crate::{pagantic, step};
 
 /// Fails with the fix when the model has not been pulled.
 fn require_model() {
@@ -13,6 +15,24 @@ fn require_model() {
         listed.stdout,
         listed.stderr
     );
+}
+
+/// `pagantic run --no-stream --format json ARGS…` on the real models; the run must complete.
+fn completed_record(args: &[&str]) -> Value {
+    require_model();
+    let mut argv = vec!["run", "--no-stream", "--format", "json"];
+    argv.extend_from_slice(args);
+    let run = pagantic(&argv);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    serde_json::from_str(&run.stdout).expect("json record")
+}
+
+/// The stderr of `pagantic run --no-stream PLAN`, which must fail (exit 1).
+fn failed_run(plan: &str) -> String {
+    require_model();
+    let run = pagantic(&["run", "--no-stream", plan]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    run.stderr
 }
 
 #[test]
@@ -30,39 +50,21 @@ fn the_quickstart_plan_answers_paris() {
 
 #[test]
 fn decoder_constraints_hold_on_the_local_model() {
-    require_model();
-    let run = pagantic(&[
-        "run",
-        "--no-stream",
-        "tests/plans/constraints-local.yaml",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
-    let step = |name: &str| {
-        record["steps"]
-            .as_array()
-            .and_then(|steps| steps.iter().find(|s| s["name"] == name))
-            .unwrap_or_else(|| panic!("no step {name} in {record}"))
-            .clone()
-    };
-    let yes_no = step("yes_no")["output"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(yes_no == "yes" || yes_no == "no", "regex: {yes_no:?}");
+    let record = completed_record(&["tests/plans/constraints-local.yaml"]);
+    let yes_no = step(&record, "yes_no");
+    let answer = yes_no["output"].as_str().unwrap_or_default();
+    assert!(answer == "yes" || answer == "no", "regex: {answer:?}");
     // The answer ends where the grammar does, not at max_tokens.
-    assert!(step("yes_no")["usage"]["completion_tokens"].as_u64() < Some(16));
-    let colour = step("colour")["output"]
+    let tokens = yes_no["usage"]["completion_tokens"].as_u64();
+    assert!(tokens.is_some_and(|t| t < 16), "{tokens:?}");
+    let colour = step(&record, "colour")["output"]
         .as_str()
-        .unwrap_or_default()
-        .to_string();
+        .unwrap_or_default();
     assert!(
-        ["colour: blue", "colour: white", "colour: red"].contains(&colour.as_str()),
+        ["colour: blue", "colour: white", "colour: red"].contains(&colour),
         "gbnf: {colour:?}"
     );
-    let review = step("review");
+    let review = step(&record, "review");
     assert_eq!(review["detail"]["constrained"], true);
     assert_eq!(review["detail"]["retries"], 0);
     let sentiment = review["output"]["sentiment"].as_str().unwrap_or_default();
@@ -76,31 +78,21 @@ fn decoder_constraints_hold_on_the_local_model() {
 
 #[test]
 fn a_lark_grammar_llguidance_cannot_compile_is_a_grammar_failure() {
-    require_model();
-    let run = pagantic(&["run", "--no-stream", "tests/plans/bad-lark-local.yaml"]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
+    let stderr = failed_run("tests/plans/bad-lark-local.yaml");
     assert!(
-        run.stderr.contains("CONSTRAINT_GRAMMAR_REJECTED") && run.stderr.contains("missing_rule"),
-        "{}",
-        run.stderr
+        stderr.contains("CONSTRAINT_GRAMMAR_REJECTED") && stderr.contains("missing_rule"),
+        "{stderr}"
     );
 }
 
 #[test]
 fn the_local_model_routes_a_catalog_question_in_two_calls() {
-    require_model();
     let events_file = crate::root().join("target").join("route-local.jsonl");
-    let run = pagantic(&[
-        "run",
-        "--no-stream",
-        "--format",
-        "json",
+    let record = completed_record(&[
         "--events",
         events_file.to_str().unwrap_or_default(),
         "tests/plans/storefront-local.yaml",
     ]);
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
     let detail = &record["steps"][0]["detail"];
     let mode = detail["route"]["mode"].as_str().unwrap_or_default();
     assert!(
@@ -131,23 +123,16 @@ fn the_local_model_routes_a_catalog_question_in_two_calls() {
 
 #[test]
 fn a_prompt_longer_than_context_length_is_refused_before_decoding() {
-    require_model();
-    let run = pagantic(&["run", "--no-stream", "tests/plans/context-local.yaml"]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
+    let stderr = failed_run("tests/plans/context-local.yaml");
     assert!(
-        run.stderr.contains("INFERENCE_CONTEXT_EXCEEDED")
-            && run.stderr.contains("context_length of 256"),
-        "{}",
-        run.stderr
+        stderr.contains("INFERENCE_CONTEXT_EXCEEDED") && stderr.contains("context_length of 256"),
+        "{stderr}"
     );
 }
 
 #[test]
 fn the_agent_plan_calls_the_calculator_and_answers() {
-    require_model();
-    let run = pagantic(&["run", "--no-stream", "--format", "json", "plans/agent.yaml"]);
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    let record = completed_record(&["plans/agent.yaml"]);
     assert!(
         record["output"]
             .as_str()
@@ -168,18 +153,11 @@ fn the_agent_plan_calls_the_calculator_and_answers() {
 
 #[test]
 fn the_classify_plan_extracts_json_and_votes_on_the_local_model() {
-    require_model();
-    let run = pagantic(&[
-        "run",
-        "--no-stream",
-        "--format",
-        "json",
+    let record = completed_record(&[
         "plans/classify.yaml",
         "-i",
         "review=The battery died after two days and support never answered. Avoid.",
     ]);
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
     let extract = &record["steps"][0];
     assert_eq!(extract["output"]["sentiment"], "negative", "{extract}");
     assert_eq!(extract["detail"]["constrained"], true);
@@ -197,20 +175,9 @@ fn the_classify_plan_extracts_json_and_votes_on_the_local_model() {
 /// ONNX Runtime, and answers with the local LLM; the record shows every candidate's rerank score.
 #[test]
 fn the_rag_plan_reranks_with_minilm_and_answers() {
-    require_model();
-    let run = pagantic(&[
-        "run",
-        "--no-stream",
-        "--format",
-        "json",
-        "plans/rag.yaml",
-        "-i",
-        "question=How do I resume a batch?",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    let record = completed_record(&["plans/rag.yaml", "-i", "question=How do I resume a batch?"]);
     assert_eq!(record["status"], "complete", "{record}");
-    let rerank = crate::step(&record, "rerank");
+    let rerank = step(&record, "rerank");
     assert!(
         rerank["detail"]["scorer"] == "bi-encoder:all-minilm-l6-v2-int8",
         "{rerank}"

@@ -166,7 +166,7 @@ impl StepHandler for Agent {
                 }
                 let repeated = calls
                     .iter()
-                    .all(|c| seen.contains(&format!("{}{}", c.name, c.arguments)));
+                    .all(|c| seen.contains(&(c.name.clone(), c.arguments.to_string())));
                 if repeated && !must_answer {
                     must_answer = true;
                     let last_result = memory
@@ -181,7 +181,11 @@ impl StepHandler for Agent {
                     )));
                     continue;
                 }
-                seen.extend(calls.iter().map(|c| format!("{}{}", c.name, c.arguments)));
+                seen.extend(
+                    calls
+                        .iter()
+                        .map(|c| (c.name.clone(), c.arguments.to_string())),
+                );
                 must_answer = false;
                 memory.push(Message {
                     tool_calls: calls.clone(),
