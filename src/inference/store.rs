@@ -351,8 +351,12 @@ pub fn pull(
 ) -> Result<PathBuf, Failure> {
     let dir = models_dir();
     std::fs::create_dir_all(&dir).map_err(|e| io_failure("create", &dir, e))?;
-    let work = dir.join(format!(".pull-{}-{}", model.name, std::process::id()));
-    let _cleanup = RemoveOnDrop(work.clone());
+    // Removed with everything in it when dropped, so a failed pull leaves nothing behind.
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".pull-{}-", model.name))
+        .tempdir_in(&dir)
+        .map_err(|e| io_failure("create a staging directory in", &dir, e))?;
+    let work = staging.path();
     let packages = work.join("packages");
     std::fs::create_dir_all(&packages).map_err(|e| io_failure("create", &packages, e))?;
     let chunks: Vec<&Chunk> = model.files().flat_map(|f| f.chunks).collect();
@@ -436,15 +440,6 @@ fn describe_chunks(file: &StoredFile) -> String {
         .map(|c| format!("{}=={}", c.package, c.version))
         .collect();
     packages.join(" ")
-}
-
-/// Deletes a directory when dropped, so a failed pull leaves nothing half-done behind.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The Python that runs pip: `$PAGANTIC_PYTHON`, else `python3`.
