@@ -1,20 +1,20 @@
 //! pagantic: a declarative pipeline runner for LLM work.
 //!
 //! People describe a pipeline once, in a YAML plan file; pagantic checks it in milliseconds,
-//! builds it into a step graph and (in later layers) runs it. Modules follow layers that only
-//! point downward (a test enforces it):
+//! builds it into a step graph and runs it: once, over every row of an input file, or as a
+//! conversation. Modules follow layers that only point downward (a test enforces it):
 //!
 //! | layer | module | owns |
 //! | --- | --- | --- |
 //! | 0 | [`core`] | messages, tool calls, usage, candidates, the failure taxonomy |
-//! | 1 | [`inference`] | the `Engine` trait, requests and responses, the scripted engine |
+//! | 1 | [`inference`] | the `Engine` trait, requests and responses; the local (mistral.rs), OpenAI-compatible and scripted engines; the model store |
 //! | 2 | [`constraint`] | model output to schema-valid JSON: repair, enum normalisation, schema errors |
 //! | 2 | [`context`] | corpora: loading, chunking, BM25 and keyword retrieval |
 //! | 2 | [`prompt`] | minijinja templates: one configuration, static analysis |
 //! | 2 | [`rerank`] | scorers behind one trait (keyword; ONNX cross- and bi-encoders) and the top_k / min_score selection |
 //! | 2 | [`tool`] | running tools: commands (no shell, process groups, timeouts, caps) and builtins |
 //! | 2 | [`validate`] | validation rules and the retry policy |
-//! | 3 | [`orchestrate`] | the executor over the step graph, step handlers, lifecycle, run records, events |
+//! | 3 | [`orchestrate`] | the run session, a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records, events |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |

@@ -1,33 +1,30 @@
 //! Layer 5: batch jobs — one run of a plan per input row, many rows in flight, every row written
 //! once, and nothing lost on a crash.
 //!
-//! Rows are streamed from the input ([`input`]), bound to the plan's inputs (by name, or through
-//! `--map input=column`), and run concurrently on one built pipeline, so every row shares the same
+//! Rows are streamed from the input ([`input`]), bound to the pipeline's inputs (by name, or
+//! through `--map input=column`), and run concurrently in one session on one built pipeline, so every row shares the same
 //! loaded model (a local engine sees concurrent requests and can batch them). Each finished row
 //! becomes one JSON line ([`output`]), written and flushed at once; `--resume` skips the rows an
 //! earlier run wrote. A failing row is recorded and the others go on, unless `--fail-fast`.
-//! Templates see the row itself as `row`.
+//! Templates see the row itself as `row`. Every row is a run of its own (its run id is in its
+//! output line) whose events go to the session's events file.
 
 pub mod input;
 pub mod output;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use indexmap::IndexMap;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::core::{Failure, TokenUsage};
 use crate::orchestrate::{
-    EventKind, Events, Pipeline, Rendered, RunOptions, RunRecord, RunStatus, execute, render_step,
+    Events, Pipeline, Rendered, RunRecord, RunStatus, Session, execute, render_step,
 };
-use crate::plan::inputs;
-use crate::plan::model::{InputSpec, InputType};
 
 use input::Row;
 use output::Sink;
@@ -54,8 +51,6 @@ pub struct BatchOptions {
     pub map: Vec<(String, String)>,
     /// Write rows in input order instead of as they finish.
     pub ordered: bool,
-    /// Options for each row's run.
-    pub run: RunOptions,
 }
 
 /// Live counts, for a progress display.
@@ -104,10 +99,11 @@ pub struct Summary {
     pub steps: BTreeMap<String, StepTimes>,
 }
 
-/// Runs `pipeline` over every row.
+/// Runs `pipeline` over every row, each row a run of `session` (its cancellation stops the
+/// batch: rows in flight are abandoned, not written, so `--resume` runs them again).
 pub async fn run(
+    session: &Session,
     pipeline: Arc<Pipeline>,
-    declared: &IndexMap<String, InputSpec>,
     options: BatchOptions,
     progress: &dyn Fn(&Progress),
 ) -> Result<Summary, Failure> {
@@ -120,18 +116,17 @@ pub async fn run(
     let mut counts = Progress::default();
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut usage = TokenUsage::default();
-    let mut running: JoinSet<(usize, Value, RunRecord)> = JoinSet::new();
+    let mut running: JoinSet<(usize, Value, RunRecord, u64)> = JoinSet::new();
     let mut waiting_lines: BTreeMap<usize, Value> = BTreeMap::new();
     let (mut next_sequence, mut next_to_write) = (0usize, 0usize);
     let mut started_rows = 0usize;
     let mut stop = false;
-    let mut cancel = options.run.cancel.clone();
+    let mut cancel = session.run_options().cancel;
     let mut cancelled = false;
     let mut exhausted = false;
     let done: &HashSet<String> = &previous.done;
     let concurrency = options.concurrency.max(1);
     let total = count_rows_in_background(&options);
-    let model_calls = Arc::new(AtomicU64::new(0));
 
     loop {
         while !stop
@@ -172,22 +167,17 @@ pub async fn run(
             started_rows += 1;
             let sequence = next_sequence;
             next_sequence += 1;
-            match bind(declared, &options.map, &row) {
+            match pipeline.bind_row(&row.data, &options.map) {
                 Ok(bound) => {
-                    let mut run_options = options.run.clone();
+                    let mut run_options = session.run_options();
                     run_options
                         .globals
                         .insert("row".into(), Value::Object(row.data.clone()));
                     let pipeline = Arc::clone(&pipeline);
-                    let calls = Arc::clone(&model_calls);
-                    let events = Events::with_observer(None, move |event| {
-                        if event.kind == EventKind::Inference {
-                            calls.fetch_add(1, Ordering::Relaxed);
-                        }
-                    });
+                    let events = session.events().new_run();
                     running.spawn(async move {
                         let record = execute(&pipeline, bound, run_options, &events).await;
-                        (sequence, row_json(&row), record)
+                        (sequence, row_json(&row), record, events.model_calls())
                     });
                 }
                 Err(failure) => {
@@ -210,7 +200,8 @@ pub async fn run(
         }
         tokio::select! {
             joined = running.join_next() => {
-                let Some(Ok((sequence, row, record))) = joined else { continue };
+                let Some(Ok((sequence, row, record, calls))) = joined else { continue };
+                counts.model_calls += calls;
                 for step in &record.steps {
                     durations.entry(step.name.clone()).or_default().push(step.duration_ms);
                 }
@@ -221,7 +212,6 @@ pub async fn run(
                 stop |= !ok && options.fail_fast;
                 write(&mut sink, &mut waiting_lines, &mut next_to_write, sequence, line_for(row, &record), options.ordered)?;
                 counts.elapsed = started.elapsed();
-                counts.model_calls = model_calls.load(Ordering::Relaxed);
                 counts.total = total.get().copied();
                 progress(&counts);
             }
@@ -245,7 +235,7 @@ pub async fn run(
         rows_skipped: counts.skipped,
         cancelled: cancelled && *cancel.borrow(),
         usage,
-        model_calls: model_calls.load(Ordering::Relaxed),
+        model_calls: counts.model_calls,
         wall_ms: wall.as_secs_f64() * 1000.0,
         rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
         steps: durations
@@ -295,8 +285,8 @@ pub struct RowPreview {
 /// The prompts of the first `rows` rows (shard applied), as `--dry-run` shows them before it runs
 /// the whole batch on stand-ins.
 pub async fn preview(
+    session: &Session,
     pipeline: &Pipeline,
-    declared: &IndexMap<String, InputSpec>,
     options: &BatchOptions,
     rows: usize,
 ) -> Result<Vec<RowPreview>, Failure> {
@@ -314,10 +304,10 @@ pub async fn preview(
             calls: Vec::new(),
             error: None,
         };
-        match bind(declared, &options.map, &row) {
+        match pipeline.bind_row(&row.data, &options.map) {
             Ok(bound) => {
                 for (index, step) in pipeline.steps.iter().enumerate() {
-                    let mut run_options = options.run.clone();
+                    let mut run_options = session.run_options();
                     run_options
                         .globals
                         .insert("row".into(), Value::Object(row.data.clone()));
@@ -378,6 +368,7 @@ fn line_for(mut row: Value, record: &RunRecord) -> Value {
         .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage }))
         .collect();
     if let Value::Object(map) = &mut row {
+        map.insert("run_id".into(), json!(record.run_id));
         map.insert("status".into(), json!(status));
         map.insert(
             "output".into(),
@@ -391,34 +382,6 @@ fn line_for(mut row: Value, record: &RunRecord) -> Value {
         map.insert("steps".into(), Value::Array(steps));
     }
     row
-}
-
-/// The plan's inputs for a row: each input from the column of its name (or `--map`ped column);
-/// text in a non-text input is parsed as JSON (CSV gives only text).
-fn bind(
-    declared: &IndexMap<String, InputSpec>,
-    map: &[(String, String)],
-    row: &Row,
-) -> Result<Value, Failure> {
-    let mut given = Map::new();
-    for (name, spec) in declared {
-        let column = map
-            .iter()
-            .find(|(input, _)| input == name)
-            .map_or(name.as_str(), |(_, c)| c.as_str());
-        let Some(value) = row.data.get(column) else {
-            continue;
-        };
-        let value = match (spec.kind, value) {
-            (InputType::String, _) => value.clone(),
-            (_, Value::String(text)) => {
-                serde_json::from_str(text).unwrap_or_else(|_| value.clone())
-            }
-            _ => value.clone(),
-        };
-        given.insert(name.clone(), value);
-    }
-    inputs::resolve(declared, &[], Some(given))
 }
 
 fn percentiles(mut times: Vec<f64>) -> StepTimes {

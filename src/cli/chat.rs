@@ -6,16 +6,16 @@
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::core::Message;
-use crate::orchestrate::{Event, EventKind, Events, RunOptions, RunStatus, execute};
+use crate::orchestrate::inputs::InputType;
+use crate::orchestrate::{Event, EventKind, RunStatus, SessionOptions};
 use crate::plan::build::BuildOptions;
-use crate::plan::inputs;
-use crate::plan::model::InputType;
 
-use super::run::{
-    PlanInputs, build_pipeline, inputs_file, load_checked, print_failure, runtime, stderr_notice,
+use super::common::{
+    Exit, Outcome, PlanInputs, build, inputs_file, load_checked, open_session, print_failure,
+    stderr_notice,
 };
 use super::{EXIT_INVALID, EXIT_OK};
 
@@ -31,34 +31,43 @@ pub struct Args {
     /// Replace models with scripted echoes and side-effecting tools with stand-ins.
     #[arg(long)]
     dry_run: bool,
+    /// Write every event of the conversation (each turn a run of its own) to FILE as JSON Lines.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
 }
 
-pub fn run(args: &Args) -> io::Result<u8> {
-    let plan = match load_checked(&args.plan, &args.given)? {
-        Ok(plan) => plan,
-        Err(code) => return Ok(code),
-    };
-    if !plan
-        .raw
-        .steps
-        .iter()
-        .any(|s| s.step_type().name() == "agent")
-    {
+pub fn run(args: &Args) -> Outcome {
+    let session = open_session(SessionOptions {
+        events_file: args.events.clone(),
+        observer: Some(Box::new(show_tool_event)),
+        ..SessionOptions::default()
+    })?;
+    let plan = load_checked(&args.plan, &args.given)?;
+    let file = inputs_file(&args.given)?;
+    let pipeline = build(
+        &session,
+        &plan,
+        BuildOptions {
+            dry_run: args.dry_run,
+            notice: Some(stderr_notice()),
+            ..BuildOptions::default()
+        },
+    )?;
+    if !pipeline.steps.iter().any(|s| s.kind == "agent") {
         writeln!(
             io::stderr(),
             "error: {} has no `agent` step to chat with",
             args.plan.display()
         )?;
-        return Ok(EXIT_INVALID);
+        return Err(Exit::Code(EXIT_INVALID));
     }
     let message_input = match &args.message_input {
-        Some(name) if plan.raw.inputs.contains_key(name) => name.clone(),
+        Some(name) if pipeline.inputs.contains_key(name) => name.clone(),
         Some(name) => {
             writeln!(io::stderr(), "error: the plan has no input `{name}`")?;
-            return Ok(EXIT_INVALID);
+            return Err(Exit::Code(EXIT_INVALID));
         }
-        None => match plan
-            .raw
+        None => match pipeline
             .inputs
             .iter()
             .find(|(_, spec)| spec.kind == InputType::String)
@@ -69,43 +78,34 @@ pub fn run(args: &Args) -> io::Result<u8> {
                     io::stderr(),
                     "error: the plan has no string input for your messages (declare one, or name it with --message-input)"
                 )?;
-                return Ok(EXIT_INVALID);
+                return Err(Exit::Code(EXIT_INVALID));
             }
         },
     };
-    let file = match inputs_file(&args.given)? {
-        Ok(file) => file,
-        Err(code) => return Ok(code),
-    };
-    let pipeline = match build_pipeline(
-        &plan,
-        BuildOptions {
-            dry_run: args.dry_run,
-            notice: Some(stderr_notice()),
-            ..BuildOptions::default()
-        },
-    )? {
-        Ok(pipeline) => pipeline,
-        Err(code) => return Ok(code),
-    };
-    let runtime = runtime()?;
-    let events = Events::with_observer(None, show_tool_event);
     let interactive = io::stdin().is_terminal();
     if interactive {
         writeln!(
             io::stderr(),
-            "chatting with {} — /exit or Ctrl-D to leave",
+            "chatting with {} — /exit or Ctrl-D to leave, Ctrl-C stops a reply",
             args.plan.display()
         )?;
     }
     let mut history: Vec<Message> = Vec::new();
-    let mut lines = io::stdin().lock().lines();
+    let mut lines = stdin_lines();
     loop {
         if interactive {
             write!(io::stderr(), "you> ")?;
             io::stderr().flush()?;
         }
-        let Some(line) = lines.next().transpose()? else {
+        // Ctrl-C or SIGTERM at the prompt ends the conversation; during a reply it stops the reply.
+        let interrupted = session.wait_for_interrupt();
+        let next = session.block_on(async {
+            tokio::select! {
+                line = lines.recv() => line,
+                () = interrupted => None,
+            }
+        });
+        let Some(line) = next.transpose()? else {
             break;
         };
         let line = line.trim();
@@ -117,19 +117,18 @@ pub fn run(args: &Args) -> io::Result<u8> {
         }
         let mut given = args.given.inputs.clone();
         given.push((message_input.clone(), line.to_string()));
-        let inputs = match inputs::resolve(&plan.raw.inputs, &given, file.clone()) {
+        let inputs = match pipeline.bind(&given, file.clone()) {
             Ok(inputs) => inputs,
             Err(failure) => {
                 print_failure(&failure)?;
                 continue;
             }
         };
-        let mut options = RunOptions::new(4);
-        options.globals.insert(
-            "history".into(),
+        let globals = Map::from_iter([(
+            "history".to_string(),
             serde_json::to_value(&history).map_err(io::Error::other)?,
-        );
-        let record = runtime.block_on(execute(&pipeline, inputs, options, &events));
+        )]);
+        let record = session.run(&pipeline, inputs, globals);
         match (record.status, record.error) {
             (RunStatus::Complete, _) => {
                 let answer = match record.output {
@@ -141,12 +140,30 @@ pub fn run(args: &Args) -> io::Result<u8> {
                 history.push(Message::user(line));
                 history.push(Message::assistant(answer));
             }
+            (RunStatus::Cancelled, _) => {
+                // The reply was stopped; the conversation goes on without it.
+                writeln!(io::stderr(), "(reply cancelled)")?;
+                session.clear_interrupt();
+            }
             // A failed turn is reported and forgotten; the conversation goes on.
             (_, Some(failure)) => print_failure(&failure)?,
             (_, None) => {}
         }
     }
     Ok(EXIT_OK)
+}
+
+/// Lines of stdin, read on a thread of their own so that waiting for one can be interrupted.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<io::Result<String>> {
+    let (sender, receiver) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            if sender.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
 }
 
 /// `→ tool {arguments}` when a tool starts, `← tool ok|failed (ms)` when it ends.

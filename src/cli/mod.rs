@@ -5,6 +5,7 @@
 //! 2 invalid input (plan, policy, flags) — nothing was executed.
 
 mod chat;
+mod common;
 mod graph;
 mod models;
 mod render;
@@ -18,6 +19,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use common::Exit;
 pub use report::Format;
 
 /// Exit code: everything went well.
@@ -66,19 +68,19 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Validate(args) => validate::run(&args),
+        Command::Validate(args) => validate::run(&args).map_err(Exit::from),
         Command::Run(args) => run::run(&args),
         Command::Chat(args) => chat::run(&args),
         Command::Render(args) => render::run(&args),
-        Command::Models(args) => models::run(&args),
-        Command::Schema(args) => schema::run(&args),
-        Command::Graph(args) => graph::run(&args),
+        Command::Models(args) => models::run(&args).map_err(Exit::from),
+        Command::Schema(args) => schema::run(&args).map_err(Exit::from),
+        Command::Graph(args) => graph::run(&args).map_err(Exit::from),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),
         // A closed pipe (`pagantic graph plan.yaml | head`) is not an error.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(EXIT_OK),
-        Err(e) => {
+        Err(Exit::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(EXIT_OK),
+        Err(Exit::Io(e)) => {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_FAILED)
         }

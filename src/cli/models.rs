@@ -85,7 +85,7 @@ fn pull(name: &str, force: bool) -> io::Result<u8> {
             Ok(EXIT_OK)
         }
         Err(failure) => {
-            super::run::print_failure(&failure)?;
+            super::common::print_failure(&failure)?;
             Ok(EXIT_FAILED)
         }
     }

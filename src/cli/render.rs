@@ -5,12 +5,14 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::orchestrate::{Events, Rendered, RunOptions, render_step};
+use crate::orchestrate::{Rendered, SessionOptions};
 use crate::plan::build::BuildOptions;
-use crate::plan::inputs;
 use crate::prompt::Templates;
 
-use super::run::{PlanInputs, build_pipeline, load, print_failure, runtime};
+use super::common::{
+    Exit, Outcome, PlanInputs, bind, build, load_checked, open_session, print_failure, split_pair,
+    stderr_notice, write_messages,
+};
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 
 #[derive(Debug, clap::Args)]
@@ -24,14 +26,14 @@ pub struct Args {
     given: PlanInputs,
     /// A template variable for rendering a prompt file alone, as NAME=VALUE (values that parse as
     /// JSON are JSON, others strings).
-    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = inputs::split_pair)]
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = split_pair)]
     vars: Vec<(String, String)>,
     /// Run the upstream steps on the plan's own models instead of scripted echoes.
     #[arg(long)]
     live: bool,
 }
 
-pub fn run(args: &Args) -> io::Result<u8> {
+pub fn run(args: &Args) -> Outcome {
     let is_plan = args
         .file
         .extension()
@@ -43,7 +45,7 @@ pub fn run(args: &Args) -> io::Result<u8> {
     }
 }
 
-fn render_template(args: &Args) -> io::Result<u8> {
+fn render_template(args: &Args) -> Outcome {
     let dir = args.file.parent().map(|p| p.to_path_buf());
     let name = args
         .file
@@ -73,50 +75,34 @@ fn render_template(args: &Args) -> io::Result<u8> {
     }
 }
 
-fn render_plan_step(args: &Args) -> io::Result<u8> {
+fn render_plan_step(args: &Args) -> Outcome {
     let Some(step) = &args.step else {
         writeln!(io::stderr(), "error: rendering a plan needs --step NAME")?;
-        return Ok(EXIT_INVALID);
+        return Err(Exit::Code(EXIT_INVALID));
     };
-    let loaded = match load(&args.file, &args.given)? {
-        Ok(loaded) => loaded,
-        Err(code) => return Ok(code),
-    };
-    let names: Vec<&str> = loaded
-        .plan
-        .raw
-        .steps
-        .iter()
-        .map(|s| s.common().name.as_str())
-        .collect();
+    let session = open_session(SessionOptions::default())?;
+    let plan = load_checked(&args.file, &args.given)?;
+    let pipeline = build(
+        &session,
+        &plan,
+        BuildOptions {
+            dry_run: !args.live,
+            notice: Some(stderr_notice()),
+            ..BuildOptions::default()
+        },
+    )?;
+    let names: Vec<&str> = pipeline.steps.iter().map(|s| s.name.as_str()).collect();
     let Some(target) = names.iter().position(|n| n == step) else {
         writeln!(
             io::stderr(),
             "error: no step `{step}` in {} ({})",
             args.file.display(),
-            crate::plan::diagnostic::suggestion(step, "steps", names.iter().copied())
+            crate::core::text::suggestion(step, "steps", names.iter().copied())
         )?;
-        return Ok(EXIT_INVALID);
+        return Err(Exit::Code(EXIT_INVALID));
     };
-    let pipeline = match build_pipeline(
-        &loaded.plan,
-        BuildOptions {
-            dry_run: !args.live,
-            notice: Some(super::run::stderr_notice()),
-            ..BuildOptions::default()
-        },
-    )? {
-        Ok(pipeline) => pipeline,
-        Err(code) => return Ok(code),
-    };
-    let events = Events::new(None);
-    let rendered = runtime()?.block_on(render_step(
-        &pipeline,
-        target,
-        loaded.inputs,
-        RunOptions::new(4),
-        &events,
-    ));
+    let inputs = bind(&pipeline, &args.given)?;
+    let rendered = session.render(&pipeline, target, inputs);
     let mut stdout = io::stdout().lock();
     match rendered {
         Ok(Rendered::Messages(messages)) => {
@@ -132,23 +118,4 @@ fn render_plan_step(args: &Args) -> io::Result<u8> {
             Ok(EXIT_FAILED)
         }
     }
-}
-
-/// Messages as the model would get them: a `--- role ---` line (`--- step: role ---` when a
-/// step is named), then the text.
-pub(super) fn write_messages(
-    out: &mut impl Write,
-    step: Option<&str>,
-    messages: &[crate::core::Message],
-) -> io::Result<()> {
-    for message in messages {
-        let role = serde_json::to_value(message.role).unwrap_or_default();
-        let role = role.as_str().unwrap_or("message");
-        match step {
-            Some(step) => writeln!(out, "--- {step}: {role} ---")?,
-            None => writeln!(out, "--- {role} ---")?,
-        }
-        writeln!(out, "{}", message.content.trim_end())?;
-    }
-    Ok(())
 }

@@ -1,23 +1,25 @@
 //! `pagantic run PLAN` — check, build and run a plan; the result on stdout, progress on stderr.
 
 use std::io::{self, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::ValueEnum;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::core::Failure;
-use crate::inference::{Notice, TokenSink};
+use crate::inference::TokenSink;
 use crate::orchestrate::{
-    Event, EventKind, Events, Lifecycle, Pipeline, RunOptions, RunRecord, RunStatus, execute,
+    Event, EventKind, Lifecycle, Observer, RunRecord, RunStatus, Session, SessionOptions,
 };
+use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
-use crate::plan::{self, Plan, inputs};
 
-use super::report::{self, Format};
-use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
+use super::common::{
+    Outcome, PlanInputs, bind, build, invalid, load_checked, open_session, print_failure,
+    split_pair, stderr_notice, write_messages,
+};
+use super::{EXIT_FAILED, EXIT_OK};
 
 /// How the result is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -27,20 +29,6 @@ pub enum OutputFormat {
     /// The whole run record: run id, status, output, every step's status, attempts, duration,
     /// output and usage, and the error if any.
     Json,
-}
-
-/// Inputs and plan selection shared by `run` and `render`.
-#[derive(Debug, clap::Args)]
-pub struct PlanInputs {
-    /// An input, as NAME=VALUE (repeatable). Non-string inputs are parsed as JSON.
-    #[arg(short = 'i', long = "input", value_name = "NAME=VALUE", value_parser = inputs::split_pair)]
-    pub inputs: Vec<(String, String)>,
-    /// A JSON file with an object of inputs; `-i` values override it.
-    #[arg(long, value_name = "FILE")]
-    pub inputs_file: Option<PathBuf>,
-    /// A policy file whose limits apply on top of the plan's own.
-    #[arg(long, value_name = "FILE")]
-    pub policy: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -116,7 +104,7 @@ pub struct BatchArgs {
     #[arg(long, value_name = "I/N", value_parser = crate::batch::parse_shard, requires = "batch")]
     shard: Option<(usize, usize)>,
     /// Bind a plan input to a differently named column, as INPUT=COLUMN (repeatable).
-    #[arg(long = "map", value_name = "INPUT=COLUMN", value_parser = inputs::split_pair, requires = "batch")]
+    #[arg(long = "map", value_name = "INPUT=COLUMN", value_parser = split_pair, requires = "batch")]
     map: Vec<(String, String)>,
     /// The column holding each row's id (default: line number, record number, or file path).
     #[arg(long = "id", value_name = "COLUMN", requires = "batch")]
@@ -129,171 +117,20 @@ pub struct BatchArgs {
     summary: Option<PathBuf>,
 }
 
-/// Prints one-time work (pulling or loading a model) on stderr.
-pub fn stderr_notice() -> Notice {
-    Arc::new(|line: &str| {
-        let _ = writeln!(io::stderr(), "pagantic: {line}");
-    })
-}
-
-/// A checked plan with its resolved inputs, or the exit code explaining why not.
-pub struct Loaded {
-    pub plan: Plan,
-    pub inputs: Value,
-}
-
-/// Loads the plan (exit 2 with diagnostics when invalid) and resolves its inputs.
-pub fn load(path: &Path, given: &PlanInputs) -> io::Result<Result<Loaded, u8>> {
-    let plan = match load_checked(path, given)? {
-        Ok(plan) => plan,
-        Err(code) => return Ok(Err(code)),
-    };
-    let file = match inputs_file(given)? {
-        Ok(file) => file,
-        Err(code) => return Ok(Err(code)),
-    };
-    match inputs::resolve(&plan.raw.inputs, &given.inputs, file) {
-        Ok(inputs) => Ok(Ok(Loaded { plan, inputs })),
-        Err(failure) => {
-            print_failure(&failure)?;
-            Ok(Err(EXIT_INVALID))
-        }
-    }
-}
-
-/// Builds the plan's pipeline, or prints why it cannot be built (exit 2: nothing ran).
-pub(super) fn build_pipeline(
-    plan: &Plan,
-    options: BuildOptions,
-) -> io::Result<Result<Pipeline, u8>> {
-    match plan.build(options) {
-        Ok(pipeline) => Ok(Ok(pipeline)),
-        Err(failure) => {
-            print_failure(&failure)?;
-            Ok(Err(EXIT_INVALID))
-        }
-    }
-}
-
-/// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics when invalid).
-pub(super) fn load_checked(path: &Path, given: &PlanInputs) -> io::Result<Result<Plan, u8>> {
-    let policy = match &given.policy {
-        Some(path) => match plan::load_policy(path) {
-            Ok(policy) => Some(policy),
-            Err(diagnostics) => {
-                report::print(&diagnostics, Format::Human)?;
-                return Ok(Err(EXIT_INVALID));
-            }
-        },
-        None => None,
-    };
-    match plan::load_plan(path, policy.as_ref()) {
-        Ok(plan) => Ok(Ok(plan)),
-        Err(diagnostics) => {
-            report::print(&diagnostics, Format::Human)?;
-            Ok(Err(EXIT_INVALID))
-        }
-    }
-}
-
-/// The object of `--inputs-file`, if given (exit 2 when it cannot be read).
-pub(super) fn inputs_file(
-    given: &PlanInputs,
-) -> io::Result<Result<Option<Map<String, Value>>, u8>> {
-    let Some(path) = &given.inputs_file else {
-        return Ok(Ok(None));
-    };
-    match read_inputs_file(path) {
-        Ok(map) => Ok(Ok(Some(map))),
-        Err(failure) => {
-            print_failure(&failure)?;
-            Ok(Err(EXIT_INVALID))
-        }
-    }
-}
-
-fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::new(
-            crate::core::FailureCode::ConfigFileError,
-            format!("cannot read {}: {e}", path.display()),
-        )
+pub fn run(args: &Args) -> Outcome {
+    let batch = args.batch.batch.is_some();
+    // A batch shows its own progress line; one run shows a line per step.
+    let observer: Option<Observer> =
+        (!args.quiet && !batch).then(|| Box::new(progress) as Observer);
+    let session = open_session(SessionOptions {
+        events_file: args.events.clone(),
+        observer,
+        max_parallel: args.max_parallel,
     })?;
-    match serde_json::from_str::<Value>(&text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Failure::new(
-            crate::core::FailureCode::ConfigInvalidInput,
-            format!("{} must hold a JSON object of inputs", path.display()),
-        )),
-        Err(e) => Err(Failure::new(
-            crate::core::FailureCode::ConfigInvalidInput,
-            format!("{} is not JSON: {e}", path.display()),
-        )),
+    let plan = load_checked(&args.plan, &args.given)?;
+    if batch {
+        return run_batch(args, &session, &plan);
     }
-}
-
-/// Prints a failure with its code and help on stderr.
-pub fn print_failure(failure: &Failure) -> io::Result<()> {
-    let mut stderr = io::stderr().lock();
-    writeln!(stderr, "error[{}]: {}", failure.code, failure.message)?;
-    if let Some(help) = &failure.help {
-        writeln!(stderr, "  help: {help}")?;
-    }
-    Ok(())
-}
-
-/// Opens the events file, if any.
-pub fn events_sink(path: Option<&Path>) -> io::Result<Option<Box<dyn Write + Send>>> {
-    Ok(match path {
-        Some(path) => Some(Box::new(io::BufWriter::new(std::fs::File::create(path)?))),
-        None => None,
-    })
-}
-
-/// A runtime for one command.
-pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-}
-
-pub fn run(args: &Args) -> io::Result<u8> {
-    let sink = match events_sink(args.events.as_deref()) {
-        Ok(sink) => sink,
-        Err(e) => {
-            writeln!(
-                io::stderr(),
-                "error: cannot write events to {}: {e}",
-                args.events.as_deref().unwrap_or(Path::new("")).display()
-            )?;
-            return Ok(EXIT_INVALID);
-        }
-    };
-    let quiet = args.quiet;
-    let events = Events::with_observer(sink, move |event| {
-        if !quiet {
-            progress(event);
-        }
-    });
-    let lifecycle = |state: Lifecycle| {
-        events.emit(
-            EventKind::Lifecycle,
-            None,
-            events.run_span(),
-            None,
-            json!({ "state": state }),
-        )
-    };
-    lifecycle(Lifecycle::Init);
-    lifecycle(Lifecycle::Plan);
-    if args.batch.batch.is_some() {
-        return run_batch(args);
-    }
-    let loaded = match load(&args.plan, &args.given)? {
-        Ok(loaded) => loaded,
-        Err(code) => return Ok(code),
-    };
-    lifecycle(Lifecycle::Prepare);
     let streaming = args.stream
         || (!args.no_stream && args.format == OutputFormat::Text && io::stdout().is_terminal());
     let streamed = Arc::new(AtomicBool::new(false));
@@ -306,37 +143,18 @@ pub fn run(args: &Args) -> io::Result<u8> {
             let _ = stdout.flush();
         }) as TokenSink
     });
-    let pipeline = match build_pipeline(
-        &loaded.plan,
+    let pipeline = build(
+        &session,
+        &plan,
         BuildOptions {
             dry_run: args.dry_run,
             notice: (!args.quiet).then(stderr_notice),
             verbose: args.verbose,
             stream,
-            ..BuildOptions::default()
         },
-    )? {
-        Ok(pipeline) => pipeline,
-        Err(code) => return Ok(code),
-    };
-    let runtime = runtime()?;
-    let record = runtime.block_on(async {
-        let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                let _ = cancel_tx.send(true);
-            }
-        });
-        let mut options = RunOptions::new(args.max_parallel);
-        options.cancel = cancel_rx;
-        options.default_timeout = loaded
-            .plan
-            .policy
-            .timeout_per_step
-            .as_ref()
-            .map(|l| l.value.get());
-        execute(&pipeline, loaded.inputs, options, &events).await
-    });
+    )?;
+    let inputs = bind(&pipeline, &args.given)?;
+    let record = session.run(&pipeline, inputs, Map::new());
     if streamed.load(Ordering::Relaxed) {
         // The answer is already on stdout; end its line.
         writeln!(io::stdout())?;
@@ -350,30 +168,19 @@ pub fn run(args: &Args) -> io::Result<u8> {
     })
 }
 
-/// `run --batch`: the plan over every row of the input.
-fn run_batch(args: &Args) -> io::Result<u8> {
+/// `run --batch`: the plan over every row of the input, each row a run of `session`.
+fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     let batch = &args.batch;
-    let plan = match load_checked(&args.plan, &args.given)? {
-        Ok(plan) => plan,
-        Err(code) => return Ok(code),
-    };
-    let pipeline = match build_pipeline(
-        &plan,
+    let pipeline = Arc::new(build(
+        session,
+        plan,
         BuildOptions {
             dry_run: args.dry_run,
             notice: (!args.quiet).then(stderr_notice),
             verbose: args.verbose,
             ..BuildOptions::default()
         },
-    )? {
-        Ok(pipeline) => Arc::new(pipeline),
-        Err(code) => return Ok(code),
-    };
-    let runtime = runtime()?;
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    let mut run_options = RunOptions::new(args.max_parallel);
-    run_options.cancel = cancel_rx;
-    run_options.default_timeout = plan.policy.timeout_per_step.as_ref().map(|l| l.value.get());
+    )?);
     let options = crate::batch::BatchOptions {
         input: batch.batch.clone().unwrap_or_default(),
         id_column: batch.id_column.clone(),
@@ -386,61 +193,51 @@ fn run_batch(args: &Args) -> io::Result<u8> {
         shard: batch.shard,
         map: batch.map.clone(),
         ordered: batch.ordered,
-        run: run_options,
     };
     let show = !args.quiet && io::stderr().is_terminal();
     if args.dry_run {
-        let previews = runtime.block_on(crate::batch::preview(
-            &pipeline,
-            &plan.raw.inputs,
-            &options,
-            2,
-        ));
+        let previews = session.block_on(crate::batch::preview(session, &pipeline, &options, 2));
         match previews {
             Ok(previews) => print_previews(&previews)?,
-            Err(failure) => {
-                print_failure(&failure)?;
-                return Ok(EXIT_INVALID);
-            }
+            Err(failure) => return invalid(&failure),
         }
     }
-    let summary = runtime.block_on(async {
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                let _ = cancel_tx.send(true);
-            }
-        });
-        crate::batch::run(pipeline, &plan.raw.inputs, options, &|p| {
-            if show {
-                let seconds = p.elapsed.as_secs_f64().max(1e-9);
-                let of_total = p.total.map(|t| format!(" of {t}")).unwrap_or_default();
-                let eta = p
-                    .eta()
-                    .map(|eta| format!(", ETA {}", clock(eta)))
-                    .unwrap_or_default();
-                let _ = write!(
-                    io::stderr(),
-                    "\r  {} ok, {} failed, {} skipped{of_total} — {:.1} rows/s, {:.0} tok/s{eta}   ",
-                    p.ok,
-                    p.failed,
-                    p.skipped,
-                    (p.ok + p.failed) as f64 / seconds,
-                    p.tokens as f64 / seconds
-                );
-            }
-        })
-        .await
-    });
+    let summary = session.block_on(crate::batch::run(session, pipeline, options, &|p| {
+        if show {
+            let seconds = p.elapsed.as_secs_f64().max(1e-9);
+            let of_total = p.total.map(|t| format!(" of {t}")).unwrap_or_default();
+            let eta = p
+                .eta()
+                .map(|eta| format!(", ETA {}", clock(eta)))
+                .unwrap_or_default();
+            let _ = write!(
+                io::stderr(),
+                "\r  {} ok, {} failed, {} skipped{of_total} — {:.1} rows/s, {:.0} tok/s{eta}   ",
+                p.ok,
+                p.failed,
+                p.skipped,
+                (p.ok + p.failed) as f64 / seconds,
+                p.tokens as f64 / seconds
+            );
+        }
+    }));
     if show {
         writeln!(io::stderr())?;
     }
     let summary = match summary {
         Ok(summary) => summary,
         Err(failure) => {
-            print_failure(&failure)?;
-            return Ok(EXIT_INVALID);
+            session.finish(Lifecycle::Error);
+            return invalid(&failure);
         }
     };
+    session.finish(if summary.cancelled {
+        Lifecycle::Cancelled
+    } else if summary.rows_failed > 0 {
+        Lifecycle::Error
+    } else {
+        Lifecycle::Complete
+    });
     if !args.quiet {
         let mut stderr = io::stderr().lock();
         writeln!(
@@ -586,7 +383,7 @@ fn print_previews(previews: &[crate::batch::RowPreview]) -> io::Result<()> {
     for preview in previews {
         writeln!(stderr, "=== row {} ===", preview.row)?;
         for (step, messages) in &preview.calls {
-            super::render::write_messages(&mut stderr, Some(step), messages)?;
+            write_messages(&mut stderr, Some(step), messages)?;
         }
         if let Some(failure) = &preview.error {
             writeln!(stderr, "  cannot preview: {}", failure.message)?;

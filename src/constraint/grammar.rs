@@ -1,4 +1,4 @@
-//! GBNF (llama.cpp's grammar format, used by the seed's examples) translated to Lark, the grammar
+//! GBNF (llama.cpp's grammar format, which many published examples use) translated to Lark, the grammar
 //! format mistral.rs's llguidance decoder accepts.
 //!
 //! GBNF rules are `name ::= body`, the start rule is `root`, terminals are `"strings"`, `[classes]`

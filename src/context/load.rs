@@ -80,7 +80,7 @@ fn files(base_dir: &Path, patterns: &[String]) -> Result<Vec<Document>, Failure>
 }
 
 /// The regular files `pattern` matches under `base_dir`, sorted. Directories are skipped.
-fn matches(base_dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, Failure> {
+pub fn matches(base_dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, Failure> {
     let Some(base) = base_dir.to_str() else {
         return Err(file_error(format!(
             "cannot match corpus pattern `{pattern}`: the directory `{}` is not UTF-8",

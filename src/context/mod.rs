@@ -35,4 +35,4 @@ pub use corpus::{Corpus, LexicalScorer};
 pub use document::Document;
 pub use jsonl::JsonlOptions;
 
-pub use load::CorpusSource;
+pub use load::{CorpusSource, matches as matching_files};

@@ -3,7 +3,8 @@
 //! The model is loaded once per process and shared by every step and batch row; requests reach
 //! mistral.rs concurrently so its scheduler can batch them. It is loaded with F32 activations
 //! (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on the CPU, with
-//! the prefix cache off (seen to corrupt greedy answers under load; see DESIGN.md). Decoding
+//! the prefix cache off (once seen to cut a greedy answer short with wrong text under CPU
+//! contention, never with it off; not yet explained, so it stays off). Decoding
 //! constraints (JSON Schema, regex, Lark) go to mistral.rs's llguidance. No mistral.rs type
 //! leaves this file.
 

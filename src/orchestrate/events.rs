@@ -58,15 +58,22 @@ pub struct Event {
 }
 
 /// Called with every event (e.g. to print progress).
-type Observer = Box<dyn Fn(&Event) + Send + Sync>;
+pub type Observer = Box<dyn Fn(&Event) + Send + Sync>;
+
+/// Where events go: shared by every run of a session (a batch's rows, a chat's turns).
+struct Outputs {
+    sink: Option<Mutex<Box<dyn Write + Send>>>,
+    kept: Option<Mutex<Vec<Event>>>,
+    observer: Option<Observer>,
+}
 
 struct Inner {
     run_id: String,
     started: Instant,
     next_span: AtomicU64,
-    sink: Option<Mutex<Box<dyn Write + Send>>>,
-    kept: Option<Mutex<Vec<Event>>>,
-    observer: Option<Observer>,
+    /// Model calls recorded in this run so far.
+    model_calls: AtomicU64,
+    outputs: Arc<Outputs>,
 }
 
 /// Where events go; cheap to clone and share between steps.
@@ -82,11 +89,8 @@ impl Events {
     }
 
     /// Events written to `sink` and shown to `observer` as they happen.
-    pub fn with_observer(
-        sink: Option<Box<dyn Write + Send>>,
-        observer: impl Fn(&Event) + Send + Sync + 'static,
-    ) -> Self {
-        Self::build(sink, false, Some(Box::new(observer)))
+    pub fn with_observer(sink: Option<Box<dyn Write + Send>>, observer: Observer) -> Self {
+        Self::build(sink, false, Some(observer))
     }
 
     /// Events kept in memory (for tests).
@@ -95,20 +99,38 @@ impl Events {
     }
 
     fn build(sink: Option<Box<dyn Write + Send>>, keep: bool, observer: Option<Observer>) -> Self {
+        Self::for_outputs(Arc::new(Outputs {
+            sink: sink.map(Mutex::new),
+            kept: keep.then(|| Mutex::new(Vec::new())),
+            observer,
+        }))
+    }
+
+    fn for_outputs(outputs: Arc<Outputs>) -> Self {
         Events {
             inner: Arc::new(Inner {
                 run_id: new_run_id(),
                 started: Instant::now(),
                 next_span: AtomicU64::new(1),
-                sink: sink.map(Mutex::new),
-                kept: keep.then(|| Mutex::new(Vec::new())),
-                observer,
+                model_calls: AtomicU64::new(0),
+                outputs,
             }),
         }
     }
 
+    /// Events of another run (its own run id, clock and spans) that go where these go: every
+    /// row of a batch and every turn of a chat is a run of its own in the same events file.
+    pub fn new_run(&self) -> Events {
+        Self::for_outputs(Arc::clone(&self.inner.outputs))
+    }
+
     pub fn run_id(&self) -> &str {
         &self.inner.run_id
+    }
+
+    /// Model calls this run has made so far (every attempt, vote and tool round).
+    pub fn model_calls(&self) -> u64 {
+        self.inner.model_calls.load(Ordering::Relaxed)
     }
 
     /// The run's own span.
@@ -149,19 +171,22 @@ impl Events {
 
     /// Records a fully built event (tool events set `tool_call_id`).
     pub fn emit_event(&self, event: Event) {
-        if let Some(observer) = &self.inner.observer {
+        if event.kind == EventKind::Inference {
+            self.inner.model_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        let outputs = &self.inner.outputs;
+        if let Some(observer) = &outputs.observer {
             observer(&event);
         }
-        if let Some(sink) = &self.inner.sink
+        if let Some(sink) = &outputs.sink
             && let Ok(mut sink) = sink.lock()
             && let Ok(line) = serde_json::to_string(&event)
         {
-            // An events file that cannot be written must not fail the run; the CLI checks the
-            // file when it finishes.
+            // An events file that cannot be written must not fail the run.
             let _ = writeln!(sink, "{line}");
             let _ = sink.flush();
         }
-        if let Some(kept) = &self.inner.kept
+        if let Some(kept) = &outputs.kept
             && let Ok(mut kept) = kept.lock()
         {
             kept.push(event);
@@ -171,6 +196,7 @@ impl Events {
     /// The events recorded so far (only for [`Events::recording`]).
     pub fn recorded(&self) -> Vec<Event> {
         self.inner
+            .outputs
             .kept
             .as_ref()
             .and_then(|k| k.lock().ok().map(|k| k.clone()))

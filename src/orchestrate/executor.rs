@@ -24,8 +24,6 @@ use crate::core::{Failure, FailureCode, TokenUsage};
 pub struct RunOptions {
     /// Most steps running at once (at least 1).
     pub max_parallel: usize,
-    /// Timeout for steps that set none (the policy's `timeout_per_step`).
-    pub default_timeout: Option<Duration>,
     /// Flips to true to cancel the run.
     pub cancel: watch::Receiver<bool>,
     /// Run only these steps (for `render`: the target's upstream steps); None runs all.
@@ -40,7 +38,6 @@ impl RunOptions {
         let (_, cancel) = watch::channel(false);
         RunOptions {
             max_parallel: max_parallel.max(1),
-            default_timeout: None,
             cancel,
             only: None,
             globals: Map::from_iter([("history".to_string(), Value::Array(Vec::new()))]),
@@ -124,7 +121,7 @@ pub async fn execute(
                 step: step.name.clone(),
                 span: run_span,
             };
-            let timeout = step.timeout.or(options.default_timeout);
+            let timeout = step.timeout.or(pipeline.step_timeout);
             let task = StepTask {
                 index,
                 standby_for: step.standby_for.clone(),
@@ -500,6 +497,8 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    use indexmap::IndexMap;
+
     use super::*;
     use crate::orchestrate::pipeline::{StepFuture, StepHandler, StepNode};
     use crate::orchestrate::steps::{PromptSource, Template};
@@ -604,6 +603,8 @@ mod tests {
             output: None,
             vars: json!({}),
             templates: Arc::new(Templates::new(None)),
+            inputs: IndexMap::new(),
+            step_timeout: None,
         }
     }
 
@@ -647,6 +648,8 @@ mod tests {
             output: Some("{{ steps.c.output | upper }}".into()),
             vars: json!({}),
             templates,
+            inputs: IndexMap::new(),
+            step_timeout: None,
         };
         let record = execute(
             &pipeline,
@@ -791,6 +794,31 @@ mod tests {
             Some(FailureCode::OrchestrationStepTimeout)
         );
         assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pipeline_step_timeout_bounds_steps_that_set_none() {
+        let log = Log::default();
+        let mut own = spec("own", &[], 3_000);
+        own.timeout = Some(Duration::from_secs(5));
+        let mut pipeline = pipeline(vec![own, spec("default", &[0], 3_000)], &log);
+        pipeline.step_timeout = Some(Duration::from_secs(2));
+        let started = tokio::time::Instant::now();
+        let record = execute(
+            &pipeline,
+            json!({}),
+            RunOptions::new(1),
+            &Events::recording(),
+        )
+        .await;
+        // `own` sets 5 s and finishes in 3; `default` gets the pipeline's 2 s and times out.
+        assert_eq!(record.steps[0].status, StepStatus::Ok);
+        assert_eq!(record.steps[1].status, StepStatus::Failed);
+        assert_eq!(
+            record.error.map(|e| e.code),
+            Some(FailureCode::OrchestrationStepTimeout)
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,23 +1,27 @@
-//! Layer 3: running a built pipeline — the executor over the step graph, the step handlers, the
-//! lifecycle, run records and events.
+//! Layer 3: running a built pipeline — the run session, the executor over the step graph, the
+//! step handlers, the lifecycle, run records and events.
 //!
-//! The plan layer builds a [`Pipeline`] (steps with resolved handlers and dependencies); this layer
-//! knows nothing about YAML. The executor starts every step whose dependencies are done, up to
+//! The plan layer builds a [`Pipeline`] (steps with resolved handlers and dependencies, and the
+//! contract a run is held to: its input declarations and step timeout); this layer knows nothing
+//! about YAML. Every command runs pipelines through a [`Session`]. The executor starts every step whose dependencies are done, up to
 //! `max_parallel` at a time, applies `when`, timeouts and retries (by the failure taxonomy), stops
 //! scheduling at the first failure, cancels on request, and returns a [`RunRecord`] that keeps every
 //! completed step's output whatever happened.
 
 mod events;
 mod executor;
+pub mod inputs;
 mod pipeline;
 mod record;
+mod session;
 pub mod steps;
 pub mod tools;
 pub mod voting;
 
-pub use events::{Event, EventKind, Events, SpanId};
+pub use events::{Event, EventKind, Events, Observer, SpanId};
 pub use executor::{RunOptions, execute, render_step};
 pub use pipeline::{
     Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepNode, StepOutput,
 };
 pub use record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
+pub use session::{Session, SessionOptions};

@@ -1,13 +1,18 @@
-//! What the executor runs: steps with their handlers, dependencies and execution settings.
+//! What the executor runs: steps with their handlers, dependencies and execution settings, and
+//! the contract a run is held to — the inputs it declares and the policy's step timeout — so that
+//! every command that starts a run (one run, a batch row, a chat turn, a sub-plan agent) binds
+//! and times it the same way without reaching back into the plan file.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use indexmap::IndexMap;
+use serde_json::{Map, Value, json};
 
 use super::events::{EventKind, Events, SpanId};
+use super::inputs::{self, InputSpec};
 use crate::core::{Failure, Message, TokenUsage};
 use crate::inference::{Engine, Request, Response, TokenSink};
 use crate::prompt::Templates;
@@ -22,6 +27,37 @@ pub struct Pipeline {
     /// Constants templates read as `vars`.
     pub vars: Value,
     pub templates: Arc<Templates>,
+    /// The inputs a run takes; [`Pipeline::bind`] and its siblings check values against them.
+    pub inputs: IndexMap<String, InputSpec>,
+    /// The timeout of steps that set none: the policy's `timeout_per_step`.
+    pub step_timeout: Option<Duration>,
+}
+
+impl Pipeline {
+    /// The run's `inputs` from `-i NAME=VALUE` pairs over the values of an inputs file; every
+    /// problem at once (`CONFIG_INVALID_INPUT`).
+    pub fn bind(
+        &self,
+        pairs: &[(String, String)],
+        file: Option<Map<String, Value>>,
+    ) -> Result<Value, Failure> {
+        inputs::resolve(&self.inputs, pairs, file)
+    }
+
+    /// The run's `inputs` from a batch row, each input from the column of its name or the
+    /// column `map` names for it (`--map INPUT=COLUMN`).
+    pub fn bind_row(
+        &self,
+        row: &Map<String, Value>,
+        map: &[(String, String)],
+    ) -> Result<Value, Failure> {
+        inputs::from_row(&self.inputs, map, row)
+    }
+
+    /// The run's `inputs` from a JSON object (a sub-plan agent's arguments).
+    pub fn bind_object(&self, values: &Value) -> Result<Value, Failure> {
+        inputs::resolve(&self.inputs, &[], values.as_object().cloned())
+    }
 }
 
 /// One step: what runs, what it waits for, and how.

@@ -1,4 +1,4 @@
-//! Voting over N candidate answers (the seed's RedundantLoop): majority, unanimity, similarity and
+//! Voting over N candidate answers: majority, unanimity, similarity and
 //! per-field majority, each with a confidence between 0 and 1.
 //!
 //! Text answers are compared after light normalisation (trimmed, lower-cased, trailing

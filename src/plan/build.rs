@@ -46,8 +46,6 @@ pub struct BuildOptions {
     /// Where the final step streams its answer, when it is an `infer` step whose output is the
     /// plan's output.
     pub stream: Option<TokenSink>,
-    /// The plan files being built around this one (for sub-plan agents), to refuse a cycle.
-    pub enclosing: Vec<PathBuf>,
     /// Say (through `notice`) which tools are hidden from models and why.
     pub verbose: bool,
 }
@@ -139,6 +137,8 @@ impl Plan {
                     .collect(),
             ),
             templates,
+            inputs: self.raw.inputs.clone(),
+            step_timeout: self.policy.timeout_per_step.as_ref().map(|l| l.value.get()),
         })
     }
 
@@ -546,49 +546,32 @@ impl Builder<'_> {
         }))
     }
 
-    /// A `plan:` agent: the plan file loaded, checked and built like this one (same options),
-    /// run with the agent's arguments as its inputs.
+    /// A `plan:` agent: the plan file loaded and checked under the policy in force here (as
+    /// `validate` checked it), and built like this one (same options), run with the agent's
+    /// arguments as its inputs.
     fn sub_plan(&self, agent: &str, file: &str) -> Result<AgentAction, Failure> {
         let path = self.dir.join(file);
-        let this = std::fs::canonicalize(&self.plan.path).unwrap_or(self.plan.path.clone());
-        let mut enclosing = self.options.enclosing.clone();
-        enclosing.push(this);
-        if enclosing.contains(&std::fs::canonicalize(&path).unwrap_or(path.clone())) {
-            return Err(Failure::new(
-                FailureCode::ConfigInvalidInput,
-                format!(
-                    "agent `{agent}`: {} runs a plan that encloses it (a cycle)",
-                    path.display()
-                ),
-            )
-            .with_help("a sub-plan agent must not lead back to a plan that uses it"));
-        }
-        let plan = super::load_plan(&path, None).map_err(|diagnostics| {
-            let first = diagnostics
-                .first()
-                .map(ToString::to_string)
-                .unwrap_or_default();
-            Failure::new(
-                FailureCode::ConfigInvalidInput,
-                format!(
-                    "agent `{agent}`: {} is not a valid plan: {first}",
-                    path.display()
-                ),
-            )
-            .with_help(format!("run `pagantic validate {}`", path.display()))
-        })?;
+        let enclosing = [super::canonical(&self.plan.path)];
+        let plan = super::load_within(&path, Some(&self.plan.handed_down_policy()), &enclosing)
+            .map_err(|diagnostics| {
+                let first = diagnostics
+                    .first()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!(
+                        "agent `{agent}`: {} is not a valid plan: {first}",
+                        path.display()
+                    ),
+                )
+                .with_help(format!("run `pagantic validate {}`", path.display()))
+            })?;
         let options = BuildOptions {
             stream: None,
-            enclosing,
             ..self.options.clone()
         };
-        let declared = plan.raw.inputs.clone();
-        Ok(AgentAction::Plan {
-            pipeline: Arc::new(plan.build(options)?),
-            bind: Arc::new(move |args: &Value| {
-                super::inputs::resolve(&declared, &[], args.as_object().cloned())
-            }),
-        })
+        Ok(AgentAction::Plan(Arc::new(plan.build(options)?)))
     }
 
     /// A JSON Schema given inline or as a file relative to the plan.

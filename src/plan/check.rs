@@ -18,8 +18,9 @@ use super::graph::{GraphProblem, StepGraph};
 use super::load::Loaded;
 use super::model::{ModelSpec, OnnxTask, RawPlan, ToolSpec};
 use super::policy::{EffectivePolicy, Limit, PolicyOrigin};
-use super::steps::{FieldPath, ModelRole, SchemaSource, TemplateRef, TemplateSource};
+use super::steps::{FieldPath, ModelRole, RawStep, SchemaSource, TemplateRef, TemplateSource};
 use super::yaml::Node;
+use crate::context::matching_files;
 use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
 
 /// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`.
@@ -39,12 +40,20 @@ pub struct Analysis {
     pub reads: Vec<Option<BTreeSet<usize>>>,
 }
 
+/// Where a plan sits: its own path, and the plans whose `plan:` agents lead to it.
+pub struct Nesting<'a> {
+    pub path: &'a Path,
+    /// Canonical paths, outermost first.
+    pub enclosing: &'a [PathBuf],
+}
+
 /// Runs every semantic check on a loaded plan.
 pub fn analyse(
     plan: &Loaded<RawPlan>,
     plan_dir: &Path,
     policy: EffectivePolicy,
     policy_name: Option<&str>,
+    nesting: &Nesting<'_>,
 ) -> Analysis {
     let (graph, graph_problems) = StepGraph::build(&plan.value.steps);
     let mut checker = Checker {
@@ -54,6 +63,7 @@ pub fn analyse(
         dir: plan_dir,
         policy: &policy,
         policy_name,
+        nesting,
         graph: &graph,
         prompts: HashMap::new(),
         out: Vec::new(),
@@ -121,6 +131,7 @@ struct Checker<'a> {
     dir: &'a Path,
     policy: &'a EffectivePolicy,
     policy_name: Option<&'a str>,
+    nesting: &'a Nesting<'a>,
     graph: &'a StepGraph,
     prompts: HashMap<String, Option<Rc<PromptFile>>>,
     out: Vec<Diagnostic>,
@@ -168,7 +179,7 @@ impl Checker<'_> {
 
     fn origin_name(&self, origin: PolicyOrigin) -> String {
         match (origin, self.policy_name) {
-            (PolicyOrigin::File, Some(name)) => format!("policy file {name}"),
+            (PolicyOrigin::File, Some(name)) => name.to_string(),
             _ => "plan's policy".to_string(),
         }
     }
@@ -267,9 +278,24 @@ impl Checker<'_> {
 
     fn inputs(&mut self) {
         for (name, input) in &self.plan.inputs {
-            if let Some(default) = &input.default
-                && !input.kind.accepts(default)
+            // `default: null` (or `default:` with nothing after it) reads as no default at all,
+            // which would silently make the input required; no input type holds null.
+            let null_default = input.default.is_none()
+                && self
+                    .root
+                    .get("inputs")
+                    .and_then(|inputs| inputs.get(name))
+                    .and_then(|spec| spec.get("default"))
+                    .is_some();
+            if null_default
+                || input
+                    .default
+                    .as_ref()
+                    .is_some_and(|d| !input.kind.accepts(d))
             {
+                let hint = null_default.then(|| {
+                    "an input without a default is required; to make it optional, remove `default` and write `required: false`".to_string()
+                });
                 let span = self.span(&path(&["inputs", name, "default"]));
                 self.emit(
                     PlanError::InputDefaultType {
@@ -277,8 +303,9 @@ impl Checker<'_> {
                         expected: input.kind.name().into(),
                     },
                     span,
-                    "wrong type",
-                );
+                    if null_default { "null" } else { "wrong type" },
+                )
+                .hint = hint;
             }
         }
     }
@@ -330,8 +357,8 @@ impl Checker<'_> {
                 );
             }
             for (i, pattern) in corpus.files.iter().enumerate() {
+                let span = self.span(&path(&["corpora", name, "files", &i.to_string()]));
                 if let Err(e) = glob::Pattern::new(pattern) {
-                    let span = self.span(&path(&["corpora", name, "files", &i.to_string()]));
                     self.emit(
                         PlanError::SchemaViolation {
                             place: format!("corpus `{name}`"),
@@ -339,6 +366,14 @@ impl Checker<'_> {
                         },
                         span,
                         "bad pattern",
+                    );
+                } else if matching_files(self.dir, pattern).is_ok_and(|found| found.is_empty()) {
+                    self.emit(
+                        PlanError::CorpusNoMatch {
+                            pattern: pattern.clone(),
+                        },
+                        span,
+                        "no file here",
                     );
                 }
             }
@@ -352,7 +387,7 @@ impl Checker<'_> {
             } = tool
             {
                 if let Some(parameters) = parameters {
-                    self.json_schema(&path(&["tools", name, "parameters"]), parameters);
+                    self.parameters(&path(&["tools", name, "parameters"]), parameters);
                 }
                 let scope = Scope {
                     step: None,
@@ -389,25 +424,28 @@ impl Checker<'_> {
             if let Some(parameters) = &agent.parameters {
                 let mut at = base.clone();
                 at.push("parameters".into());
-                self.json_schema(&at, parameters);
+                self.parameters(&at, parameters);
+            }
+            if agent.template.is_some()
+                && agent.model.is_none()
+                && agent.tool.is_none()
+                && agent.plan.is_none()
+            {
+                let span = self.span(&[base.clone(), vec!["template".into()]].concat());
+                self.emit(
+                    PlanError::AgentModel { name: name.clone() },
+                    span,
+                    "sent to no model",
+                );
             }
             if let Some(tool) = &agent.tool {
                 let mut at = base.clone();
                 at.push("tool".into());
                 self.tool_reference(&at, tool);
             }
-            if let Some(plan) = &agent.plan
-                && !self.dir.join(plan).is_file()
-            {
-                let span = self.span(&[base.clone(), vec!["plan".into()]].concat());
-                self.emit(
-                    PlanError::ReadFailed {
-                        path: plan.clone(),
-                        reason: "no such plan file (paths are relative to this plan)".into(),
-                    },
-                    span,
-                    "not found",
-                );
+            if let Some(plan) = &agent.plan {
+                let at = [base.clone(), vec!["plan".into()]].concat();
+                self.sub_plan(&at, name, plan);
             }
             if let Some(template) = &agent.template {
                 let scope = Scope {
@@ -424,6 +462,52 @@ impl Checker<'_> {
                 let at = [base.clone(), vec!["model".into()]].concat();
                 self.model_reference(&at, model, ModelRole::Llm);
             }
+        }
+    }
+
+    /// A `plan:` agent's plan: it exists, does not lead back here, and passes every check under
+    /// the policy in force here (which it inherits); its own diagnostics follow this one.
+    fn sub_plan(&mut self, at: &[String], agent: &str, file: &str) {
+        let path = self.dir.join(file);
+        let span = self.span(at);
+        if !path.is_file() {
+            self.emit(
+                PlanError::ReadFailed {
+                    path: file.to_string(),
+                    reason: "no such plan file (paths are relative to this plan)".into(),
+                },
+                span,
+                "not found",
+            );
+            return;
+        }
+        let mut enclosing = self.nesting.enclosing.to_vec();
+        enclosing.push(super::canonical(self.nesting.path));
+        if enclosing.contains(&super::canonical(&path)) {
+            self.emit(
+                PlanError::SubPlanCycle {
+                    agent: agent.to_string(),
+                    path: file.to_string(),
+                },
+                span,
+                "leads back here",
+            );
+            return;
+        }
+        let handed_down = super::PolicyFile::inherited(self.policy, self.nesting.path);
+        if let Err(problems) = super::load_within(&path, Some(&handed_down), &enclosing) {
+            let count = problems.len();
+            self.emit(
+                PlanError::SubPlanInvalid {
+                    agent: agent.to_string(),
+                    path: file.to_string(),
+                    count,
+                    plural: if count == 1 { "" } else { "s" },
+                },
+                span,
+                "this plan",
+            );
+            self.out.extend(problems);
         }
     }
 
@@ -446,6 +530,50 @@ impl Checker<'_> {
 
         for (named, role) in &refs.models {
             self.model_reference(&step_path(index, &named.path), named.name, *role);
+        }
+        for (at, error, label) in &refs.problems {
+            let span = self.span(&step_path(index, at));
+            self.emit(error.clone(), span, label);
+        }
+        if let Some((at, model)) = &refs.grammar {
+            let reason = match self.plan.models.get(*model) {
+                Some(ModelSpec::Openai { .. }) => {
+                    Some("an `openai` server is sent JSON Schemas only")
+                }
+                Some(ModelSpec::Mistralrs {
+                    decoder_constraints: Some(false),
+                    ..
+                }) => Some("it sets `decoder_constraints: false`"),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                let span = self.span(&step_path(index, at));
+                self.emit(
+                    PlanError::GrammarUnsupported {
+                        model: model.to_string(),
+                        reason: reason.into(),
+                    },
+                    span,
+                    "not enforceable on this model",
+                );
+            }
+        }
+        if let RawStep::Rerank(rerank) = step
+            && rerank.query.is_none()
+            && !self
+                .graph
+                .ancestors(index)
+                .iter()
+                .any(|&u| matches!(self.plan.steps[u], RawStep::Retrieve(_)))
+        {
+            let span = self.span(&step_path(index, &path(&["type"])));
+            self.emit(
+                PlanError::RerankQuery {
+                    step: common.name.clone(),
+                },
+                span,
+                "no `query`, and no retrieve step upstream",
+            );
         }
         for named in &refs.tools {
             let at = step_path(index, &named.path);
@@ -978,6 +1106,38 @@ impl Checker<'_> {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// A tool's or agent's `parameters`: a JSON Schema whose `required` names only declared
+    /// properties (the model is shown the properties; a required one it cannot see is a call
+    /// that can never be made right).
+    fn parameters(&mut self, at: &[String], value: &Value) {
+        self.json_schema(at, value);
+        let Some(required) = value.get("required").and_then(Value::as_array) else {
+            return;
+        };
+        let properties = value.get("properties").and_then(Value::as_object);
+        for (i, name) in required.iter().enumerate() {
+            let Some(name) = name.as_str() else { continue };
+            if properties.is_none_or(|p| !p.contains_key(name)) {
+                let mut full = at.to_vec();
+                full.extend(["required".to_string(), i.to_string()]);
+                let span = self.span(&full);
+                let hint = suggestion(
+                    name,
+                    "properties",
+                    properties
+                        .into_iter()
+                        .flat_map(|p| p.keys().map(String::as_str)),
+                );
+                self.emit(
+                    PlanError::RequiredNotDeclared { name: name.into() },
+                    span,
+                    "not in `properties`",
+                )
+                .hint = Some(hint);
             }
         }
     }

@@ -13,6 +13,8 @@ use miette::{
 };
 use thiserror::Error;
 
+pub use crate::core::text::{closest, did_you_mean, suggestion};
+
 /// A file's name and text, shared by every diagnostic about it.
 #[derive(Debug, Clone)]
 pub struct Source {
@@ -343,6 +345,16 @@ pub enum PlanError {
     )]
     InputDefaultType { input: String, expected: String },
 
+    /// A corpus file pattern that matches no file (patterns are relative to the plan).
+    #[error("`{pattern}` matches no file")]
+    #[diagnostic(
+        code(plan::corpus_no_match),
+        help(
+            "corpus patterns are relative to the plan's directory; check the path and the extension"
+        )
+    )]
+    CorpusNoMatch { pattern: String },
+
     /// A corpus with no documents at all.
     #[error("corpus `{name}` has no documents")]
     #[diagnostic(code(plan::empty_corpus), help("give `files`, `documents` or `jsonl`"))]
@@ -352,6 +364,76 @@ pub enum PlanError {
     #[error("agent `{name}` must have exactly one of `tool`, `plan` and `template`")]
     #[diagnostic(code(plan::agent_target))]
     AgentTarget { name: String },
+
+    /// A `plan:` agent's plan is itself invalid (its problems follow, located in its file), or
+    /// breaks the policy this plan runs under, which sub-plans inherit.
+    #[error(
+        "agent `{agent}` runs {path}, which is not a valid plan here ({count} problem{plural})"
+    )]
+    #[diagnostic(
+        code(plan::sub_plan_invalid),
+        help("fix the problems listed for {path}; a sub-plan is held to this plan's policy too")
+    )]
+    SubPlanInvalid {
+        agent: String,
+        path: String,
+        count: usize,
+        plural: &'static str,
+    },
+
+    /// Sub-plan agents that lead back to a plan that uses them would run forever.
+    #[error("agent `{agent}` runs {path}, which leads back to this plan (a cycle)")]
+    #[diagnostic(
+        code(plan::sub_plan_cycle),
+        help("a sub-plan agent must not lead back to a plan that uses it")
+    )]
+    SubPlanCycle { agent: String, path: String },
+
+    /// A rerank step takes its query from a retrieve step upstream unless it gives one.
+    #[error("rerank step `{step}` has no query to score against")]
+    #[diagnostic(
+        code(plan::rerank_query),
+        help("give the step a `query:` template, or put a `retrieve` step upstream of it")
+    )]
+    RerankQuery { step: String },
+
+    /// Grammar constraints (regex, Lark, GBNF) are enforced while decoding, which only the
+    /// local engine with decoder constraints on can do.
+    #[error("model `{model}` cannot enforce a grammar constraint ({reason})")]
+    #[diagnostic(
+        code(plan::grammar_unsupported),
+        help(
+            "use a `mistralrs` model with decoder constraints on, or a `json_schema` constraint, which every engine accepts"
+        )
+    )]
+    GrammarUnsupported { model: String, reason: String },
+
+    /// A `template` agent has no model to send its template to.
+    #[error("agent `{name}` has a `template` but no `model` to send it to")]
+    #[diagnostic(
+        code(plan::agent_model),
+        help("add `model:` naming a language model declared in `models`")
+    )]
+    AgentModel { name: String },
+
+    /// `field_majority` votes field by field over JSON objects, which only a schema guarantees.
+    #[error("`field_majority` voting needs a `schema` for the candidates")]
+    #[diagnostic(
+        code(plan::field_majority_schema),
+        help(
+            "add `schema:` (inline or a .json file) so every candidate is a JSON object, or vote with `majority`"
+        )
+    )]
+    FieldMajoritySchema,
+
+    /// A parameters schema requires a property it does not declare, so no call can satisfy it
+    /// in a way the model was told about.
+    #[error("`{name}` is required but not declared in `properties`")]
+    #[diagnostic(
+        code(plan::required_not_declared),
+        help("declare it under `properties`, or remove it from `required`")
+    )]
+    RequiredNotDeclared { name: String },
 
     /// A step whose type the policy does not allow.
     #[error("step type `{step_type}` is not allowed by the {origin}")]
@@ -529,48 +611,6 @@ impl miette::Diagnostic for Diagnostic {
     }
 }
 
-/// "did you mean `x`?" for the closest of `candidates` to `found`, when one is close enough.
-pub fn did_you_mean<'a>(
-    found: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<String> {
-    closest(found, candidates).map(|c| format!("did you mean `{c}`?"))
-}
-
-/// The candidate closest to `found`, if similar enough to be a typo: within a small edit distance
-/// (one edit per three characters, at least one), or very similar by Jaro-Winkler.
-pub fn closest<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let found_lower = found.to_lowercase();
-    let max_edits = (found.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .filter_map(|c| {
-            let lower = c.to_lowercase();
-            let edits = strsim::damerau_levenshtein(&found_lower, &lower);
-            let similarity = strsim::jaro_winkler(&found_lower, &lower);
-            (edits <= max_edits || similarity >= 0.85).then_some((edits, -similarity, c))
-        })
-        .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
-        .map(|(_, _, c)| c)
-}
-
-/// A help line naming what is available: "did you mean …?" when one is close, else the list.
-pub fn suggestion<'a>(
-    found: &str,
-    what: &str,
-    available: impl IntoIterator<Item = &'a str> + Clone,
-) -> String {
-    if let Some(hint) = did_you_mean(found, available.clone()) {
-        return hint;
-    }
-    let names: Vec<String> = available.into_iter().map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        format!("no {what} are declared")
-    } else {
-        format!("declared {what}: {}", names.join(", "))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,24 +621,5 @@ mod tests {
         assert_eq!(source.line_col(0), (1, 1));
         assert_eq!(source.line_col(5), (2, 1));
         assert_eq!(source.line_col(9), (2, 4));
-    }
-
-    #[test]
-    fn suggestions_prefer_a_close_name_and_otherwise_list() {
-        assert_eq!(
-            did_you_mean("modle", ["model", "prompt"]),
-            Some("did you mean `model`?".into())
-        );
-        assert_eq!(did_you_mean("zzz", ["model", "prompt"]), None);
-        assert_eq!(
-            did_you_mean("lm", ["llm", "ranker"]),
-            Some("did you mean `llm`?".into())
-        );
-        assert_eq!(did_you_mean("x", ["llm", "ranker"]), None);
-        assert_eq!(
-            suggestion("zzz", "models", ["llm", "ranker"]),
-            "declared models: `llm`, `ranker`"
-        );
-        assert_eq!(suggestion("zzz", "models", []), "no models are declared");
     }
 }

@@ -11,13 +11,15 @@ pub mod check;
 pub mod diagnostic;
 pub mod duration;
 pub mod graph;
-pub mod inputs;
 pub mod load;
 pub mod model;
 pub mod policy;
 pub mod schema;
 pub mod steps;
 pub mod yaml;
+
+#[cfg(test)]
+mod mutants;
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +31,11 @@ pub use steps::{RawStep, StepType};
 
 use load::{Loaded, load_file};
 use schema::DocumentKind;
+
+/// The canonical form of a plan's path, for telling whether two names are the same file.
+pub fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
 
 /// A plan that passed every check: typed, with its graph and the policy in force.
 #[derive(Debug, Clone)]
@@ -42,11 +49,43 @@ pub struct Plan {
     pub reads: Vec<Option<std::collections::BTreeSet<usize>>>,
 }
 
-/// A policy file given with `--policy`.
+impl Plan {
+    /// The policy a `plan:` agent's plan is loaded under: this plan's policy in force.
+    pub fn handed_down_policy(&self) -> PolicyFile {
+        PolicyFile::inherited(&self.policy, &self.path)
+    }
+}
+
+/// A policy from outside the plan: a file given with `--policy`, or the policy in force in a
+/// plan whose `plan:` agent runs this one.
 #[derive(Debug, Clone)]
 pub struct PolicyFile {
     pub policy: PlanPolicy,
+    /// The policy file, or the plan that hands its policy down.
     pub path: PathBuf,
+    /// Whether `path` is a plan handing its policy down to a sub-plan.
+    pub inherited: bool,
+}
+
+impl PolicyFile {
+    /// The policy in force in the plan at `plan_path`, as its sub-plans inherit it.
+    pub fn inherited(policy: &EffectivePolicy, plan_path: &Path) -> Self {
+        PolicyFile {
+            policy: policy.handed_down(),
+            path: plan_path.to_path_buf(),
+            inherited: true,
+        }
+    }
+
+    /// How diagnostics name it: "policy file ci.policy.yaml", "policy of plans/main.yaml".
+    pub fn describe(&self) -> String {
+        let kind = if self.inherited {
+            "policy of"
+        } else {
+            "policy file"
+        };
+        format!("{kind} {}", self.path.display())
+    }
 }
 
 /// The directory prompt files are read from: `prompts/` next to the plan, else `../prompts/`.
@@ -65,12 +104,33 @@ pub fn load_policy(path: &Path) -> Result<PolicyFile, Vec<Diagnostic>> {
     Ok(PolicyFile {
         policy: loaded.value,
         path: path.to_path_buf(),
+        inherited: false,
     })
 }
 
 /// Loads a plan and runs every check on it, under its own policy tightened by `policy_file`.
 pub fn load_plan(path: &Path, policy_file: Option<&PolicyFile>) -> Result<Plan, Vec<Diagnostic>> {
+    load_within(path, policy_file, &[])
+}
+
+/// [`load_plan`] for a plan run by a `plan:` agent of the plans in `enclosing` (canonical
+/// paths, outermost first), which it must not lead back to.
+pub fn load_within(
+    path: &Path,
+    policy_file: Option<&PolicyFile>,
+    enclosing: &[PathBuf],
+) -> Result<Plan, Vec<Diagnostic>> {
     let loaded: Loaded<RawPlan> = load_file(path, DocumentKind::Plan)?;
+    check_loaded(loaded, path, policy_file, enclosing)
+}
+
+/// Runs the semantic checks on a plan loaded from `path`.
+fn check_loaded(
+    loaded: Loaded<RawPlan>,
+    path: &Path,
+    policy_file: Option<&PolicyFile>,
+    enclosing: &[PathBuf],
+) -> Result<Plan, Vec<Diagnostic>> {
     let policy =
         EffectivePolicy::combine(loaded.value.policy.as_ref(), policy_file.map(|p| &p.policy));
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -79,8 +139,9 @@ pub fn load_plan(path: &Path, policy_file: Option<&PolicyFile>) -> Result<Plan, 
     } else {
         dir
     };
-    let policy_name = policy_file.map(|p| p.path.display().to_string());
-    let analysis = check::analyse(&loaded, dir, policy, policy_name.as_deref());
+    let policy_name = policy_file.map(PolicyFile::describe);
+    let nesting = check::Nesting { path, enclosing };
+    let analysis = check::analyse(&loaded, dir, policy, policy_name.as_deref(), &nesting);
     if !analysis.diagnostics.is_empty() {
         return Err(analysis.diagnostics);
     }

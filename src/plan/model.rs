@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::duration::DurationSpec;
 use super::policy::PlanPolicy;
 use super::steps::RawStep;
+pub use crate::orchestrate::inputs::{InputSpec, InputType};
 
 /// A pagantic plan: the inputs it takes, the models, corpora and tools it uses, and its steps.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -55,66 +56,6 @@ pub struct RawPlan {
     /// A template for the plan's result (default: the last step's output).
     #[serde(default)]
     pub output: Option<String>,
-}
-
-/// One declared input.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct InputSpec {
-    /// The input's type (default `string`).
-    #[serde(rename = "type", default)]
-    pub kind: InputType,
-    /// What the input means (shown in `--help`-style listings and errors).
-    #[serde(default)]
-    pub description: Option<String>,
-    /// Whether a run must supply it; defaults to true unless `default` is given.
-    #[serde(default)]
-    pub required: Option<bool>,
-    /// The value used when a run does not supply one.
-    #[serde(default)]
-    pub default: Option<Value>,
-    /// The only values accepted.
-    #[serde(rename = "enum", default)]
-    pub allowed: Option<Vec<Value>>,
-}
-
-/// JSON types an input may have.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum InputType {
-    #[default]
-    String,
-    Number,
-    Integer,
-    Boolean,
-    Array,
-    Object,
-}
-
-impl InputType {
-    /// Whether `value` has this type.
-    pub fn accepts(self, value: &Value) -> bool {
-        match self {
-            InputType::String => value.is_string(),
-            InputType::Number => value.is_number(),
-            InputType::Integer => value.is_i64() || value.is_u64(),
-            InputType::Boolean => value.is_boolean(),
-            InputType::Array => value.is_array(),
-            InputType::Object => value.is_object(),
-        }
-    }
-
-    /// The name used in YAML.
-    pub fn name(self) -> &'static str {
-        match self {
-            InputType::String => "string",
-            InputType::Number => "number",
-            InputType::Integer => "integer",
-            InputType::Boolean => "boolean",
-            InputType::Array => "array",
-            InputType::Object => "object",
-        }
-    }
 }
 
 /// A model, by engine. `kind` picks the engine.

@@ -92,6 +92,25 @@ impl EffectivePolicy {
     }
 }
 
+impl EffectivePolicy {
+    /// The limits in force as a policy of their own: what a sub-plan (a `plan:` agent) is held
+    /// to on top of its own policy, so no limit can be escaped by moving steps into another file.
+    pub fn handed_down(&self) -> PlanPolicy {
+        fn value<T: Clone>(limit: &Option<Limit<T>>) -> Option<T> {
+            limit.as_ref().map(|l| l.value.clone())
+        }
+        PlanPolicy {
+            max_steps: value(&self.max_steps),
+            allowed_step_types: value(&self.allowed_step_types),
+            require_linear: value(&self.require_linear),
+            timeout_per_step: value(&self.timeout_per_step),
+            allowed_tools: value(&self.allowed_tools),
+            max_tool_iterations: value(&self.max_tool_iterations),
+            max_tokens: value(&self.max_tokens),
+        }
+    }
+}
+
 /// Picks the file's value when `tighter(plan, file)` says it is stricter, else the plan's.
 fn stricter<T: Copy>(
     plan: Option<T>,
@@ -219,6 +238,33 @@ mod tests {
             })
         );
         assert_eq!(effective.allowed_step_types, None);
+    }
+
+    #[test]
+    fn the_policy_in_force_is_handed_down_whole() {
+        let plan = PlanPolicy {
+            allowed_tools: Some(vec!["calc".into(), "search".into()]),
+            max_tokens: Some(500),
+            ..policy(Some(20), Some(vec![StepType::Infer]), None)
+        };
+        let file = PlanPolicy {
+            allowed_tools: Some(vec!["calc".into()]),
+            ..policy(Some(5), None, Some(true))
+        };
+        let handed = EffectivePolicy::combine(Some(&plan), Some(&file)).handed_down();
+        assert_eq!(
+            handed,
+            PlanPolicy {
+                allowed_tools: Some(vec!["calc".into()]),
+                max_tokens: Some(500),
+                ..policy(Some(5), Some(vec![StepType::Infer]), Some(true))
+            }
+        );
+        // A sub-plan's own policy can tighten what it is handed, never loosen it.
+        let sub = policy(Some(50), None, Some(false));
+        let in_sub = EffectivePolicy::combine(Some(&sub), Some(&handed));
+        assert_eq!(in_sub.max_steps.map(|l| l.value), Some(5));
+        assert_eq!(in_sub.require_linear.map(|l| l.value), Some(true));
     }
 
     #[test]

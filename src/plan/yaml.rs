@@ -215,6 +215,7 @@ pub fn parse(source: &str) -> Result<Node, YamlError> {
                 builder.open(
                     Open::Map {
                         entries: Vec::new(),
+                        positions: HashMap::new(),
                         pending_key: None,
                     },
                     anchor,
@@ -418,6 +419,9 @@ enum Open {
     Seq(Vec<Node>),
     Map {
         entries: Vec<Entry>,
+        /// Each key's position in `entries`, so a duplicate is found in constant time (a plan
+        /// with 100,000 keys in one mapping must not take quadratic time).
+        positions: HashMap<String, usize>,
         pending_key: Option<(String, ByteSpan)>,
     },
 }
@@ -527,6 +531,7 @@ impl Builder {
             Open::Seq(items) => items.push(node),
             Open::Map {
                 entries,
+                positions,
                 pending_key,
             } => match pending_key.take() {
                 None => {
@@ -538,20 +543,23 @@ impl Builder {
                             return Err(YamlError::ComplexKey { at: node.span });
                         }
                     };
-                    if let Some(first) = entries.iter().find(|e| e.key == key) {
+                    if let Some(&first) = positions.get(&key) {
                         return Err(YamlError::DuplicateKey {
                             key,
-                            first: first.key_span.clone(),
+                            first: entries[first].key_span.clone(),
                             second: node.span,
                         });
                     }
                     *pending_key = Some((key, node.span));
                 }
-                Some((key, key_span)) => entries.push(Entry {
-                    key,
-                    key_span,
-                    value: node,
-                }),
+                Some((key, key_span)) => {
+                    positions.insert(key.clone(), entries.len());
+                    entries.push(Entry {
+                        key,
+                        key_span,
+                        value: node,
+                    });
+                }
             },
         }
         Ok(())

@@ -2,20 +2,11 @@
 //! show on stderr as they happen, a failed turn does not end the conversation, /exit does.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
 
-use crate::root;
+use crate::spawn;
 
 fn chat(lines: &str) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
-        .args(["chat", "tests/plans/chat.yaml"])
-        .current_dir(root())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pagantic starts");
+    let mut child = spawn(&["chat", "tests/plans/chat.yaml"]);
     child
         .stdin
         .take()

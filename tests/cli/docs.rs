@@ -8,14 +8,13 @@ use crate::{pagantic, root};
 #[test]
 fn readme_yaml_examples_validate() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let dir = root().join("target").join("readme-examples");
-    let plans = dir.join("plans");
-    std::fs::create_dir_all(&plans).expect("scratch dir");
-    let prompts = dir.join("prompts");
-    std::fs::create_dir_all(&prompts).expect("prompts dir");
-    for entry in std::fs::read_dir(root().join("prompts")).expect("prompts/") {
-        let path = entry.expect("entry").path();
-        std::fs::copy(&path, prompts.join(path.file_name().expect("name"))).expect("copied");
+    // The examples sit in a `plans/` directory beside the repository's prompts and corpus, as
+    // the README's plans do, so their relative paths resolve.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plans = dir.path().join("plans");
+    std::fs::create_dir_all(&plans).expect("plans dir");
+    for shared in ["prompts", "corpus"] {
+        std::os::unix::fs::symlink(root().join(shared), dir.path().join(shared)).expect("linked");
     }
     let mut count = 0;
     for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {

@@ -18,6 +18,7 @@ mod robustness;
 mod route;
 mod run;
 mod schema;
+mod session;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +56,20 @@ pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
+}
+
+/// Starts `pagantic ARGS…` at the repository root with its stdin, stdout and stderr piped, for
+/// tests that talk to it or signal it while it runs.
+pub fn spawn(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_pagantic"))
+        .args(args)
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pagantic starts")
 }
 
 /// Runs `pagantic ARGS…` at the repository root.

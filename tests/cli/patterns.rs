@@ -1,4 +1,4 @@
-//! The seed's four patterns on scripted models: structured output with repair and retries, voting,
+//! The orchestration patterns on scripted models: structured output with repair and retries, voting,
 //! and the agent tool loop (iteration limit, recovering from a tool error).
 
 use serde_json::Value;

@@ -153,7 +153,8 @@ fn a_plan_agent_that_leads_back_to_its_own_plan_is_refused() {
     let run = pagantic(&["run", "tests/plans/agents/loop.yaml"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
-        run.stderr.contains("encloses it (a cycle)"),
+        run.stderr.contains("plan::sub_plan_cycle")
+            && run.stderr.contains("leads back to this plan (a cycle)"),
         "{}",
         run.stderr
     );

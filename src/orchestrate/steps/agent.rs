@@ -1,4 +1,4 @@
-//! `agent`: the tool loop (the seed's AgentLoop).
+//! `agent`: the tool loop.
 //!
 //! The model sees the declared tools; each turn it either calls tools (several per turn are run in
 //! order, their results appended as tool messages) or gives a final answer. A tool that fails is

@@ -1,5 +1,4 @@
-//! `redundant`: N candidates asked concurrently, then a vote (the seed's RedundantLoop, improved:
-//! the candidates run at the same time so an engine can batch them).
+//! `redundant`: N candidates asked concurrently (so an engine can batch them), then a vote.
 
 use std::sync::Arc;
 

@@ -38,16 +38,10 @@ pub enum AgentAction {
         template: String,
         engine: Arc<dyn Engine>,
     },
-    /// Another plan, run with the agent's arguments as its inputs (`bind` checks them against
-    /// its declared inputs and fills defaults); the result is that plan's output.
-    Plan {
-        pipeline: Arc<Pipeline>,
-        bind: Arc<BindInputs>,
-    },
+    /// Another plan, run with the agent's arguments as its inputs (checked against its declared
+    /// inputs, defaults filled); the result is that plan's output.
+    Plan(Arc<Pipeline>),
 }
-
-/// Turns an agent's arguments into a sub-plan's inputs.
-pub type BindInputs = dyn Fn(&Value) -> Result<Value, Failure> + Send + Sync;
 
 /// An agent a route may choose.
 pub struct RouteAgent {
@@ -184,8 +178,9 @@ impl Route {
                     .await?;
                 Ok((Value::String(response.text), response.usage))
             }
-            AgentAction::Plan { pipeline, bind } => {
-                let record = execute(pipeline, bind(args)?, RunOptions::new(4), &ctx.events).await;
+            AgentAction::Plan(pipeline) => {
+                let inputs = pipeline.bind_object(args)?;
+                let record = execute(pipeline, inputs, RunOptions::new(4), &ctx.events).await;
                 match record.status {
                     RunStatus::Complete => Ok((record.output.unwrap_or(Value::Null), record.usage)),
                     _ => Err(record.error.unwrap_or_else(|| {

@@ -1,4 +1,4 @@
-//! `structured`: JSON that satisfies a schema (the seed's SpecializedLoop, improved).
+//! `structured`: JSON that satisfies a schema.
 //!
 //! The schema goes to the engine as a decoding constraint (enforced when the engine can); the
 //! answer is then parsed leniently (repair), enum values normalised, and validated. An answer that

@@ -1,4 +1,4 @@
-//! `type: agent` — a tool-calling loop (the seed's AgentLoop).
+//! `type: agent` — a tool-calling loop.
 
 use crate::orchestrate::steps::{Agent, ToolCalls};
 use crate::plan::build;

@@ -61,6 +61,17 @@ impl StepConfig for InferStep {
                 .push((vec!["constraint".into(), "gbnf".into()], grammar)),
             Some(Constraint::Lark(_)) | None => {}
         }
+        if let Some(constraint) = &self.constraint {
+            let kind = match constraint {
+                Constraint::Regex(_) => Some("regex"),
+                Constraint::Lark(_) => Some("lark"),
+                Constraint::Gbnf(_) => Some("gbnf"),
+                Constraint::JsonSchema(_) => None,
+            };
+            if let Some(kind) = kind {
+                refs.grammar = Some((vec!["constraint".into(), kind.into()], &self.model));
+            }
+        }
     }
 
     fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {

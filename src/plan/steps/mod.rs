@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::build::Builder;
+use super::diagnostic::PlanError;
 use super::duration::DurationSpec;
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
@@ -289,6 +290,10 @@ pub struct References<'a> {
     pub exclusive: Vec<([&'static str; 2], bool)>,
     pub max_tokens: Option<(FieldPath, u64)>,
     pub max_tool_iterations: Option<(FieldPath, u32)>,
+    /// A grammar constraint (regex, Lark, GBNF) and the model that must enforce it while decoding.
+    pub grammar: Option<(FieldPath, &'a str)>,
+    /// Mistakes the step type finds in its own settings: where, what, and the label.
+    pub problems: Vec<(FieldPath, PlanError, &'static str)>,
 }
 
 fn path(segments: &[&str]) -> FieldPath {
@@ -345,6 +350,9 @@ impl<'a> References<'a> {
     }
     pub(crate) fn exclusive(&mut self, pair: &[&'static str; 2], both: bool) {
         self.exclusive.push((*pair, both));
+    }
+    pub(crate) fn problem(&mut self, at: &[&str], error: PlanError, label: &'static str) {
+        self.problems.push((path(at), error, label));
     }
     pub(crate) fn sampling(&mut self, sampling: &'a Sampling) {
         if let Some(max) = sampling.max_tokens {

@@ -1,4 +1,4 @@
-//! `type: redundant` — N candidates and a vote (the seed's RedundantLoop).
+//! `type: redundant` — N candidates and a vote.
 
 use crate::orchestrate::steps::Redundant;
 use crate::orchestrate::voting;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
 use crate::plan::build::Builder;
+use crate::plan::diagnostic::PlanError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,13 @@ impl StepConfig for RedundantStep {
         refs.sampling(&self.sampling);
         if let Some(schema) = &self.schema {
             refs.schema(&["schema"], schema);
+        }
+        if self.voting.method == VotingMethod::FieldMajority && self.schema.is_none() {
+            refs.problem(
+                &["voting", "method"],
+                PlanError::FieldMajoritySchema,
+                "no `schema` on this step",
+            );
         }
         if let Some(fallback) = &self.voting.fallback {
             refs.step(&["voting", "fallback"], fallback);

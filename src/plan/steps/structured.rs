@@ -1,4 +1,4 @@
-//! `type: structured` — schema-valid JSON from a model (the seed's SpecializedLoop).
+//! `type: structured` — schema-valid JSON from a model.
 
 use crate::orchestrate::steps::{Agent, Structured, ToolCalls};
 use crate::plan::build;

@@ -1,16 +1,81 @@
-//! A run's inputs: `-i name=value` pairs and an inputs file, checked against the plan's
-//! declarations (types, required, defaults, allowed values) before anything runs.
+//! A pipeline's inputs: what it declares, and binding given values to those declarations.
+//!
+//! The declarations are part of the plan file (their doc comments are schema text), but they are
+//! the contract of the runnable [`Pipeline`](super::Pipeline): every way of starting a run —
+//! `-i` pairs with an inputs file, a batch row, a sub-plan agent's arguments — binds its values
+//! here, so types, required inputs, defaults and allowed values are checked the same way before
+//! anything runs.
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::diagnostic::suggestion;
-use super::model::{InputSpec, InputType};
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, text::suggestion};
+
+/// One declared input.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    /// The input's type (default `string`).
+    #[serde(rename = "type", default)]
+    pub kind: InputType,
+    /// What the input means (shown in `--help`-style listings and errors).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Whether a run must supply it; defaults to true unless `default` is given.
+    #[serde(default)]
+    pub required: Option<bool>,
+    /// The value used when a run does not supply one.
+    #[serde(default)]
+    pub default: Option<Value>,
+    /// The only values accepted.
+    #[serde(rename = "enum", default)]
+    pub allowed: Option<Vec<Value>>,
+}
+
+/// JSON types an input may have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputType {
+    #[default]
+    String,
+    Number,
+    Integer,
+    Boolean,
+    Array,
+    Object,
+}
+
+impl InputType {
+    /// Whether `value` has this type.
+    pub fn accepts(self, value: &Value) -> bool {
+        match self {
+            InputType::String => value.is_string(),
+            InputType::Number => value.is_number(),
+            InputType::Integer => value.is_i64() || value.is_u64(),
+            InputType::Boolean => value.is_boolean(),
+            InputType::Array => value.is_array(),
+            InputType::Object => value.is_object(),
+        }
+    }
+
+    /// The name used in YAML.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputType::String => "string",
+            InputType::Number => "number",
+            InputType::Integer => "integer",
+            InputType::Boolean => "boolean",
+            InputType::Array => "array",
+            InputType::Object => "object",
+        }
+    }
+}
 
 /// Builds the `inputs` object: file values, then `-i` values over them, then defaults; every
 /// problem is reported at once.
-pub fn resolve(
+pub(super) fn resolve(
     declared: &IndexMap<String, InputSpec>,
     pairs: &[(String, String)],
     file: Option<Map<String, Value>>,
@@ -84,6 +149,34 @@ pub fn resolve(
     }
 }
 
+/// The inputs of a batch row: each input from the column of its name (or the column `map`
+/// names for it); text in a non-text input is parsed as JSON (CSV gives only text).
+pub(super) fn from_row(
+    declared: &IndexMap<String, InputSpec>,
+    map: &[(String, String)],
+    row: &Map<String, Value>,
+) -> Result<Value, Failure> {
+    let mut given = Map::new();
+    for (name, spec) in declared {
+        let column = map
+            .iter()
+            .find(|(input, _)| input == name)
+            .map_or(name.as_str(), |(_, c)| c.as_str());
+        let Some(value) = row.get(column) else {
+            continue;
+        };
+        let value = match (spec.kind, value) {
+            (InputType::String, _) => value.clone(),
+            (_, Value::String(text)) => {
+                serde_json::from_str(text).unwrap_or_else(|_| value.clone())
+            }
+            _ => value.clone(),
+        };
+        given.insert(name.clone(), value);
+    }
+    resolve(declared, &[], Some(given))
+}
+
 /// Parses `-i` text as the input's type: strings as they are, everything else as JSON.
 fn parse(kind: InputType, text: &str) -> Result<Value, String> {
     match kind {
@@ -92,14 +185,6 @@ fn parse(kind: InputType, text: &str) -> Result<Value, String> {
             .ok()
             .filter(|v| other.accepts(v))
             .ok_or_else(|| format!("`{text}` is not a valid {}", other.name())),
-    }
-}
-
-/// Splits `name=value`.
-pub fn split_pair(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!("expected NAME=VALUE, got `{text}`")),
     }
 }
 
@@ -168,9 +253,20 @@ mod tests {
     }
 
     #[test]
-    fn pairs_split_at_the_first_equals_sign() {
-        assert_eq!(split_pair("q=a=b"), Ok(("q".into(), "a=b".into())));
-        assert!(split_pair("=x").is_err());
-        assert!(split_pair("novalue").is_err());
+    fn row_columns_bind_by_name_or_map_and_text_parses_for_typed_inputs() {
+        let row = json!({ "q": "why?", "count": "7", "extra": 1 });
+        let value = from_row(
+            &declared(),
+            &pairs(&[("question", "q")]),
+            row.as_object().expect("object"),
+        )
+        .expect("valid");
+        assert_eq!(
+            value,
+            json!({ "question": "why?", "count": 7, "mode": "fast" })
+        );
+        let failure = from_row(&declared(), &[], row.as_object().expect("object"))
+            .expect_err("question is missing");
+        assert!(failure.message.contains("missing input `question`"));
     }
 }

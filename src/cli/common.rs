@@ -1,0 +1,181 @@
+//! What the commands that run plans share: the input flags, loading and checking a plan, opening
+//! a session, building and binding inputs, and printing failures. Each helper prints its own
+//! problem and returns [`Exit`] with the code to leave with, so commands chain them with `?`.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::core::{Failure, FailureCode, Message};
+use crate::inference::Notice;
+use crate::orchestrate::{Pipeline, Session, SessionOptions};
+use crate::plan::build::BuildOptions;
+use crate::plan::{self, Plan};
+
+use super::EXIT_INVALID;
+use super::report::{self, Format};
+
+/// Why a command stopped before its end: a problem already reported on stderr, with the exit
+/// code it calls for, or an I/O error writing the report.
+#[derive(Debug)]
+pub enum Exit {
+    Code(u8),
+    Io(io::Error),
+}
+
+impl From<io::Error> for Exit {
+    fn from(error: io::Error) -> Self {
+        Exit::Io(error)
+    }
+}
+
+/// A command's result: its exit code, or why it stopped early.
+pub type Outcome<T = u8> = Result<T, Exit>;
+
+/// Inputs and plan selection shared by `run`, `chat` and `render`.
+#[derive(Debug, clap::Args)]
+pub struct PlanInputs {
+    /// An input, as NAME=VALUE (repeatable). Non-string inputs are parsed as JSON.
+    #[arg(short = 'i', long = "input", value_name = "NAME=VALUE", value_parser = split_pair)]
+    pub inputs: Vec<(String, String)>,
+    /// A JSON file with an object of inputs; `-i` values override it.
+    #[arg(long, value_name = "FILE")]
+    pub inputs_file: Option<PathBuf>,
+    /// A policy file whose limits apply on top of the plan's own.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+}
+
+/// Splits `name=value` (at the first `=`).
+pub fn split_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got `{text}`")),
+    }
+}
+
+/// Prints one-time work (pulling or loading a model) on stderr.
+pub fn stderr_notice() -> Notice {
+    Arc::new(|line: &str| {
+        let _ = writeln!(io::stderr(), "pagantic: {line}");
+    })
+}
+
+/// Prints a failure with its code and help on stderr.
+pub fn print_failure(failure: &Failure) -> io::Result<()> {
+    let mut stderr = io::stderr().lock();
+    writeln!(stderr, "error[{}]: {}", failure.code, failure.message)?;
+    if let Some(help) = &failure.help {
+        writeln!(stderr, "  help: {help}")?;
+    }
+    Ok(())
+}
+
+/// Prints `failure` and stops with exit 2: the input was invalid and nothing ran.
+pub fn invalid<T>(failure: &Failure) -> Outcome<T> {
+    print_failure(failure)?;
+    Err(Exit::Code(EXIT_INVALID))
+}
+
+/// Opens the session every run goes through (exit 2 when its events file cannot be written).
+pub fn open_session(options: SessionOptions) -> Outcome<Session> {
+    Session::open(options).or_else(|failure| invalid(&failure))
+}
+
+/// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics when
+/// invalid).
+pub fn load_checked(path: &Path, given: &PlanInputs) -> Outcome<Plan> {
+    let policy = match &given.policy {
+        Some(path) => match plan::load_policy(path) {
+            Ok(policy) => Some(policy),
+            Err(diagnostics) => {
+                report::print(&diagnostics, Format::Human)?;
+                return Err(Exit::Code(EXIT_INVALID));
+            }
+        },
+        None => None,
+    };
+    plan::load_plan(path, policy.as_ref()).or_else(|diagnostics| {
+        report::print(&diagnostics, Format::Human)?;
+        Err(Exit::Code(EXIT_INVALID))
+    })
+}
+
+/// Builds the plan's pipeline in the session's PREPARE stage (exit 2 when it cannot be built:
+/// nothing ran).
+pub fn build(session: &Session, plan: &Plan, options: BuildOptions) -> Outcome<Pipeline> {
+    session
+        .prepare(|| plan.build(options))
+        .or_else(|failure| invalid(&failure))
+}
+
+/// The object of `--inputs-file`, if given (exit 2 when it cannot be read).
+pub fn inputs_file(given: &PlanInputs) -> Outcome<Option<Map<String, Value>>> {
+    match &given.inputs_file {
+        Some(path) => read_inputs_file(path)
+            .map(Some)
+            .or_else(|failure| invalid(&failure)),
+        None => Ok(None),
+    }
+}
+
+/// The run's inputs from `-i` pairs and `--inputs-file` (exit 2 when they do not fit the plan).
+pub fn bind(pipeline: &Pipeline, given: &PlanInputs) -> Outcome<Value> {
+    let file = inputs_file(given)?;
+    pipeline
+        .bind(&given.inputs, file)
+        .or_else(|failure| invalid(&failure))
+}
+
+fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::new(
+            FailureCode::ConfigFileError,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!("{} must hold a JSON object of inputs", path.display()),
+        )),
+        Err(e) => Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!("{} is not JSON: {e}", path.display()),
+        )),
+    }
+}
+
+/// Messages as the model would get them: a `--- role ---` line (`--- step: role ---` when a
+/// step is named), then the text.
+pub fn write_messages(
+    out: &mut impl Write,
+    step: Option<&str>,
+    messages: &[Message],
+) -> io::Result<()> {
+    for message in messages {
+        let role = serde_json::to_value(message.role).unwrap_or_default();
+        let role = role.as_str().unwrap_or("message");
+        match step {
+            Some(step) => writeln!(out, "--- {step}: {role} ---")?,
+            None => writeln!(out, "--- {role} ---")?,
+        }
+        writeln!(out, "{}", message.content.trim_end())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_split_at_the_first_equals_sign() {
+        assert_eq!(split_pair("q=a=b"), Ok(("q".into(), "a=b".into())));
+        assert!(split_pair("=x").is_err());
+        assert!(split_pair("novalue").is_err());
+    }
+}

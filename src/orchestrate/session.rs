@@ -1,0 +1,278 @@
+//! A run session: the one thing every command that runs a pipeline opens (`run`, `run --batch`,
+//! `chat`, `render`), so they all behave alike.
+//!
+//! A session owns the async runtime, the events (the `--events` file and an observer such as the
+//! progress lines), the lifecycle from INIT to the end state, and cancellation: Ctrl-C (SIGINT)
+//! and SIGTERM — what Kubernetes, Slurm and systemd send before they kill — both cancel the run in
+//! flight, which then ends as a CANCELLED record that keeps every completed step's output. The
+//! signal handlers are installed when the session opens, so a signal that arrives while models
+//! load cancels the run that follows instead of killing the process with nothing written.
+//!
+//! Runs get their step timeout from the pipeline (the policy's `timeout_per_step`), never from
+//! the command, so no adapter can forget it.
+
+use std::future::Future;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Map, Value, json};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use super::events::{EventKind, Events, Observer};
+use super::executor::{RunOptions, execute, render_step};
+use super::pipeline::{Pipeline, Rendered};
+use super::record::{Lifecycle, RunRecord};
+use crate::core::{Failure, FailureCode};
+
+/// How to open a session.
+pub struct SessionOptions {
+    /// Write every event, of every run in the session, to this file as JSON Lines.
+    pub events_file: Option<PathBuf>,
+    /// Shown every event as it happens (progress lines, a chat's tool calls).
+    pub observer: Option<Observer>,
+    /// Most steps of one run running at once.
+    pub max_parallel: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            events_file: None,
+            observer: None,
+            max_parallel: 4,
+        }
+    }
+}
+
+/// An open session; see the module docs.
+pub struct Session {
+    runtime: tokio::runtime::Runtime,
+    events: Events,
+    /// Set to true by Ctrl-C or SIGTERM.
+    interrupt: watch::Sender<bool>,
+    /// Whether the session's own run id is taken (later runs get their own).
+    first_run_done: AtomicBool,
+    max_parallel: usize,
+}
+
+impl Session {
+    /// Opens the events file, starts the runtime, installs the signal handlers, and records INIT
+    /// and then PLAN (the caller loads and checks its plan next).
+    pub fn open(options: SessionOptions) -> Result<Session, Failure> {
+        let sink = match &options.events_file {
+            Some(path) => {
+                let file = std::fs::File::create(path).map_err(|e| {
+                    Failure::new(
+                        FailureCode::ConfigFileError,
+                        format!("cannot write events to {}: {e}", path.display()),
+                    )
+                    .with_help(
+                        "--events needs a file path in a directory that exists and is writable",
+                    )
+                })?;
+                Some(Box::new(std::io::BufWriter::new(file)) as Box<dyn Write + Send>)
+            }
+            None => None,
+        };
+        let events = match options.observer {
+            Some(observer) => Events::with_observer(sink, observer),
+            None => Events::new(sink),
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Failure::new(
+                    FailureCode::ConfigFileError,
+                    format!("cannot start the async runtime: {e}"),
+                )
+            })?;
+        let (interrupt, _) = watch::channel(false);
+        {
+            // Registered now, before anything slow happens, so no signal finds the default
+            // action (which would kill the process with nothing written).
+            let _entered = runtime.enter();
+            let interrupts = signal(SignalKind::interrupt());
+            let terminates = signal(SignalKind::terminate());
+            if let (Ok(mut interrupts), Ok(mut terminates)) = (interrupts, terminates) {
+                let interrupt = interrupt.clone();
+                runtime.spawn(async move {
+                    loop {
+                        let received = tokio::select! {
+                            got = interrupts.recv() => got.is_some(),
+                            got = terminates.recv() => got.is_some(),
+                        };
+                        if !received {
+                            break;
+                        }
+                        interrupt.send_replace(true);
+                    }
+                });
+            }
+        }
+        let session = Session {
+            runtime,
+            events,
+            interrupt,
+            first_run_done: AtomicBool::new(false),
+            max_parallel: options.max_parallel.max(1),
+        };
+        session.lifecycle(Lifecycle::Init);
+        session.lifecycle(Lifecycle::Plan);
+        Ok(session)
+    }
+
+    /// The session's events (its own run id); [`Events::new_run`] gives another run's.
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Records PREPARE, then builds (engines, corpora, tools: this may load models).
+    pub fn prepare<T>(&self, build: impl FnOnce() -> T) -> T {
+        self.lifecycle(Lifecycle::Prepare);
+        build()
+    }
+
+    /// Records the session's own end state (a batch's, after its rows' runs ended).
+    pub fn finish(&self, state: Lifecycle) {
+        self.lifecycle(state);
+    }
+
+    /// Runs `pipeline` once on bound `inputs`, with `globals` (a chat's `history`) added to
+    /// every template's scope: EXECUTE, the steps, then COMPLETE, ERROR or CANCELLED. The first
+    /// run uses the session's run id; later ones (chat turns) each get their own.
+    pub fn run(
+        &self,
+        pipeline: &Pipeline,
+        inputs: Value,
+        globals: Map<String, Value>,
+    ) -> RunRecord {
+        let events = self.events_for_next_run();
+        let mut options = self.run_options();
+        options.globals.extend(globals);
+        self.runtime
+            .block_on(execute(pipeline, inputs, options, &events))
+    }
+
+    /// Runs the steps upstream of step `target`, then returns what it would send.
+    pub fn render(
+        &self,
+        pipeline: &Pipeline,
+        target: usize,
+        inputs: Value,
+    ) -> Result<Rendered, Failure> {
+        let events = self.events_for_next_run();
+        self.runtime.block_on(render_step(
+            pipeline,
+            target,
+            inputs,
+            self.run_options(),
+            &events,
+        ))
+    }
+
+    /// Options for a run in this session: its parallelism and its cancellation.
+    pub fn run_options(&self) -> RunOptions {
+        let mut options = RunOptions::new(self.max_parallel);
+        options.cancel = self.interrupt.subscribe();
+        options
+    }
+
+    /// Runs a future on the session's runtime (a batch, a chat's wait for its next line).
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// Whether Ctrl-C or SIGTERM arrived since the session opened (or since
+    /// [`Session::clear_interrupt`]).
+    pub fn interrupted(&self) -> bool {
+        *self.interrupt.borrow()
+    }
+
+    /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
+    pub fn wait_for_interrupt(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut receiver = self.interrupt.subscribe();
+        async move {
+            // An error means the session is gone, and with it anything to wait for.
+            let _ = receiver.wait_for(|interrupted| *interrupted).await;
+        }
+    }
+
+    /// Forgets an interruption that has been dealt with, so the next run is not cancelled at
+    /// once (a chat goes on after a cancelled turn).
+    pub fn clear_interrupt(&self) {
+        self.interrupt.send_replace(false);
+    }
+
+    fn events_for_next_run(&self) -> Events {
+        if self.first_run_done.swap(true, Ordering::Relaxed) {
+            self.events.new_run()
+        } else {
+            self.events.clone()
+        }
+    }
+
+    fn lifecycle(&self, state: Lifecycle) {
+        self.events.emit(
+            EventKind::Lifecycle,
+            None,
+            self.events.run_span(),
+            None,
+            json!({ "state": state }),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_records_init_plan_and_prepare_then_the_run() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("events.jsonl");
+        let session = Session::open(SessionOptions {
+            events_file: Some(path.clone()),
+            ..SessionOptions::default()
+        })
+        .expect("open");
+        session.prepare(|| ());
+        session.finish(Lifecycle::Complete);
+        drop(session);
+        let states: Vec<String> = std::fs::read_to_string(&path)
+            .expect("events")
+            .lines()
+            .map(|line| {
+                let event: Value = serde_json::from_str(line).expect("json");
+                event["data"]["state"].as_str().unwrap_or("").to_string()
+            })
+            .collect();
+        assert_eq!(states, ["INIT", "PLAN", "PREPARE", "COMPLETE"]);
+    }
+
+    #[test]
+    fn an_events_file_that_cannot_be_created_is_a_clear_failure() {
+        let failure = Session::open(SessionOptions {
+            events_file: Some(PathBuf::from("/nonexistent-dir/events.jsonl")),
+            ..SessionOptions::default()
+        })
+        .err()
+        .expect("refused");
+        assert_eq!(failure.code, FailureCode::ConfigFileError);
+        assert!(failure.message.contains("/nonexistent-dir/events.jsonl"));
+    }
+
+    #[test]
+    fn an_interrupt_cancels_runs_until_it_is_cleared() {
+        let session = Session::open(SessionOptions::default()).expect("open");
+        assert!(!*session.run_options().cancel.borrow());
+        session.interrupt.send_replace(true);
+        assert!(session.interrupted());
+        assert!(*session.run_options().cancel.borrow());
+        session.block_on(session.wait_for_interrupt());
+        session.clear_interrupt();
+        assert!(!*session.run_options().cancel.borrow());
+    }
+}
