@@ -23,6 +23,17 @@ use super::yaml::Node;
 use crate::context::matching_files;
 use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
 
+/// Whether `model` can serve where a step needs `role`.
+fn role_fits(role: ModelRole, model: &ModelSpec) -> bool {
+    match (role, model) {
+        (ModelRole::Llm, ModelSpec::Onnx { .. }) => false,
+        (ModelRole::Llm, _) => true,
+        (ModelRole::Scorer, ModelSpec::Onnx { .. }) => true,
+        (ModelRole::Embedder, ModelSpec::Onnx { task, .. }) => *task == OnnxTask::BiEncoder,
+        (ModelRole::Scorer | ModelRole::Embedder, _) => false,
+    }
+}
+
 /// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`.
 pub const STEP_FIELDS: &[&str] = &["output", "usage"];
 
@@ -701,6 +712,11 @@ impl Checker<'_> {
             } else {
                 "neither given in this step"
             };
+            let hint = if *both {
+                format!("keep one of `{first}` and `{second}` and remove the other")
+            } else {
+                format!("add one of them: `{first}` or `{second}`")
+            };
             self.emit(
                 PlanError::ExclusiveFields {
                     first: (*first).into(),
@@ -708,7 +724,8 @@ impl Checker<'_> {
                 },
                 span,
                 label,
-            );
+            )
+            .hint = Some(hint);
         }
         self.step_policy(index, &refs.max_tokens, &refs.max_tool_iterations);
     }
@@ -725,14 +742,7 @@ impl Checker<'_> {
             .hint = Some(hint);
             return;
         };
-        let fits = match (role, model) {
-            (ModelRole::Llm, ModelSpec::Onnx { .. }) => false,
-            (ModelRole::Llm, _) => true,
-            (ModelRole::Scorer, ModelSpec::Onnx { .. }) => true,
-            (ModelRole::Embedder, ModelSpec::Onnx { task, .. }) => *task == OnnxTask::BiEncoder,
-            (ModelRole::Scorer | ModelRole::Embedder, _) => false,
-        };
-        if !fits {
+        if !role_fits(role, model) {
             let role_text = match role {
                 ModelRole::Llm => "a language model (kind mistralrs, openai or scripted)",
                 ModelRole::Scorer => "an ONNX scorer (kind onnx)",
@@ -742,8 +752,23 @@ impl Checker<'_> {
                 ModelSpec::Onnx {
                     task: OnnxTask::CrossEncoder,
                     ..
-                } => "cross-encoder",
-                other => other.kind_name(),
+                } => "a cross-encoder",
+                ModelSpec::Onnx { .. } => "a bi-encoder",
+                ModelSpec::Openai { .. } => "an openai",
+                ModelSpec::Mistralrs { .. } => "a mistralrs",
+                ModelSpec::Scripted { .. } => "a scripted",
+            };
+            let fitting: Vec<&str> = self
+                .plan
+                .models
+                .iter()
+                .filter(|(_, m)| role_fits(role, m))
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let hint = if fitting.is_empty() {
+                format!("declare {role_text} in `models` and name it here")
+            } else {
+                suggestion(name, "models of that kind", fitting.iter().copied())
             };
             self.emit(
                 PlanError::WrongModelKind {
@@ -753,7 +778,8 @@ impl Checker<'_> {
                 },
                 span,
                 "wrong kind of model",
-            );
+            )
+            .hint = Some(hint);
         }
     }
 

@@ -133,11 +133,13 @@ pub enum PlanError {
     )]
     TooDeep { max: usize },
 
-    /// Aliases expand the document beyond the supported size.
+    /// The document, aliases expanded, is beyond the supported size.
     #[error("the document expands to more than {max} nodes")]
     #[diagnostic(
         code(yaml::too_large),
-        help("aliases are expanded in place; use fewer or smaller ones")
+        help(
+            "every alias counts as a copy of what it names; use fewer or smaller aliases, or split the plan"
+        )
     )]
     TooLarge { max: usize },
 
@@ -182,9 +184,24 @@ pub enum PlanError {
         allowed: String,
     },
 
+    /// A mapping that must have exactly one of several keys (a validate rule, a constraint).
+    #[error("{place}: give exactly one of {allowed} (found {found})")]
+    #[diagnostic(
+        code(plan::one_key),
+        help("each form is a mapping of one key; write two rules or pick one form")
+    )]
+    OneKey {
+        place: String,
+        allowed: String,
+        found: String,
+    },
+
     /// A number or length outside its bounds.
     #[error("{place}: {message}")]
-    #[diagnostic(code(plan::out_of_range))]
+    #[diagnostic(
+        code(plan::out_of_range),
+        help("change the value to one within the bounds (schemas/plan.schema.json lists them)")
+    )]
     OutOfRange { place: String, message: String },
 
     /// A duration that does not parse.
@@ -242,7 +259,7 @@ pub enum PlanError {
     UnknownModel { name: String },
 
     /// A step uses a model of a kind it cannot use.
-    #[error("model `{name}` is a {kind} model, but {role} is needed here")]
+    #[error("model `{name}` is {kind} model, but {role} is needed here")]
     #[diagnostic(code(plan::wrong_model_kind))]
     WrongModelKind {
         name: String,
@@ -321,7 +338,12 @@ pub enum PlanError {
 
     /// A regular expression that does not compile.
     #[error("invalid regular expression: {message}")]
-    #[diagnostic(code(plan::invalid_regex))]
+    #[diagnostic(
+        code(plan::invalid_regex),
+        help(
+            "the syntax is Rust's `regex` (no look-around, no backreferences); escape a literal `(`, `[`, `.` or `\\` with `\\`"
+        )
+    )]
     InvalidRegex { message: String },
 
     /// A GBNF grammar that cannot be translated for the decoder.
@@ -362,7 +384,12 @@ pub enum PlanError {
 
     /// An agent must run exactly one thing.
     #[error("agent `{name}` must have exactly one of `tool`, `plan` and `template`")]
-    #[diagnostic(code(plan::agent_target))]
+    #[diagnostic(
+        code(plan::agent_target),
+        help(
+            "an agent runs one thing: `tool` (a declared tool), `plan` (another plan file) or `template` (sent to its `model`)"
+        )
+    )]
     AgentTarget { name: String },
 
     /// A `plan:` agent's plan is itself invalid (its problems follow, located in its file), or

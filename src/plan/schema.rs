@@ -11,7 +11,9 @@
 
 use std::sync::OnceLock;
 
-use jsonschema::{ValidationError, Validator, error::ValidationErrorKind, paths::LocationSegment};
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::types::JsonType;
+use jsonschema::{ValidationError, Validator, paths::LocationSegment};
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
@@ -202,7 +204,7 @@ impl ErrorMapper<'_> {
                 d
             }
             ValidationErrorKind::Type { kind } => {
-                let expected = describe_type_kind(&format!("{kind:?}"));
+                let expected = describe_type_kind(kind);
                 let mut d = at(
                     PlanError::WrongType {
                         place,
@@ -213,6 +215,8 @@ impl ErrorMapper<'_> {
                 );
                 if self.looks_like_unquoted_template(node) {
                     d = d.with_hint(QUOTE_TEMPLATES);
+                } else {
+                    d = d.with_hint(wrong_type_hint(&path, node, &expected));
                 }
                 d
             }
@@ -264,6 +268,40 @@ impl ErrorMapper<'_> {
                 place,
                 format!("takes at most {limit} character{}", plural(*limit)),
             ),
+            ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
+                if let (Some(keys), NodeValue::Map(entries)) = (
+                    single_key_branches(self.schema, keyword_parent, error.schema_path().as_str()),
+                    &node.value,
+                ) =>
+            {
+                let found: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+                let listed = |names: &[&str]| {
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let mut d = at(
+                    PlanError::OneKey {
+                        place,
+                        allowed: listed(&keys),
+                        found: if found.is_empty() {
+                            "none".into()
+                        } else {
+                            listed(&found)
+                        },
+                    },
+                    "exactly one key here",
+                );
+                if let Some(unknown) = found.iter().find(|k| !keys.contains(k))
+                    && let Some(hint) = did_you_mean(unknown, keys.iter().copied())
+                {
+                    d = d.with_hint(hint);
+                }
+                d
+            }
             ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
                 let expected =
                     branch_types(self.schema, keyword_parent, error.schema_path().as_str());
@@ -275,7 +313,8 @@ impl ErrorMapper<'_> {
                             found: describe_node(node).into(),
                         },
                         &format!("expected {expected}"),
-                    ),
+                    )
+                    .with_hint(wrong_type_hint(&path, node, &expected)),
                     None => at(
                         PlanError::SchemaViolation {
                             place,
@@ -429,6 +468,37 @@ pub fn describe_place(kind: DocumentKind, root: &Node, path: &[String]) -> Strin
     format!("`{field}` of {owner}")
 }
 
+/// What to write instead of a value of the wrong type, for the mistakes people make.
+fn wrong_type_hint(path: &[String], node: &Node, expected: &str) -> String {
+    let field = path.last().map(String::as_str).unwrap_or_default();
+    let text = scalar_text(node);
+    match &node.value {
+        NodeValue::Number(_) if DURATION_FIELDS.contains(&field) => {
+            format!("a duration needs a unit: `{text}s`, `{text}ms` or `{text}m`")
+        }
+        NodeValue::String(word) if expected.contains("a boolean") => {
+            let truthy = ["yes", "y", "on", "true", "True", "TRUE"].contains(&word.as_str());
+            format!(
+                "write `{}` (a boolean); `{word}` is text in YAML 1.2",
+                if truthy { "true" } else { "false" }
+            )
+        }
+        NodeValue::String(word) if expected.contains("a list") => {
+            format!("write a list, even of one: `[{word}]`")
+        }
+        NodeValue::String(word)
+            if (expected.contains("an integer") || expected.contains("a number"))
+                && serde_json::from_str::<serde_json::Number>(word).is_ok() =>
+        {
+            format!("remove the quotes: `{word}`")
+        }
+        _ => format!("write {expected} here"),
+    }
+}
+
+/// Fields whose value is a duration (`30s`), so a bare number is missing its unit.
+const DURATION_FIELDS: &[&str] = &["timeout", "backoff", "timeout_per_step", "stall"];
+
 fn describe_node(node: &Node) -> &'static str {
     match &node.value {
         NodeValue::Null => "nothing (null)",
@@ -441,32 +511,28 @@ fn describe_node(node: &Node) -> &'static str {
     }
 }
 
-fn describe_type_kind(debug: &str) -> String {
-    let words = |t: &str| match t.to_ascii_lowercase().as_str() {
-        "string" => "a string",
-        "integer" => "an integer",
-        "number" => "a number",
-        "boolean" => "a boolean",
-        "array" => "a list",
-        "object" => "a mapping",
-        "null" => "null",
-        _ => "a value of another type",
+/// "an integer", "a string or a list", … for the types a `type` keyword names.
+fn describe_type_kind(kind: &TypeKind) -> String {
+    let types: Vec<JsonType> = match kind {
+        TypeKind::Single(one) => vec![*one],
+        TypeKind::Multiple(set) => set.iter().collect(),
     };
-    // TypeKind's Debug is `Single(String)` or `Multiple(…)`; pull out the type names it lists.
-    let names: Vec<&str> = [
-        "String", "Integer", "Number", "Boolean", "Array", "Object", "Null",
-    ]
-    .into_iter()
-    .filter(|t| debug.contains(t))
-    .collect();
-    match names.as_slice() {
-        [] => "a value of another type".to_string(),
-        [one] => words(one).to_string(),
-        many => many
-            .iter()
-            .map(|t| words(t))
-            .collect::<Vec<_>>()
-            .join(" or "),
+    let names: Vec<&str> = types
+        .into_iter()
+        .map(|t| match t {
+            JsonType::String => "a string",
+            JsonType::Integer => "an integer",
+            JsonType::Number => "a number",
+            JsonType::Boolean => "a boolean",
+            JsonType::Array => "a list",
+            JsonType::Object => "a mapping",
+            JsonType::Null => "null",
+        })
+        .collect();
+    if names.is_empty() {
+        "a value of another type".to_string()
+    } else {
+        names.join(" or ")
     }
 }
 
@@ -536,20 +602,35 @@ fn property_names(schema: Option<&Value>) -> Vec<String> {
 fn branch_types(root: &Value, parent: Option<&Value>, keyword_path: &str) -> Option<String> {
     let keyword = keyword_path.rsplit('/').next()?;
     let branches = parent?.get(keyword)?.as_array()?;
-    let mut names = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for branch in branches {
-        let ty = resolve(root, branch).get("type")?.as_str()?;
-        names.push(describe_type_kind(&capitalise(ty)));
+        let ty: JsonType = resolve(root, branch).get("type")?.as_str()?.parse().ok()?;
+        let name = describe_type_kind(&TypeKind::Single(ty));
+        if !names.contains(&name) {
+            names.push(name);
+        }
     }
     Some(names.join(" or "))
 }
 
-fn capitalise(s: &str) -> String {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .map(|c| c.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
+/// For an `anyOf`/`oneOf` failure where every branch is a mapping of one required key (a rule,
+/// a constraint: `{ regex: … }` or `{ lark: … }`), those keys.
+fn single_key_branches(
+    root: &Value,
+    parent: Option<&Value>,
+    keyword_path: &str,
+) -> Option<Vec<String>> {
+    let keyword = keyword_path.rsplit('/').next()?;
+    let branches = parent?.get(keyword)?.as_array()?;
+    let mut keys = Vec::new();
+    for branch in branches {
+        let branch = resolve(root, branch);
+        match branch.get("required")?.as_array()?.as_slice() {
+            [Value::String(key)] if branch.get("type")? == "object" => keys.push(key.clone()),
+            _ => return None,
+        }
+    }
+    (keys.len() > 1).then_some(keys)
 }
 
 /// Reshapes a generated schema for clear errors: discriminated `oneOf` → `enum` + `if`/`then`;

@@ -19,8 +19,9 @@ use serde_json::{Map, Number, Value};
 /// Deepest nesting of mappings and sequences accepted in a plan file.
 pub const MAX_DEPTH: usize = 64;
 
-/// Most nodes a document may expand to once aliases are resolved.
-pub const MAX_NODES: usize = 200_000;
+/// Most nodes a document may expand to once aliases are resolved: room for a plan with 100,000
+/// keyed values (a large `vars` table), while an alias bomb still stops within milliseconds.
+pub const MAX_NODES: usize = 500_000;
 
 /// A byte range in the source text.
 pub type ByteSpan = Range<usize>;

@@ -1,5 +1,6 @@
 //! Every file in `tests/invalid/` is a plan with a mistake. Each must be rejected with exit 2 and
-//! located diagnostics; the exact output (code, file:line:col, caret, help) is pinned in a snapshot.
+//! located diagnostics, every one with a help line; the exact output (code, file:line:col, caret,
+//! help) is pinned in a snapshot.
 
 use crate::{pagantic_in, root};
 
@@ -28,6 +29,10 @@ fn every_invalid_plan_is_rejected_with_located_diagnostics() {
             assert!(
                 value["column"].is_u64(),
                 "{relative}: every diagnostic has a column: {line}"
+            );
+            assert!(
+                value["help"].as_str().is_some_and(|h| !h.trim().is_empty()),
+                "{relative}: every diagnostic has a help line: {line}"
             );
             summary.push_str(&format!(
                 "{} {}:{}:{} {}\n",
