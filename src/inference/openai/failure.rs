@@ -1,0 +1,247 @@
+//! What goes wrong talking to a server, as failures with the codes the executor's retry rules
+//! expect: transport errors, HTTP statuses, error bodies (read up to a cap, the key redacted),
+//! and when and how long to wait before trying again (`Retry-After`, else exponential backoff).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use serde_json::Value;
+
+use super::{MAX_BODY, OpenAiEngine};
+use crate::core::{Failure, FailureCode};
+
+impl OpenAiEngine {
+    /// A failure to reach the server or to read its reply.
+    pub(super) fn transport_failure(&self, err: &reqwest::Error) -> Failure {
+        let cause = self.redact(&error_chain(err));
+        if err.is_timeout() {
+            Failure::new(
+                FailureCode::InferenceTimeout,
+                format!(
+                    "{} did not answer within {:?}",
+                    self.url, self.config.timeout
+                ),
+            )
+        } else if err.is_connect() {
+            Failure::new(
+                FailureCode::InferenceModelUnavailable,
+                format!("cannot connect to {}: {cause}", self.url),
+            )
+            .with_help("check that the server is running and that `base_url` points at it")
+        } else {
+            Failure::new(
+                FailureCode::InferenceEngineError,
+                format!("the request to {} failed: {cause}", self.url),
+            )
+        }
+    }
+
+    /// The failure for a reply whose status is not a success, and whether to try again.
+    pub(super) async fn status_failure(&self, mut response: reqwest::Response) -> AttemptError {
+        let status = response.status();
+        let wait = retry_after(response.headers());
+        let mut body = read_body(&mut response, MAX_ERROR_BODY)
+            .await
+            .unwrap_or_default();
+        body.truncate(MAX_ERROR_BODY);
+        let retry = match status {
+            StatusCode::TOO_MANY_REQUESTS => wait.map_or(Retry::Backoff, Retry::After),
+            status if status.is_server_error() => Retry::Backoff,
+            _ => Retry::Never,
+        };
+        AttemptError {
+            failure: self.reply_failure(status, &body),
+            retry,
+        }
+    }
+
+    /// What a reply with this (unsuccessful) status and error body means.
+    pub(super) fn reply_failure(&self, status: StatusCode, body: &[u8]) -> Failure {
+        let said = self.redact(&server_message(body));
+        match status {
+            StatusCode::TOO_MANY_REQUESTS => Failure::new(
+                FailureCode::InferenceRateLimited,
+                format!("{} is rate-limiting requests: {said}", self.url),
+            ),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::new(
+                FailureCode::InferenceModelUnavailable,
+                format!("{} refused the credentials ({status}): {said}", self.url),
+            )
+            .with_help(
+                "check the API key in the environment variable the model's configuration \
+                 names; it must be set and valid for this server",
+            ),
+            StatusCode::NOT_FOUND => Failure::new(
+                FailureCode::InferenceModelUnavailable,
+                format!(
+                    "{} has no model `{}` (404): {said}",
+                    self.config.base_url, self.config.model
+                ),
+            )
+            .with_help(
+                "check `base_url` (it usually ends in /v1) and that the server serves the model",
+            ),
+            StatusCode::BAD_REQUEST if mentions_context_limit(&String::from_utf8_lossy(body)) => {
+                Failure::new(
+                    FailureCode::InferenceContextExceeded,
+                    format!("the prompt does not fit the model's context: {said}"),
+                )
+                .with_help("shorten the prompt, retrieve fewer passages, or lower max_tokens")
+            }
+            status if status.is_server_error() => Failure::new(
+                FailureCode::InferenceEngineError,
+                format!("{} failed ({status}): {said}", self.url),
+            ),
+            status => Failure::new(
+                FailureCode::InferenceEngineError,
+                format!("{} rejected the request ({status}): {said}", self.url),
+            )
+            .retryable(false),
+        }
+    }
+
+    /// `text` with the API key, should a server echo it, masked.
+    pub(super) fn redact(&self, text: &str) -> String {
+        match self.config.api_key.as_deref() {
+            Some(key) if !key.is_empty() => text.replace(key, "<redacted>"),
+            _ => text.to_string(),
+        }
+    }
+
+    /// An error the server reported inside a successful reply or a stream.
+    pub(super) fn reported_error(&self, error: &Value) -> Failure {
+        let said = self.redact(&error_message(error).unwrap_or_else(|| error.to_string()));
+        Failure::new(
+            FailureCode::InferenceEngineError,
+            format!("the server reported an error: {}", excerpt(&said)),
+        )
+    }
+}
+
+/// Whether to try again after a failed attempt, and when.
+pub(super) enum Retry {
+    Never,
+    /// After the wait the server asked for (already capped).
+    After(Duration),
+    /// After the exponential backoff for this retry.
+    Backoff,
+}
+
+/// A failed attempt.
+pub(super) struct AttemptError {
+    pub(super) failure: Failure,
+    pub(super) retry: Retry,
+}
+
+/// The wait before retry number `retries` (from 0): 200 ms, 400 ms, 800 ms…, at most a minute.
+pub(super) fn backoff(retries: u32) -> Duration {
+    BACKOFF_START
+        .saturating_mul(2u32.saturating_pow(retries))
+        .min(MAX_WAIT)
+}
+
+/// The wait a `Retry-After` header asks for, when given in seconds.
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_WAIT))
+}
+
+/// Whether an error reply says the prompt is too long for the model.
+pub(super) fn mentions_context_limit(text: &str) -> bool {
+    let text = text.to_lowercase();
+    [
+        "context length",
+        "context_length",
+        "maximum context",
+        "context window",
+    ]
+    .iter()
+    .any(|phrase| text.contains(phrase))
+}
+
+/// The body of a reply, reading at most a little past `limit` bytes.
+pub(super) async fn read_body(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, reqwest::Error> {
+    let mut body = Vec::new();
+    while body.len() <= limit {
+        match response.chunk().await? {
+            Some(chunk) => body.extend_from_slice(&chunk),
+            None => break,
+        }
+    }
+    Ok(body)
+}
+
+pub(super) fn too_long() -> Failure {
+    Failure::new(
+        FailureCode::InferenceEngineError,
+        format!(
+            "the server's answer is longer than {} MiB",
+            MAX_BODY / 1024 / 1024
+        ),
+    )
+}
+
+/// What an error reply says: the `error.message` of the API when there is one, else the text.
+pub(super) fn server_message(body: &[u8]) -> String {
+    let text = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|value| error_message(&value))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    if text.is_empty() {
+        "(no message)".into()
+    } else {
+        excerpt(&text)
+    }
+}
+
+/// The message in `{"error": {"message": …}}`, `{"error": "…"}`, `{"message": …}` or
+/// `{"detail": "…"}`, the shapes OpenAI-compatible servers use.
+pub(super) fn error_message(value: &Value) -> Option<String> {
+    let error = value.get("error").unwrap_or(value);
+    [error.get("message"), Some(error), value.get("detail")]
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.as_str().map(str::to_string))
+}
+
+/// The first characters of `text`.
+pub(super) fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// An error and its causes, joined.
+pub(super) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// How much of an error reply is read.
+pub(super) const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// How many characters of a server's message go into a failure.
+pub(super) const MAX_MESSAGE_CHARS: usize = 500;
+
+/// The first backoff wait; each retry doubles it.
+pub(super) const BACKOFF_START: Duration = Duration::from_millis(200);
+
+/// The longest wait between two attempts, whatever the server asks.
+pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);

@@ -1,0 +1,672 @@
+//! The engine against stub servers on loopback: answers, keys, tools, retries and waits,
+//! statuses, time-outs, odd replies and streams.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+
+use super::failure::{MAX_WAIT, retry_after};
+use super::*;
+use crate::core::{Message, TokenUsage, ToolCall, ToolDefinition};
+
+/// How long a stub server lives at most.
+const STUB_LIFETIME: Duration = Duration::from_secs(10);
+
+/// One canned HTTP reply.
+#[derive(Clone)]
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    /// Written one piece at a time, with a pause between pieces.
+    pieces: Vec<Vec<u8>>,
+    /// An event stream: no content length, the end of the body is the end of the connection.
+    stream: bool,
+    /// Read the request and never answer.
+    silent: bool,
+}
+
+impl Reply {
+    fn json(status: u16, body: Value) -> Self {
+        Reply::text(status, &body.to_string())
+    }
+
+    fn text(status: u16, body: &str) -> Self {
+        Reply {
+            status,
+            headers: vec![("content-type", "application/json".into())],
+            pieces: vec![body.as_bytes().to_vec()],
+            stream: false,
+            silent: false,
+        }
+    }
+
+    fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// An event stream, written in pieces cut at these byte offsets.
+    fn sse(text: &str, cuts: &[usize]) -> Self {
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for &cut in cuts.iter().chain([&text.len()]) {
+            pieces.push(text.as_bytes()[from..cut].to_vec());
+            from = cut;
+        }
+        Reply {
+            status: 200,
+            headers: vec![("content-type", "text/event-stream".into())],
+            pieces,
+            stream: true,
+            silent: false,
+        }
+    }
+
+    fn silent() -> Self {
+        Reply {
+            silent: true,
+            ..Reply::text(200, "")
+        }
+    }
+}
+
+/// A request the stub received.
+struct Received {
+    /// Header names lower-cased.
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A one-request-per-connection HTTP server on 127.0.0.1 answering from a queue; when the
+/// queue is empty it answers 418. It stops after `STUB_LIFETIME` or with the test.
+struct Stub {
+    base_url: String,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Stub {
+    async fn start(replies: Vec<Reply>) -> Stub {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base_url = format!("http://{}/v1", listener.local_addr().expect("address"));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let queue = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let log = Arc::clone(&received);
+        tokio::spawn(tokio::time::timeout(STUB_LIFETIME, async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let reply = queue.lock().expect("queue").pop_front();
+                tokio::spawn(serve(stream, reply, Arc::clone(&log)));
+            }
+        }));
+        Stub { base_url, received }
+    }
+
+    fn config(&self) -> OpenAiConfig {
+        OpenAiConfig {
+            timeout: Duration::from_secs(5),
+            ..OpenAiConfig::new(&self.base_url, "test-model")
+        }
+    }
+
+    fn engine(&self) -> OpenAiEngine {
+        OpenAiEngine::new(self.config()).expect("engine")
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        let received = self.received.lock().expect("log");
+        received.iter().map(|r| r.body.clone()).collect()
+    }
+}
+
+async fn serve(stream: TcpStream, reply: Option<Reply>, log: Arc<Mutex<Vec<Received>>>) {
+    let mut reader = BufReader::new(stream);
+    let Some(received) = read_request(&mut reader).await else {
+        return;
+    };
+    log.lock().expect("log").push(received);
+    let reply = reply.unwrap_or_else(|| Reply::text(418, "no canned reply left"));
+    if reply.silent {
+        tokio::time::sleep(STUB_LIFETIME).await;
+        return;
+    }
+    let stream = reader.get_mut();
+    let mut head = format!("HTTP/1.1 {} Stub\r\nconnection: close\r\n", reply.status);
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !reply.stream {
+        let length: usize = reply.pieces.iter().map(Vec::len).sum();
+        head.push_str(&format!("content-length: {length}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes()).await;
+    for piece in &reply.pieces {
+        let _ = stream.write_all(piece).await;
+        let _ = stream.flush().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stream.shutdown().await;
+}
+
+async fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
+    let mut line = String::new();
+    reader.read_line(&mut line).await.ok()?;
+    assert!(
+        line.starts_with("POST /v1/chat/completions "),
+        "request line {line:?}"
+    );
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.ok()?;
+        let Some((name, value)) = line.trim_end().split_once(':') else {
+            break;
+        };
+        headers.push((name.to_lowercase(), value.trim().to_string()));
+    }
+    let length = headers
+        .iter()
+        .find(|(name, _)| name == "content-length")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).await.ok()?;
+    let body = serde_json::from_slice(&body).expect("the engine sends JSON");
+    Some(Received { headers, body })
+}
+
+fn ask(text: &str) -> Request {
+    Request {
+        messages: vec![Message::system("be brief"), Message::user(text)],
+        ..Request::default()
+    }
+}
+
+fn answer(content: Value) -> Value {
+    json!({
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": content } }],
+        "usage": { "prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15 },
+    })
+}
+
+async fn failure(engine: &OpenAiEngine, request: Request) -> Failure {
+    engine.infer(request).await.expect_err("a failure")
+}
+
+#[tokio::test]
+async fn a_plain_answer_with_usage_and_the_request_it_came_from() {
+    let stub = Stub::start(vec![Reply::json(
+        200,
+        answer(json!("{\"city\":\"Paris\"}")),
+    )])
+    .await;
+    let schema = json!({ "type": "object", "properties": { "city": { "type": "string" } } });
+    let request = Request {
+        json_schema: Some(schema.clone()),
+        max_tokens: Some(64),
+        temperature: Some(0.0),
+        seed: Some(7),
+        stop: vec!["\n\n".into()],
+        ..ask("capital of France?")
+    };
+    let response = stub.engine().infer(request).await.expect("an answer");
+    assert_eq!(response.text, "{\"city\":\"Paris\"}");
+    assert_eq!(
+        response.usage,
+        TokenUsage {
+            prompt_tokens: 12,
+            completion_tokens: 3
+        }
+    );
+    assert!(response.tool_calls.is_empty());
+    assert_eq!(
+        stub.bodies(),
+        vec![json!({
+            "model": "test-model",
+            "messages": [
+                { "role": "system", "content": "be brief" },
+                { "role": "user", "content": "capital of France?" },
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": { "name": "answer", "schema": schema, "strict": true },
+            },
+            "max_tokens": 64,
+            "temperature": 0.0,
+            "seed": 7,
+            "stop": ["\n\n"],
+        })]
+    );
+    let received = stub.received.lock().expect("log");
+    assert_eq!(received[0].header("authorization"), None);
+}
+
+#[tokio::test]
+async fn the_key_is_sent_as_a_bearer_token() {
+    let stub = Stub::start(vec![Reply::json(200, answer(json!("hi")))]).await;
+    let engine = OpenAiEngine::new(OpenAiConfig {
+        api_key: Some("sk-test-42".into()),
+        ..stub.config()
+    })
+    .expect("engine");
+    engine.infer(ask("hello")).await.expect("an answer");
+    let received = stub.received.lock().expect("log");
+    assert_eq!(
+        received[0].header("authorization"),
+        Some("Bearer sk-test-42")
+    );
+    assert!(!format!("{engine:?}").contains("sk-test-42"));
+}
+
+#[tokio::test]
+async fn tools_are_offered_and_tool_calls_parsed() {
+    let reply = json!({
+        "choices": [{ "message": { "role": "assistant", "content": null, "tool_calls": [
+            { "id": "call_a", "type": "function",
+              "function": { "name": "weather", "arguments": "{\"city\":\"Oslo\"}" } },
+            { "id": "call_b", "type": "function",
+              "function": { "name": "weather", "arguments": "{city: Bergen" } },
+        ] } }],
+    });
+    let stub = Stub::start(vec![Reply::json(200, reply)]).await;
+    let parameters = json!({ "type": "object", "properties": { "city": { "type": "string" } } });
+    let earlier_call = ToolCall {
+        id: "call_0".into(),
+        name: "weather".into(),
+        arguments: json!({ "city": "Rome" }),
+    };
+    let mut messages = ask("weather in Oslo and Bergen?").messages;
+    messages.push(Message {
+        tool_calls: vec![earlier_call],
+        ..Message::assistant("")
+    });
+    messages.push(Message::tool_result("call_0", "sunny"));
+    let request = Request {
+        messages,
+        tools: vec![ToolDefinition {
+            name: "weather".into(),
+            description: "The weather in a city.".into(),
+            parameters: parameters.clone(),
+        }],
+        ..Request::default()
+    };
+    let response = stub.engine().infer(request).await.expect("an answer");
+    assert_eq!(response.text, "");
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall {
+                id: "call_a".into(),
+                name: "weather".into(),
+                arguments: json!({ "city": "Oslo" }),
+            },
+            ToolCall {
+                id: "call_b".into(),
+                name: "weather".into(),
+                arguments: json!("{city: Bergen"),
+            },
+        ]
+    );
+    assert_eq!(response.usage, TokenUsage::default(), "no usage given");
+    let body = &stub.bodies()[0];
+    assert_eq!(
+        body["tools"],
+        json!([{ "type": "function", "function": {
+            "name": "weather", "description": "The weather in a city.", "parameters": parameters,
+        } }])
+    );
+    assert_eq!(
+        body["messages"][2],
+        json!({ "role": "assistant", "content": null, "tool_calls": [
+            { "id": "call_0", "type": "function",
+              "function": { "name": "weather", "arguments": "{\"city\":\"Rome\"}" } },
+        ] })
+    );
+    assert_eq!(
+        body["messages"][3],
+        json!({ "role": "tool", "content": "sunny", "tool_call_id": "call_0" })
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limit_is_retried_after_the_wait_the_server_asks() {
+    let stub = Stub::start(vec![
+        Reply::json(429, json!({ "error": { "message": "slow down" } })).header("Retry-After", "1"),
+        Reply::json(200, answer(json!("ok"))),
+    ])
+    .await;
+    let started = Instant::now();
+    let response = stub.engine().infer(ask("hi")).await.expect("an answer");
+    assert_eq!(response.text, "ok");
+    assert_eq!(stub.bodies().len(), 2);
+    // Without the header the wait would be the first backoff, 200 ms.
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited {:?}, not the second the server asked for",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_with_backoff_up_to_max_retries() {
+    let error = || Reply::text(500, "boom");
+    let stub = Stub::start(vec![
+        error(),
+        error(),
+        Reply::json(200, answer(json!("ok"))),
+    ])
+    .await;
+    let response = stub.engine().infer(ask("hi")).await.expect("an answer");
+    assert_eq!(response.text, "ok");
+    assert_eq!(stub.bodies().len(), 3);
+
+    let stub = Stub::start(vec![error(), error(), error()]).await;
+    let engine = OpenAiEngine::new(OpenAiConfig {
+        max_retries: 1,
+        ..stub.config()
+    })
+    .expect("engine");
+    let failure = failure(&engine, ask("hi")).await;
+    assert_eq!(failure.code, FailureCode::InferenceEngineError);
+    assert!(failure.message.contains("500"), "{}", failure.message);
+    assert!(failure.message.contains("boom"), "{}", failure.message);
+    assert_eq!(stub.bodies().len(), 2, "one try and one retry");
+}
+
+#[tokio::test]
+async fn statuses_map_to_failure_codes() {
+    let key = "sk-secret-123";
+    let cases = [
+        (
+            Reply::json(
+                401,
+                json!({ "error": { "message": format!("Incorrect API key: {key}") } }),
+            ),
+            FailureCode::InferenceModelUnavailable,
+            "refused the credentials",
+        ),
+        (
+            Reply::json(404, json!({ "detail": "Not Found" })),
+            FailureCode::InferenceModelUnavailable,
+            "has no model `test-model`",
+        ),
+        (
+            Reply::json(
+                400,
+                json!({ "object": "error", "message":
+                "This model's maximum context length is 2048 tokens." }),
+            ),
+            FailureCode::InferenceContextExceeded,
+            "maximum context length is 2048",
+        ),
+        (
+            Reply::json(422, json!({ "error": "temperature must be positive" })),
+            FailureCode::InferenceEngineError,
+            "temperature must be positive",
+        ),
+    ];
+    for (reply, code, says) in cases {
+        let stub = Stub::start(vec![reply]).await;
+        let engine = OpenAiEngine::new(OpenAiConfig {
+            api_key: Some(key.into()),
+            ..stub.config()
+        })
+        .expect("engine");
+        let failure = failure(&engine, ask("hi")).await;
+        assert_eq!(failure.code, code, "{failure:?}");
+        assert!(failure.message.contains(says), "{failure:?}");
+        assert!(!format!("{failure:?}").contains(key), "{failure:?}");
+        assert_eq!(stub.bodies().len(), 1, "not retried: {failure:?}");
+        if code == FailureCode::InferenceEngineError {
+            assert!(!failure.retryable, "a rejected request is not retryable");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_an_unavailable_model() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base_url = format!("http://{}/v1", listener.local_addr().expect("address"));
+    drop(listener);
+    let engine = OpenAiEngine::new(OpenAiConfig {
+        max_retries: 1,
+        ..OpenAiConfig::new(&base_url, "m")
+    })
+    .expect("engine");
+    let failure = failure(&engine, ask("hi")).await;
+    assert_eq!(failure.code, FailureCode::InferenceModelUnavailable);
+    assert!(failure.message.contains(&base_url), "{}", failure.message);
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out() {
+    let stub = Stub::start(vec![Reply::silent()]).await;
+    let engine = OpenAiEngine::new(OpenAiConfig {
+        timeout: Duration::from_millis(300),
+        ..stub.config()
+    })
+    .expect("engine");
+    let failure = failure(&engine, ask("hi")).await;
+    assert_eq!(failure.code, FailureCode::InferenceTimeout, "{failure:?}");
+    assert_eq!(stub.bodies().len(), 1, "a timeout is not retried here");
+}
+
+#[tokio::test]
+async fn a_grammar_is_refused_before_any_request() {
+    let stub = Stub::start(vec![]).await;
+    let request = Request {
+        grammar: Some(Grammar::Regex("[0-9]+".into())),
+        ..ask("a number")
+    };
+    let failure = failure(&stub.engine(), request).await;
+    assert_eq!(failure.code, FailureCode::ConstraintGrammarRejected);
+    assert!(failure.message.contains("regex"), "{}", failure.message);
+    assert!(failure.help.is_some_and(|h| h.contains("mistralrs")));
+    assert!(stub.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn odd_replies_fail_cleanly() {
+    let huge = "x".repeat(1024 * 1024);
+    let cases = [
+        (Reply::text(200, "not json"), "not a chat completion"),
+        (Reply::text(200, "{}"), "no choice"),
+        (
+            Reply::json(200, json!({ "choices": "many" })),
+            "not a chat completion",
+        ),
+        (
+            Reply::json(200, json!({ "error": { "message": "overloaded" } })),
+            "overloaded",
+        ),
+        (Reply::text(500, &huge), "xxxx…"),
+    ];
+    for (reply, says) in cases {
+        let stub = Stub::start(vec![reply]).await;
+        let engine = OpenAiEngine::new(OpenAiConfig {
+            max_retries: 0,
+            ..stub.config()
+        })
+        .expect("engine");
+        let failure = failure(&engine, ask("hi")).await;
+        assert_eq!(failure.code, FailureCode::InferenceEngineError);
+        assert!(failure.message.contains(says), "{failure:?}");
+        assert!(failure.message.len() < 1000, "the message is cut short");
+    }
+    let empty = json!({ "choices": [{ "message": {} }] });
+    let stub = Stub::start(vec![Reply::json(200, empty)]).await;
+    let response = stub
+        .engine()
+        .infer(ask("hi"))
+        .await
+        .expect("an empty answer");
+    assert_eq!(response.text, "");
+}
+
+#[tokio::test]
+async fn a_stream_split_anywhere_reaches_the_sink_in_order() {
+    let stream = concat!(
+        "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"Par\"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"is \\u00e9\"}}]}\r\n\r\n",
+        ": keep-alive\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"té\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4}}\n\n",
+        "data: [DONE]\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"after done\"}}]}\n\n",
+    );
+    let at = |text: &str, offset: usize| stream.find(text).expect("in the stream") + offset;
+    // Cuts inside a line, a JSON string, a CRLF, the two bytes of an `é`, and `data:`.
+    let cuts = [
+        at("Par", 0) - 1,
+        at("\"content\":\"is", 4),
+        at("\r\n\r\n", 1),
+        at("té", 2),
+        at("data: [DONE]", 2),
+    ];
+    let stub = Stub::start(vec![Reply::sse(stream, &cuts)]).await;
+    let pieces = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&pieces);
+    let sink: TokenSink =
+        Arc::new(move |piece| seen.lock().expect("pieces").push(piece.to_string()));
+    let response = stub
+        .engine()
+        .infer_streaming(ask("capital?"), sink)
+        .await
+        .expect("an answer");
+    assert_eq!(*pieces.lock().expect("pieces"), ["Par", "is é", "té"]);
+    assert_eq!(response.text, "Paris été");
+    assert_eq!(
+        response.usage,
+        TokenUsage {
+            prompt_tokens: 9,
+            completion_tokens: 4
+        }
+    );
+    let body = &stub.bodies()[0];
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["stream_options"], json!({ "include_usage": true }));
+}
+
+#[tokio::test]
+async fn streamed_tool_calls_are_put_together_by_index() {
+    let chunk = |calls: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({ "choices": [{ "delta": { "tool_calls": calls } }] })
+        )
+    };
+    let events = [
+        chunk(json!([{ "index": 0, "id": "call_x", "type": "function",
+            "function": { "name": "weather", "arguments": "" } }])),
+        chunk(
+            json!([{ "index": 1, "id": "call_y", "function": { "name": "time", "arguments": "{\"tz\"" } }]),
+        ),
+        chunk(json!([{ "index": 0, "function": { "arguments": "{\"city\":" } }])),
+        chunk(json!([{ "index": 0, "function": { "arguments": "\"Oslo\"}" } }])),
+        chunk(json!([{ "index": 1, "function": { "arguments": ":\"UTC\"}" } }])),
+    ];
+    let stream = events.concat() + "data: [DONE]\n\n";
+    let cuts: Vec<usize> = (1..stream.len()).step_by(40).collect();
+    let stub = Stub::start(vec![Reply::sse(&stream, &cuts)]).await;
+    let sink: TokenSink = Arc::new(|_| {});
+    let response = stub
+        .engine()
+        .infer_streaming(ask("weather?"), sink)
+        .await
+        .expect("an answer");
+    assert_eq!(response.text, "");
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall {
+                id: "call_x".into(),
+                name: "weather".into(),
+                arguments: json!({ "city": "Oslo" }),
+            },
+            ToolCall {
+                id: "call_y".into(),
+                name: "time".into(),
+                arguments: json!({ "tz": "UTC" }),
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_stream_error_event_is_a_failure() {
+    let stream = concat!(
+        "data: {\"choices\":[{\"delta\":{\"content\":\"Par\"}}]}\n\n",
+        "data: {\"error\":{\"message\":\"the engine died\"}}\n\n",
+    );
+    let stub = Stub::start(vec![Reply::sse(stream, &[])]).await;
+    let sink: TokenSink = Arc::new(|_| {});
+    let failure = stub
+        .engine()
+        .infer_streaming(ask("capital?"), sink)
+        .await
+        .expect_err("a failure");
+    assert_eq!(failure.code, FailureCode::InferenceEngineError);
+    assert!(failure.message.contains("the engine died"), "{failure:?}");
+}
+
+#[test]
+fn retry_waits() {
+    let header = |value: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, value.parse().expect("header value"));
+        retry_after(&headers)
+    };
+    assert_eq!(header("2"), Some(Duration::from_secs(2)));
+    assert_eq!(header(" 0 "), Some(Duration::ZERO));
+    assert_eq!(header("3600"), Some(MAX_WAIT), "capped at a minute");
+    assert_eq!(
+        header("Wed, 21 Oct 2015 07:28:00 GMT"),
+        None,
+        "falls back to backoff"
+    );
+    assert_eq!(header("-1"), None);
+    assert_eq!(retry_after(&HeaderMap::new()), None);
+    let waits: Vec<u128> = (0..4).map(|n| backoff(n).as_millis()).collect();
+    assert_eq!(waits, [200, 400, 800, 1600]);
+    assert_eq!(backoff(40), MAX_WAIT);
+}
+
+#[test]
+fn a_base_url_must_be_an_http_url_and_a_model_named() {
+    let url = completions_url("http://127.0.0.1:8000/v1/").expect("a URL");
+    assert_eq!(url.as_str(), "http://127.0.0.1:8000/v1/chat/completions");
+    for (base_url, model) in [
+        ("127.0.0.1:8000", "m"),
+        ("ftp://host/v1", "m"),
+        ("http://h/v1", " "),
+    ] {
+        let failure = OpenAiEngine::new(OpenAiConfig::new(base_url, model)).expect_err(base_url);
+        assert_eq!(failure.code, FailureCode::ConfigInvalidInput, "{base_url}");
+    }
+}
+
+#[test]
+fn model_info_names_the_model() {
+    let engine =
+        OpenAiEngine::new(OpenAiConfig::new("http://127.0.0.1:1/v1", "qwen")).expect("engine");
+    assert_eq!(
+        engine.model_info(),
+        ModelInfo {
+            name: "qwen".into(),
+            engine: "openai",
+            constrained_decoding: true
+        }
+    );
+}

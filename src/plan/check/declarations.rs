@@ -1,0 +1,244 @@
+//! Checks on what a plan declares besides steps: inputs (defaults of the right type), models,
+//! corpora (patterns that compile and match files), tools, and agents — a `plan:` agent's plan
+//! checked whole, under the policy it inherits.
+
+use std::collections::BTreeSet;
+
+use super::*;
+
+impl Checker<'_> {
+    pub(super) fn inputs(&mut self) {
+        for (name, input) in &self.plan.inputs {
+            // `default: null` (or `default:` with nothing after it) reads as no default at all,
+            // which would silently make the input required; no input type holds null.
+            let null_default = input.default.is_none()
+                && self
+                    .root
+                    .get("inputs")
+                    .and_then(|inputs| inputs.get(name))
+                    .and_then(|spec| spec.get("default"))
+                    .is_some();
+            if null_default
+                || input
+                    .default
+                    .as_ref()
+                    .is_some_and(|d| !input.kind.accepts(d))
+            {
+                let hint = null_default.then(|| {
+                    "an input without a default is required; to make it optional, remove `default` and write `required: false`".to_string()
+                });
+                let span = self.span(&path(&["inputs", name, "default"]));
+                self.emit(
+                    PlanError::InputDefaultType {
+                        input: name.clone(),
+                        expected: input.kind.name().into(),
+                    },
+                    span,
+                    if null_default { "null" } else { "wrong type" },
+                )
+                .hint = hint;
+            }
+        }
+    }
+
+    pub(super) fn models(&mut self) {
+        for (name, model) in &self.plan.models {
+            if let ModelSpec::Onnx {
+                task: OnnxTask::CrossEncoder,
+                source,
+                ..
+            } = model
+                && source == "default"
+            {
+                let span = self.span(&path(&["models", name, "task"]));
+                self.emit(
+                    PlanError::OnnxDefaultTask { name: name.clone() },
+                    span,
+                    "the default model is a bi-encoder",
+                );
+            }
+            if let ModelSpec::Scripted { rules, .. } = model {
+                for (i, rule) in rules.iter().enumerate() {
+                    if let Some(pattern) = &rule.matches
+                        && let Err(e) = regex::Regex::new(pattern)
+                    {
+                        let span =
+                            self.span(&path(&["models", name, "rules", &i.to_string(), "matches"]));
+                        self.emit(
+                            PlanError::InvalidRegex {
+                                message: regex_reason(&e),
+                            },
+                            span,
+                            "does not compile",
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn corpora(&mut self) {
+        for (name, corpus) in &self.plan.corpora {
+            if corpus.files.is_empty() && corpus.documents.is_empty() && corpus.jsonl.is_none() {
+                let span = self.key_span(&path(&["corpora", name]));
+                self.emit(
+                    PlanError::EmptyCorpus { name: name.clone() },
+                    span,
+                    "no documents",
+                );
+            }
+            for (i, pattern) in corpus.files.iter().enumerate() {
+                let span = self.span(&path(&["corpora", name, "files", &i.to_string()]));
+                if let Err(e) = glob::Pattern::new(pattern) {
+                    self.emit(
+                        PlanError::SchemaViolation {
+                            place: format!("corpus `{name}`"),
+                            message: format!("invalid glob pattern: {}", e.msg),
+                        },
+                        span,
+                        "bad pattern",
+                    );
+                } else if matching_files(self.dir, pattern).is_ok_and(|found| found.is_empty()) {
+                    self.emit(
+                        PlanError::CorpusNoMatch {
+                            pattern: pattern.clone(),
+                        },
+                        span,
+                        "no file here",
+                    );
+                }
+            }
+        }
+    }
+
+    pub(super) fn tools(&mut self) {
+        for (name, tool) in &self.plan.tools {
+            if let ToolSpec::Command {
+                argv, parameters, ..
+            } = tool
+            {
+                if let Some(parameters) = parameters {
+                    self.parameters(&path(&["tools", name, "parameters"]), parameters);
+                }
+                let scope = Scope {
+                    step: None,
+                    upstream: Some(BTreeSet::new()),
+                    has_input: false,
+                    extra: &["args"],
+                    plan_context: false,
+                };
+                for (i, arg) in argv.iter().enumerate() {
+                    let at = path(&["tools", name, "argv", &i.to_string()]);
+                    self.inline_template(&at, arg, TemplateSource::Inline, &scope);
+                }
+            }
+            self.tool_policy(name, &path(&["tools", name]));
+        }
+    }
+
+    pub(super) fn agents(&mut self) {
+        for (name, agent) in &self.plan.agents {
+            let base = path(&["agents", name]);
+            let targets = [
+                agent.tool.is_some(),
+                agent.plan.is_some(),
+                agent.template.is_some(),
+            ];
+            if targets.iter().filter(|t| **t).count() != 1 {
+                let span = self.key_span(&base);
+                self.emit(
+                    PlanError::AgentTarget { name: name.clone() },
+                    span,
+                    "this agent",
+                );
+            }
+            if let Some(parameters) = &agent.parameters {
+                let mut at = base.clone();
+                at.push("parameters".into());
+                self.parameters(&at, parameters);
+            }
+            if agent.template.is_some()
+                && agent.model.is_none()
+                && agent.tool.is_none()
+                && agent.plan.is_none()
+            {
+                let span = self.span(&[base.clone(), vec!["template".into()]].concat());
+                self.emit(
+                    PlanError::AgentModel { name: name.clone() },
+                    span,
+                    "sent to no model",
+                );
+            }
+            if let Some(tool) = &agent.tool {
+                let mut at = base.clone();
+                at.push("tool".into());
+                self.tool_reference(&at, tool);
+            }
+            if let Some(plan) = &agent.plan {
+                let at = [base.clone(), vec!["plan".into()]].concat();
+                self.sub_plan(&at, name, plan);
+            }
+            if let Some(template) = &agent.template {
+                let scope = Scope {
+                    step: None,
+                    upstream: Some(BTreeSet::new()),
+                    has_input: false,
+                    extra: &["args"],
+                    plan_context: true,
+                };
+                let at = [base.clone(), vec!["template".into()]].concat();
+                self.inline_template(&at, template, TemplateSource::Inline, &scope);
+            }
+            if let Some(model) = &agent.model {
+                let at = [base.clone(), vec!["model".into()]].concat();
+                self.model_reference(&at, model, ModelRole::Llm);
+            }
+        }
+    }
+
+    /// A `plan:` agent's plan: it exists, does not lead back here, and passes every check under
+    /// the policy in force here (which it inherits); its own diagnostics follow this one.
+    pub(super) fn sub_plan(&mut self, at: &[String], agent: &str, file: &str) {
+        let path = self.dir.join(file);
+        let span = self.span(at);
+        if !path.is_file() {
+            self.emit(
+                PlanError::ReadFailed {
+                    path: file.to_string(),
+                    reason: "no such plan file (paths are relative to this plan)".into(),
+                },
+                span,
+                "not found",
+            );
+            return;
+        }
+        let mut enclosing = self.nesting.enclosing.to_vec();
+        enclosing.push(crate::plan::canonical(self.nesting.path));
+        if enclosing.contains(&crate::plan::canonical(&path)) {
+            self.emit(
+                PlanError::SubPlanCycle {
+                    agent: agent.to_string(),
+                    path: file.to_string(),
+                },
+                span,
+                "leads back here",
+            );
+            return;
+        }
+        let handed_down = crate::plan::PolicyFile::inherited(self.policy, self.nesting.path);
+        if let Err(problems) = crate::plan::load_within(&path, Some(&handed_down), &enclosing) {
+            let count = problems.len();
+            self.emit(
+                PlanError::SubPlanInvalid {
+                    agent: agent.to_string(),
+                    path: file.to_string(),
+                    count,
+                    plural: if count == 1 { "" } else { "s" },
+                },
+                span,
+                "this plan",
+            );
+            self.out.extend(problems);
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! Semantic checks on a schema-valid plan: everything the schema cannot say.
+//!
+//! Names must resolve (steps, models, corpora, tools, agents), the step graph must be acyclic,
+//! templates and prompt files must parse and read only variables that exist where they run (a
+//! declared input, a var, an *upstream* step), embedded JSON Schemas and regexes must compile, and
+//! the plan must respect the policy in force. Every problem is collected, none stops the others,
+//! and each points at the YAML node (or prompt-file position) responsible.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use super::diagnostic::{Diagnostic, PlanError, Source, did_you_mean, suggestion};
+use super::graph::{GraphProblem, StepGraph};
+use super::load::Loaded;
+use super::model::{ModelSpec, OnnxTask, RawPlan, ToolSpec};
+use super::policy::{EffectivePolicy, Limit, PolicyOrigin};
+use super::steps::{FieldPath, ModelRole, RawStep, SchemaSource, TemplateRef, TemplateSource};
+use super::yaml::Node;
+use crate::context::matching_files;
+use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
+
+mod declarations;
+mod policy;
+mod references;
+mod templates;
+
+use references::regex_reason;
+use templates::{PromptFile, Scope, first_line_of};
+
+/// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`.
+pub const STEP_FIELDS: &[&str] = &["output", "usage"];
+
+/// The result of checking a plan.
+pub struct Analysis {
+    pub graph: StepGraph,
+    pub policy: EffectivePolicy,
+    pub diagnostics: Vec<Diagnostic>,
+    /// Per step, the steps its templates read through `steps.<name>` (None: it reads `steps`
+    /// as a whole, so every upstream step).
+    pub reads: Vec<Option<BTreeSet<usize>>>,
+}
+
+/// Where a plan sits: its own path, and the plans whose `plan:` agents lead to it.
+pub struct Nesting<'a> {
+    pub path: &'a Path,
+    /// Canonical paths, outermost first.
+    pub enclosing: &'a [PathBuf],
+}
+
+/// Runs every semantic check on a loaded plan.
+pub fn analyse(
+    plan: &Loaded<RawPlan>,
+    plan_dir: &Path,
+    policy: EffectivePolicy,
+    policy_name: Option<&str>,
+    nesting: &Nesting<'_>,
+) -> Analysis {
+    let (graph, graph_problems) = StepGraph::build(&plan.value.steps);
+    let mut checker = Checker {
+        plan: &plan.value,
+        root: &plan.root,
+        source: &plan.source,
+        dir: plan_dir,
+        policy: &policy,
+        policy_name,
+        nesting,
+        graph: &graph,
+        prompts: HashMap::new(),
+        out: Vec::new(),
+        reads: vec![Some(BTreeSet::new()); plan.value.steps.len()],
+    };
+    checker.duplicate_steps();
+    checker.graph_problems(&graph_problems);
+    checker.inputs();
+    checker.models();
+    checker.corpora();
+    checker.tools();
+    checker.agents();
+    for index in 0..plan.value.steps.len() {
+        checker.step(index);
+    }
+    checker.plan_output();
+    checker.plan_policy();
+    let reads = checker.reads;
+    let mut diagnostics = checker.out;
+    let plan_name = plan.source.name.clone();
+    diagnostics.sort_by_key(|d| {
+        let other_file = d.source.as_ref().is_some_and(|s| s.name != plan_name);
+        (other_file, d.labels.first().map_or(0, |l| l.offset()))
+    });
+    Analysis {
+        graph,
+        policy,
+        diagnostics,
+        reads,
+    }
+}
+
+struct Checker<'a> {
+    plan: &'a RawPlan,
+    root: &'a Node,
+    source: &'a Source,
+    dir: &'a Path,
+    policy: &'a EffectivePolicy,
+    policy_name: Option<&'a str>,
+    nesting: &'a Nesting<'a>,
+    graph: &'a StepGraph,
+    prompts: HashMap<String, Option<Rc<PromptFile>>>,
+    out: Vec<Diagnostic>,
+    reads: Vec<Option<BTreeSet<usize>>>,
+}
+
+fn path(segments: &[&str]) -> Vec<String> {
+    segments.iter().map(|s| s.to_string()).collect()
+}
+
+fn step_path(index: usize, field: &[String]) -> Vec<String> {
+    let mut p = vec!["steps".to_string(), index.to_string()];
+    p.extend(field.iter().cloned());
+    p
+}
+
+impl Checker<'_> {
+    fn node(&self, path: &[String]) -> &Node {
+        self.root.locate(path).node
+    }
+
+    fn span(&self, path: &[String]) -> Range<usize> {
+        self.node(path).span.clone()
+    }
+
+    /// The key's span when the path ends at a mapping key, else the node's.
+    fn key_span(&self, path: &[String]) -> Range<usize> {
+        let located = self.root.locate(path);
+        located
+            .key_span
+            .cloned()
+            .unwrap_or_else(|| located.node.span.clone())
+    }
+
+    fn emit(&mut self, error: PlanError, span: Range<usize>, label: &str) -> &mut Diagnostic {
+        self.out
+            .push(Diagnostic::at(error, self.source, span, label));
+        let last = self.out.len() - 1;
+        &mut self.out[last]
+    }
+
+    fn step_name(&self, index: usize) -> &str {
+        &self.plan.steps[index].common().name
+    }
+
+    fn duplicate_steps(&mut self) {
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        for (index, step) in self.plan.steps.iter().enumerate() {
+            let name = step.common().name.as_str();
+            match first.get(name) {
+                Some(&earlier) => {
+                    let here = self.span(&step_path(index, &path(&["name"])));
+                    let there = self.span(&step_path(earlier, &path(&["name"])));
+                    self.out.push(
+                        Diagnostic::at(
+                            PlanError::DuplicateStep { name: name.into() },
+                            self.source,
+                            here,
+                            "redefined here",
+                        )
+                        .with_label(there, "first defined here"),
+                    );
+                }
+                None => {
+                    first.insert(name, index);
+                }
+            }
+        }
+    }
+
+    fn graph_problems(&mut self, problems: &[GraphProblem]) {
+        let names: Vec<&str> = self
+            .plan
+            .steps
+            .iter()
+            .map(|s| s.common().name.as_str())
+            .collect();
+        for problem in problems {
+            match problem {
+                GraphProblem::UnknownNeed {
+                    step,
+                    position,
+                    name,
+                } => {
+                    let span =
+                        self.span(&step_path(*step, &["needs".into(), position.to_string()]));
+                    let others = names.iter().copied().filter(|n| *n != names[*step]);
+                    let hint = suggestion(name, "steps", others);
+                    self.emit(
+                        PlanError::UnknownStep { name: name.clone() },
+                        span,
+                        "no step has this name",
+                    )
+                    .hint = Some(hint);
+                }
+                GraphProblem::Cycle { path: cycle } => {
+                    let text = cycle
+                        .iter()
+                        .map(|&i| names[i])
+                        .collect::<Vec<_>>()
+                        .join(" → ");
+                    let mut diagnostic: Option<Diagnostic> = None;
+                    for pair in cycle.windows(2) {
+                        let (from, to) = (pair[0], pair[1]);
+                        let (span, label) = match &self.plan.steps[to].common().needs {
+                            Some(needs) => {
+                                let position =
+                                    needs.iter().position(|n| n == names[from]).unwrap_or(0);
+                                (
+                                    self.span(&step_path(
+                                        to,
+                                        &["needs".into(), position.to_string()],
+                                    )),
+                                    format!("`{}` needs `{}`", names[to], names[from]),
+                                )
+                            }
+                            None => (
+                                self.span(&step_path(to, &path(&["name"]))),
+                                format!("`{}` follows `{}` (no `needs`)", names[to], names[from]),
+                            ),
+                        };
+                        diagnostic = Some(match diagnostic {
+                            None => Diagnostic::at(
+                                PlanError::Cycle { path: text.clone() },
+                                self.source,
+                                span,
+                                label,
+                            ),
+                            Some(d) => d.with_label(span, label),
+                        });
+                    }
+                    self.out.extend(diagnostic);
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, index: usize) {
+        let step = &self.plan.steps[index];
+        let common = step.common();
+        let refs = step.references();
+        let upstream = Some(self.graph.ancestors(index));
+        let has_input = match &common.needs {
+            Some(needs) => !needs.is_empty(),
+            None => index > 0,
+        };
+        let scope = |extra| Scope {
+            step: Some(index),
+            upstream: upstream.clone(),
+            has_input,
+            extra,
+            plan_context: true,
+        };
+
+        for (named, role) in &refs.models {
+            self.model_reference(&step_path(index, &named.path), named.name, *role);
+        }
+        for (at, error, label) in &refs.problems {
+            let span = self.span(&step_path(index, at));
+            self.emit(error.clone(), span, label);
+        }
+        if let Some((at, model)) = &refs.grammar {
+            let reason = match self.plan.models.get(*model) {
+                Some(ModelSpec::Openai { .. }) => {
+                    Some("an `openai` server is sent JSON Schemas only")
+                }
+                Some(ModelSpec::Mistralrs {
+                    decoder_constraints: Some(false),
+                    ..
+                }) => Some("it sets `decoder_constraints: false`"),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                let span = self.span(&step_path(index, at));
+                self.emit(
+                    PlanError::GrammarUnsupported {
+                        model: model.to_string(),
+                        reason: reason.into(),
+                    },
+                    span,
+                    "not enforceable on this model",
+                );
+            }
+        }
+        if let RawStep::Rerank(rerank) = step
+            && rerank.query.is_none()
+            && !self
+                .graph
+                .ancestors(index)
+                .iter()
+                .any(|&u| matches!(self.plan.steps[u], RawStep::Retrieve(_)))
+        {
+            let span = self.span(&step_path(index, &path(&["type"])));
+            self.emit(
+                PlanError::RerankQuery {
+                    step: common.name.clone(),
+                },
+                span,
+                "no `query`, and no retrieve step upstream",
+            );
+        }
+        for named in &refs.tools {
+            let at = step_path(index, &named.path);
+            self.tool_reference(&at, named.name);
+            self.tool_policy(named.name, &at);
+        }
+        for named in &refs.corpora {
+            if !self.plan.corpora.contains_key(named.name) {
+                let span = self.span(&step_path(index, &named.path));
+                let hint = suggestion(
+                    named.name,
+                    "corpora",
+                    self.plan.corpora.keys().map(String::as_str),
+                );
+                self.emit(
+                    PlanError::UnknownCorpus {
+                        name: named.name.into(),
+                    },
+                    span,
+                    "not declared in `corpora`",
+                )
+                .hint = Some(hint);
+            }
+        }
+        for named in &refs.agents {
+            if !self.plan.agents.contains_key(named.name) {
+                let span = self.span(&step_path(index, &named.path));
+                let hint = suggestion(
+                    named.name,
+                    "agents",
+                    self.plan.agents.keys().map(String::as_str),
+                );
+                self.emit(
+                    PlanError::UnknownAgent {
+                        name: named.name.into(),
+                    },
+                    span,
+                    "not declared in `agents`",
+                )
+                .hint = Some(hint);
+            } else if let Some(tool) = self
+                .plan
+                .agents
+                .get(named.name)
+                .and_then(|a| a.tool.as_deref())
+            {
+                self.tool_policy(tool, &step_path(index, &named.path));
+            }
+        }
+        for named in &refs.steps {
+            let exists = self
+                .plan
+                .steps
+                .iter()
+                .any(|s| s.common().name == named.name);
+            if !exists || named.name == common.name {
+                let span = self.span(&step_path(index, &named.path));
+                let names = self
+                    .plan
+                    .steps
+                    .iter()
+                    .map(|s| s.common().name.as_str())
+                    .filter(|n| *n != common.name);
+                let hint = suggestion(named.name, "steps", names);
+                self.emit(
+                    PlanError::UnknownStep {
+                        name: named.name.into(),
+                    },
+                    span,
+                    "no other step has this name",
+                )
+                .hint = Some(hint);
+            }
+        }
+        for template in &refs.templates {
+            let at = step_path(index, &template.path);
+            self.step_template(&at, template, &scope(template.extra_variables));
+        }
+        if let Some(when) = &common.when {
+            self.inline_template(
+                &step_path(index, &path(&["when"])),
+                when,
+                TemplateSource::Expression,
+                &scope(&[]),
+            );
+        }
+        for (at, schema) in &refs.schemas {
+            self.schema_source(&step_path(index, at), schema);
+        }
+        for (at, schema) in &refs.schema_values {
+            self.json_schema(&step_path(index, at), schema);
+        }
+        for (at, pattern) in &refs.regexes {
+            if let Err(e) = regex::Regex::new(pattern) {
+                let span = self.span(&step_path(index, at));
+                self.emit(
+                    PlanError::InvalidRegex {
+                        message: regex_reason(&e),
+                    },
+                    span,
+                    "does not compile",
+                );
+            }
+        }
+        for (at, grammar) in &refs.gbnf {
+            if let Err(failure) = crate::constraint::gbnf_to_lark(grammar) {
+                let span = self.span(&step_path(index, at));
+                self.emit(
+                    PlanError::InvalidGrammar {
+                        message: failure.message,
+                    },
+                    span,
+                    "does not translate",
+                );
+            }
+        }
+        for ([first, second], both) in &refs.exclusive {
+            let span = if *both {
+                self.key_span(&step_path(index, &path(&[second])))
+            } else {
+                self.span(&step_path(index, &path(&["name"])))
+            };
+            let label = if *both {
+                "both given"
+            } else {
+                "neither given in this step"
+            };
+            let hint = if *both {
+                format!("keep one of `{first}` and `{second}` and remove the other")
+            } else {
+                format!("add one of them: `{first}` or `{second}`")
+            };
+            self.emit(
+                PlanError::ExclusiveFields {
+                    first: (*first).into(),
+                    second: (*second).into(),
+                },
+                span,
+                label,
+            )
+            .hint = Some(hint);
+        }
+        self.step_policy(index, &refs.max_tokens, &refs.max_tool_iterations);
+    }
+}
