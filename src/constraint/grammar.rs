@@ -3,10 +3,17 @@
 //!
 //! GBNF rules are `name ::= body`, the start rule is `root`, terminals are `"strings"`, `[classes]`
 //! and `.`, with `|`, `( )`, `*`, `+`, `?` and `{m}`, `{m,}`, `{m,n}` repetition; comments start
-//! with `#`. The translation keeps the structure: `name: body` (names lower-cased, `-` → `_`),
-//! classes become `/[…]/` regexes, `{m,n}` becomes `~ m..n`, and `start: root` is added.
-//! Undefined rules, a missing `root` and unbalanced brackets are reported with what is wrong, so a
-//! bad grammar is caught when the plan is checked rather than when the model runs.
+//! with `#`. The translation keeps the structure: `name: body`, classes become `/[…]/` regexes,
+//! `{m,n}` becomes `~ m..n`, and `start: g_root` is added. Rule names are matched exactly, as
+//! GBNF means them (`yes-word` and `yes_word`, `Root` and `root` are different rules), and carried
+//! into Lark's lower-case names one-to-one (see [`rule_name`]). Undefined rules, a rule defined
+//! twice, a missing `root` and unbalanced brackets are reported with what is wrong, so a bad
+//! grammar is caught when the plan is checked rather than when the model runs.
+
+use std::panic::AssertUnwindSafe;
+
+use llguidance::api::{GrammarInit, ParserLimits, TopLevelGrammar};
+use llguidance::earley::ValidationResult;
 
 use crate::core::{Failure, FailureCode};
 
@@ -35,7 +42,10 @@ pub fn gbnf_to_lark(gbnf: &str) -> Result<String, Failure> {
     while i < tokens.len() {
         match (&tokens[i], tokens.get(i + 1)) {
             (Token::Name(name), Some(Token::Define)) => {
-                rules.push((rule_name(name), Vec::new()));
+                if rules.iter().any(|(defined, _)| defined == name) {
+                    return Err(rejected(format!("rule `{name}` is defined twice")));
+                }
+                rules.push((name.clone(), Vec::new()));
                 i += 2;
             }
             (token, _) => {
@@ -53,7 +63,7 @@ pub fn gbnf_to_lark(gbnf: &str) -> Result<String, Failure> {
         return Err(rejected("the grammar has no `root` rule"));
     }
     let defined: Vec<&str> = rules.iter().map(|(n, _)| n.as_str()).collect();
-    let mut lark = String::from("start: root\n");
+    let mut lark = format!("start: {}\n", rule_name("root"));
     for (name, body) in &rules {
         if body.is_empty() {
             return Err(rejected(format!("rule `{name}` is empty")));
@@ -63,13 +73,12 @@ pub fn gbnf_to_lark(gbnf: &str) -> Result<String, Failure> {
         for token in body {
             parts.push(match token {
                 Token::Name(n) => {
-                    let n = rule_name(n);
                     if !defined.contains(&n.as_str()) {
                         return Err(rejected(format!(
                             "rule `{name}` uses `{n}`, which is not defined"
                         )));
                     }
-                    n
+                    rule_name(n)
                 }
                 Token::Literal(text) => text.clone(),
                 Token::Class(class) => format!("/{}/", class.replace('/', "\\/")),
@@ -94,9 +103,36 @@ pub fn gbnf_to_lark(gbnf: &str) -> Result<String, Failure> {
         if depth != 0 {
             return Err(rejected(format!("rule `{name}` leaves a bracket open")));
         }
-        lark.push_str(&format!("{name}: {}\n", join_repetitions(&parts)));
+        lark.push_str(&format!(
+            "{}: {}\n",
+            rule_name(name),
+            join_repetitions(&parts)
+        ));
     }
     Ok(lark)
+}
+
+/// Checks a Lark grammar with llguidance, the library the local engine decodes with, so a
+/// grammar it would refuse is refused when the plan is validated. The message says what is wrong.
+pub fn check_lark(grammar: &str) -> Result<(), String> {
+    let init = GrammarInit::Serialized(TopLevelGrammar::from_lark(grammar.to_string()));
+    // The parser is not ours; whatever it does with odd input must not take the checks down.
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        init.validate(None, ParserLimits::default())
+    }));
+    match result {
+        Ok(ValidationResult::Error(message)) => {
+            // The first line says what and where; the rest repeats the grammar with a caret.
+            Err(message
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string())
+        }
+        Ok(_) => Ok(()),
+        Err(_) => Err("the grammar could not be read".into()),
+    }
 }
 
 /// Joins translated tokens with spaces, attaching postfix operators and `)` to what they follow.
@@ -112,8 +148,23 @@ fn join_repetitions(parts: &[String]) -> String {
     out
 }
 
+/// The Lark name of GBNF rule `name`, one-to-one: Lark names are lower case, so `_` becomes
+/// `__`, `-` becomes `_0` and an upper-case letter `_` and the letter; the `g_` prefix keeps every
+/// name clear of Lark's own (`start`) and of a leading digit.
 fn rule_name(name: &str) -> String {
-    name.to_lowercase().replace('-', "_")
+    let mut out = String::from("g_");
+    for c in name.chars() {
+        match c {
+            '_' => out.push_str("__"),
+            '-' => out.push_str("_0"),
+            c if c.is_ascii_uppercase() => {
+                out.push('_');
+                out.push(c.to_ascii_lowercase());
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn tokenize(text: &str) -> Result<Vec<Token>, Failure> {
@@ -241,24 +292,50 @@ mod tests {
         let cases = [
             (
                 "root ::= \"yes\" | \"no\"",
-                "start: root\nroot: \"yes\" | \"no\"\n",
+                "start: g_root\ng_root: \"yes\" | \"no\"\n",
             ),
             (
                 "root ::= answer ws\nanswer ::= [a-z]+ (\".\" [0-9]?)*\nws ::= [ \\t\\n]* # spaces",
-                "start: root\nroot: answer ws\nanswer: /[a-z]/+ (\".\" /[0-9]/?)*\nws: /[ \\t\\n]/*\n",
+                "start: g_root\ng_root: g_answer g_ws\ng_answer: /[a-z]/+ (\".\" /[0-9]/?)*\ng_ws: /[ \\t\\n]/*\n",
             ),
             (
                 "root ::= digit{2,4} \"/\" any-char\ndigit ::= [0-9]\nany-char ::= .",
-                "start: root\nroot: digit ~ 2..4 \"/\" any_char\ndigit: /[0-9]/\nany_char: /./s\n",
+                "start: g_root\ng_root: g_digit ~ 2..4 \"/\" g_any_0char\ng_digit: /[0-9]/\ng_any_0char: /./s\n",
             ),
-            ("root ::= \"a\"{3}", "start: root\nroot: \"a\" ~ 3..3\n"),
+            ("root ::= \"a\"{3}", "start: g_root\ng_root: \"a\" ~ 3..3\n"),
             (
                 "root ::= \"a\"{2,}",
-                "start: root\nroot: \"a\" ~ 2..2 \"a\"*\n",
+                "start: g_root\ng_root: \"a\" ~ 2..2 \"a\"*\n",
             ),
         ];
         for (gbnf, lark) in cases {
             assert_eq!(gbnf_to_lark(gbnf).as_deref(), Ok(lark), "{gbnf}");
+        }
+    }
+
+    #[test]
+    fn names_that_differ_stay_different_rules() {
+        let lark = gbnf_to_lark(
+            "root ::= yes-word yes_word Yes start\nyes-word ::= \"a\"\nyes_word ::= \"b\"\nYes ::= \"c\"\nstart ::= \"d\"",
+        )
+        .expect("valid");
+        assert_eq!(
+            lark,
+            "start: g_root\ng_root: g_yes_0word g_yes__word g__yes g_start\ng_yes_0word: \"a\"\n\
+             g_yes__word: \"b\"\ng__yes: \"c\"\ng_start: \"d\"\n"
+        );
+        assert_eq!(check_lark(&lark), Ok(()));
+    }
+
+    #[test]
+    fn lark_is_checked_by_the_decoder_s_own_parser() {
+        assert_eq!(check_lark("start: \"yes\" | \"no\""), Ok(()));
+        for broken in [
+            "The answer is yes or no.",
+            "start: missing",
+            "start: (\"a\"",
+        ] {
+            assert!(check_lark(broken).is_err(), "{broken}");
         }
     }
 
@@ -275,6 +352,16 @@ mod tests {
             ("\"a\" root ::= \"b\"", "must start with a rule"),
             ("root ::=", "is empty"),
             ("root ::= @", "unexpected `@`"),
+            // Names are exact: no rule is found by another spelling.
+            ("Root ::= \"a\"", "no `root` rule"),
+            (
+                "root ::= yes-word\nyes_word ::= \"y\"",
+                "uses `yes-word`, which is not defined",
+            ),
+            (
+                "root ::= \"a\"\nroot ::= \"b\"",
+                "rule `root` is defined twice",
+            ),
         ];
         for (gbnf, expected) in cases {
             let failure = gbnf_to_lark(gbnf).expect_err(gbnf);

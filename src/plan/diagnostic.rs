@@ -184,6 +184,16 @@ pub enum PlanError {
         allowed: String,
     },
 
+    /// A Lark grammar the local decoder (llguidance) refuses.
+    #[error("invalid Lark grammar: {message}")]
+    #[diagnostic(
+        code(plan::invalid_lark),
+        help(
+            "the grammar starts at `start: …`; terminals are \"strings\" or /regexes/, rules `name: a | b`"
+        )
+    )]
+    InvalidLark { message: String },
+
     /// A mapping that must have exactly one of several keys (a validate rule, a constraint).
     #[error("{place}: give exactly one of {allowed} (found {found})")]
     #[diagnostic(

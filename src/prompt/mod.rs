@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 use std::path::PathBuf;
 
+use minijinja::machinery::{Token, tokenize};
+use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior, Value as TemplateValue};
 use serde::Serialize;
@@ -33,6 +35,67 @@ pub struct TemplateSyntaxError {
 pub struct TemplateInfo {
     /// Dotted paths of the variables read, e.g. `inputs.question`, `steps.answer.output`.
     pub variables: BTreeSet<String>,
+    /// Every dotted path written in the template's tags, with the byte range of each prefix:
+    /// where a variable is, taken from the template's own tokens (so a word in the text around
+    /// the tags is never mistaken for it).
+    pub paths: Vec<PathAt>,
+}
+
+/// A dotted path in a template's tags (`steps.answer.output`) and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathAt {
+    pub parts: Vec<String>,
+    /// Byte offset of the path's first character in the template.
+    pub start: usize,
+    /// For each part, the byte offset just past it.
+    pub ends: Vec<usize>,
+}
+
+impl TemplateInfo {
+    /// The byte range of the first place `variable` (a dotted path) is read, if found.
+    pub fn locate(&self, variable: &str) -> Option<Range<usize>> {
+        let wanted: Vec<&str> = variable.split('.').collect();
+        self.paths.iter().find_map(|path| {
+            let matches = path.parts.len() >= wanted.len()
+                && path.parts.iter().zip(&wanted).all(|(a, b)| a == b);
+            matches.then(|| path.start..path.ends[wanted.len() - 1])
+        })
+    }
+}
+
+/// The dotted paths in the tags of `text` (an expression when `in_expr`), from its tokens.
+fn dotted_paths(text: &str, in_expr: bool) -> Vec<PathAt> {
+    let mut paths: Vec<PathAt> = Vec::new();
+    let mut open: Option<PathAt> = None;
+    let mut after_dot = false;
+    for token in tokenize(text, in_expr, SyntaxConfig::default()) {
+        let Ok((token, span)) = token else { break };
+        let (start, end) = (span.start_offset as usize, span.end_offset as usize);
+        match token {
+            Token::Ident(name) if after_dot => {
+                if let Some(path) = open.as_mut() {
+                    path.parts.push(name.to_string());
+                    path.ends.push(end);
+                }
+                after_dot = false;
+            }
+            Token::Ident(name) => {
+                paths.extend(open.take());
+                open = Some(PathAt {
+                    parts: vec![name.to_string()],
+                    start,
+                    ends: vec![end],
+                });
+            }
+            Token::Dot if open.is_some() => after_dot = true,
+            _ => {
+                paths.extend(open.take());
+                after_dot = false;
+            }
+        }
+    }
+    paths.extend(open);
+    paths
 }
 
 /// The environment every template is compiled in: strict undefined, JSON-friendly filters.
@@ -115,6 +178,7 @@ pub fn analyze_template(text: &str) -> Result<TemplateInfo, TemplateSyntaxError>
     let template = env.template_from_str(text).map_err(syntax_error)?;
     Ok(TemplateInfo {
         variables: template.undeclared_variables(true).into_iter().collect(),
+        paths: dotted_paths(text, false),
     })
 }
 
@@ -124,6 +188,7 @@ pub fn analyze_expression(text: &str) -> Result<TemplateInfo, TemplateSyntaxErro
     let expression = env.compile_expression(text).map_err(syntax_error)?;
     Ok(TemplateInfo {
         variables: expression.undeclared_variables(true).into_iter().collect(),
+        paths: dotted_paths(text, true),
     })
 }
 
@@ -140,6 +205,21 @@ fn syntax_error(error: minijinja::Error) -> TemplateSyntaxError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variables_are_located_from_the_tokens_not_the_text() {
+        let text =
+            "The results:\n{% for r in steps.search.output %}{{ r }}{% endfor %} {{ result }}";
+        let info = analyze_template(text).expect("parses");
+        let at = info.locate("result").expect("found");
+        assert_eq!(&text[at.clone()], "result");
+        assert_eq!(at.start, text.rfind("result").expect("in the tag"));
+        let search = info.locate("steps.search").expect("found");
+        assert_eq!(&text[search], "steps.search");
+        assert_eq!(info.locate("nothing"), None);
+        let expression = analyze_expression("inputs.strict and vars.mode == 'x'").expect("parses");
+        assert_eq!(expression.locate("vars.mode"), Some(18..27));
+    }
 
     fn vars(list: &[&str]) -> BTreeSet<String> {
         list.iter().map(|s| s.to_string()).collect()

@@ -77,15 +77,6 @@ fn decoder_constraints_hold_on_the_local_model() {
 }
 
 #[test]
-fn a_lark_grammar_llguidance_cannot_compile_is_a_grammar_failure() {
-    let stderr = failed_run("tests/plans/bad-lark-local.yaml");
-    assert!(
-        stderr.contains("CONSTRAINT_GRAMMAR_REJECTED") && stderr.contains("missing_rule"),
-        "{stderr}"
-    );
-}
-
-#[test]
 fn the_local_model_routes_a_catalog_question_in_two_calls() {
     let events_file = crate::root().join("target").join("route-local.jsonl");
     let record = completed_record(&[

@@ -18,6 +18,7 @@ use super::model::{ModelSpec, OnnxTask, RawPlan, ToolSpec};
 use super::policy::{EffectivePolicy, Limit, PolicyOrigin};
 use super::steps::{FieldPath, ModelRole, RawStep, SchemaSource, TemplateRef, TemplateSource};
 use super::yaml::Node;
+use crate::constraint::check_lark;
 use crate::context::matching_files;
 use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
 
@@ -411,14 +412,35 @@ impl Checker<'_> {
             }
         }
         for (at, grammar) in &refs.gbnf {
-            if let Err(failure) = crate::constraint::gbnf_to_lark(grammar) {
+            let span = self.span(&step_path(index, at));
+            match crate::constraint::gbnf_to_lark(grammar) {
+                Err(failure) => {
+                    self.emit(
+                        PlanError::InvalidGrammar {
+                            message: failure.message,
+                        },
+                        span,
+                        "does not translate",
+                    );
+                }
+                Ok(lark) => {
+                    if let Err(message) = check_lark(&lark) {
+                        self.emit(
+                            PlanError::InvalidGrammar { message },
+                            span,
+                            "the decoder refuses it",
+                        );
+                    }
+                }
+            }
+        }
+        for (at, grammar) in &refs.lark {
+            if let Err(message) = check_lark(grammar) {
                 let span = self.span(&step_path(index, at));
                 self.emit(
-                    PlanError::InvalidGrammar {
-                        message: failure.message,
-                    },
+                    PlanError::InvalidLark { message },
                     span,
-                    "does not translate",
+                    "the decoder refuses it",
                 );
             }
         }

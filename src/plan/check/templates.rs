@@ -34,11 +34,30 @@ pub(super) struct Scope {
 }
 
 /// Where a template's text lives, for pointing at a variable inside it.
-pub(super) enum Site {
-    /// A YAML scalar at this span of the plan.
-    Plan(Range<usize>),
+pub(super) enum Site<'t> {
+    /// A YAML scalar at this span of the plan, and its value (the template's text).
+    Plan(Range<usize>, &'t str),
     /// A prompt file.
     File(Source),
+}
+
+/// For every byte of `value`, its byte offset in `written` (the scalar as it stands in the file),
+/// matching characters in order and skipping what the value does not have (quotes, a block
+/// header, indentation); a folded line break in the source stands for a space in the value.
+/// None when the value cannot be followed through the written text.
+fn align(value: &str, written: &str) -> Option<Vec<usize>> {
+    let mut offsets = Vec::with_capacity(value.len());
+    let mut source = written.char_indices().peekable();
+    for wanted in value.chars() {
+        let position = loop {
+            let (position, found) = source.next()?;
+            if found == wanted || (wanted == ' ' && found == '\n') {
+                break position;
+            }
+        };
+        offsets.extend(std::iter::repeat_n(position, wanted.len_utf8()));
+    }
+    Some(offsets)
 }
 
 pub(super) fn first_line_of(text: &str) -> String {
@@ -47,14 +66,6 @@ pub(super) fn first_line_of(text: &str) -> String {
         .unwrap_or(text)
         .trim()
         .to_string()
-}
-
-/// The span of `needle` inside `within` of `text`, or `within` itself when it does not occur.
-pub(super) fn find_within(text: &str, within: Range<usize>, needle: &str) -> Range<usize> {
-    text.get(within.clone())
-        .and_then(|slice| slice.find(needle))
-        .map(|offset| within.start + offset..within.start + offset + needle.len())
-        .unwrap_or(within)
 }
 
 /// Prompt files available in `dir` (for "did you mean").
@@ -117,7 +128,7 @@ impl Checker<'_> {
         };
         let node_span = self.span(at);
         match parsed {
-            Ok(info) => self.variables(&info, scope, &Site::Plan(node_span)),
+            Ok(info) => self.variables(&info, scope, &Site::Plan(node_span, text)),
             Err(error) => {
                 let span = error
                     .range
@@ -135,8 +146,11 @@ impl Checker<'_> {
         }
     }
 
-    /// Maps a range inside a template's text onto the YAML source, when the scalar was written
-    /// verbatim (no escapes, no folding); otherwise None.
+    /// Maps a range inside a template's text (a YAML scalar's value) onto the YAML source. The
+    /// value is aligned with what was written character by character: indentation of a block
+    /// scalar (`|`, `>`), its header and folded line breaks are skipped over, so a position on
+    /// the third line of a block is found on the third line of the block. None when the written
+    /// text does not hold the value (escapes it cannot follow).
     pub(super) fn inner_span(
         &self,
         node_span: &Range<usize>,
@@ -144,10 +158,20 @@ impl Checker<'_> {
         range: &Range<usize>,
     ) -> Option<Range<usize>> {
         let written = self.source.text.get(node_span.clone())?;
-        let offset = written.find(text)?;
-        let start = node_span.start + offset + range.start.min(text.len());
-        let end = (node_span.start + offset + range.end.min(text.len())).max(start);
-        Some(start..end)
+        let offsets = align(text, written)?;
+        let at = |offset: usize| {
+            offsets
+                .get(offset)
+                .copied()
+                .unwrap_or_else(|| offsets.last().map_or(0, |last| last + 1))
+        };
+        let start = node_span.start + at(range.start.min(text.len()));
+        let end = if range.end > range.start {
+            node_span.start + at(range.end - 1) + 1
+        } else {
+            start
+        };
+        Some(start..end.max(start))
     }
 
     pub(super) fn prompts_dir(&self) -> Option<PathBuf> {
@@ -225,7 +249,7 @@ impl Checker<'_> {
         }))
     }
 
-    pub(super) fn variables(&mut self, info: &TemplateInfo, scope: &Scope, site: &Site) {
+    pub(super) fn variables(&mut self, info: &TemplateInfo, scope: &Scope, site: &Site<'_>) {
         for variable in &info.variables {
             let parts: Vec<&str> = variable.split('.').collect();
             self.note_read(&parts, scope);
@@ -235,15 +259,15 @@ impl Checker<'_> {
                     PlanError::UnknownVariable { variable } => variable.clone(),
                     _ => "input".to_string(),
                 };
+                let within = info.locate(&needle);
                 let (source, span) = match site {
-                    Site::Plan(span) => (
+                    Site::Plan(node, text) => (
                         self.source.clone(),
-                        find_within(&self.source.text, span.clone(), &needle),
+                        within
+                            .and_then(|range| self.inner_span(node, text, &range))
+                            .unwrap_or_else(|| node.clone()),
                     ),
-                    Site::File(file) => (
-                        file.clone(),
-                        find_within(&file.text, 0..file.text.len(), &needle),
-                    ),
+                    Site::File(file) => (file.clone(), within.unwrap_or(0..file.text.len().min(1))),
                 };
                 let mut d = Diagnostic::at(error, &source, span, "not defined here");
                 d.hint = hint;
@@ -386,11 +410,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn needles_are_found_inside_their_node_only() {
-        let text = "a: inputs.x\nb: '{{ inputs.x }}'\n";
-        let node = 15..31;
-        assert_eq!(find_within(text, node.clone(), "inputs.x"), 19..27);
-        assert_eq!(find_within(text, node.clone(), "nothing"), node);
+    fn a_value_is_followed_through_quotes_blocks_and_folds() {
+        let block = "|\n    Write about\n    {{ topik }}\n";
+        let value = "Write about\n{{ topik }}\n";
+        let offsets = align(value, block).expect("aligned");
+        let at = value.find("topik").expect("in the value");
+        assert_eq!(&block[offsets[at]..offsets[at] + 5], "topik");
+        let folded = ">\n  one\n  two\n";
+        let offsets = align("one two\n", folded).expect("aligned");
+        assert_eq!(&folded[offsets[4]..offsets[4] + 3], "two");
+        assert_eq!(
+            align("a\tb", "\"a\\tb\""),
+            None,
+            "an escape it cannot follow"
+        );
     }
 
     #[test]

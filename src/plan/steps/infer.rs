@@ -59,7 +59,10 @@ impl StepConfig for InferStep {
             Some(Constraint::Gbnf(grammar)) => refs
                 .gbnf
                 .push((vec!["constraint".into(), "gbnf".into()], grammar)),
-            Some(Constraint::Lark(_)) | None => {}
+            Some(Constraint::Lark(grammar)) => refs
+                .lark
+                .push((vec!["constraint".into(), "lark".into()], grammar)),
+            None => {}
         }
         if let Some(constraint) = &self.constraint {
             let kind = match constraint {

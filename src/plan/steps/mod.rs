@@ -286,6 +286,8 @@ pub struct References<'a> {
     pub regexes: Vec<(FieldPath, &'a str)>,
     /// GBNF grammars to translate.
     pub gbnf: Vec<(FieldPath, &'a str)>,
+    /// Lark grammars to check.
+    pub lark: Vec<(FieldPath, &'a str)>,
     /// Pairs of fields of which exactly one must be given: (the pair, whether both were given).
     pub exclusive: Vec<([&'static str; 2], bool)>,
     pub max_tokens: Option<(FieldPath, u64)>,
