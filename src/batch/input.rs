@@ -157,12 +157,13 @@ fn files(pattern: &str) -> Result<Rows, Failure> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str, text: &str) -> String {
-        let dir = std::env::temp_dir().join(format!("pagantic-batch-input-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join(name);
+    /// A file named `name` holding `text` (its path as text), in a directory removed with the
+    /// returned guard.
+    fn scratch(name: &str, text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(name);
         std::fs::write(&path, text).expect("write");
-        path.display().to_string()
+        (dir, path.display().to_string())
     }
 
     fn collect(rows: Rows) -> Vec<Result<Row, Failure>> {
@@ -171,7 +172,7 @@ mod tests {
 
     #[test]
     fn json_lines_skip_blank_lines_and_number_rows_by_line() {
-        let path = scratch(
+        let (_dir, path) = scratch(
             "rows.jsonl",
             "{\"q\": \"a\"}\n\n{\"q\": \"b\", \"id\": 7}\n",
         );
@@ -189,7 +190,7 @@ mod tests {
 
     #[test]
     fn bad_lines_are_errors_with_their_line_number() {
-        let path = scratch("bad.jsonl", "{\"q\": 1}\nnot json\n[1]\n");
+        let (_dir, path) = scratch("bad.jsonl", "{\"q\": 1}\nnot json\n[1]\n");
         let rows = collect(open(&path, None).expect("open"));
         assert!(rows[0].is_ok());
         assert!(
@@ -210,7 +211,7 @@ mod tests {
 
     #[test]
     fn csv_rows_are_strings_keyed_by_header() {
-        let path = scratch("rows.csv", "review,stars\n\"Great, really\",5\nBad,1\n");
+        let (_dir, path) = scratch("rows.csv", "review,stars\n\"Great, really\",5\nBad,1\n");
         let rows: Vec<Row> = collect(open(&path, None).expect("open"))
             .into_iter()
             .map(|r| r.expect("row"))
@@ -225,8 +226,8 @@ mod tests {
 
     #[test]
     fn a_directory_is_one_row_per_file() {
-        let dir = std::env::temp_dir().join(format!("pagantic-batch-dir-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
         std::fs::write(dir.join("b.txt"), "second").expect("write");
         std::fs::write(dir.join("a.txt"), "first").expect("write");
         let rows: Vec<Row> = collect(open(dir.to_str().expect("utf-8"), None).expect("open"))

@@ -121,18 +121,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn scratch(name: &str, text: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("pagantic-batch-output-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join(name);
+    /// A file named `name` holding `text`, in a directory removed with the returned guard.
+    fn scratch(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(name);
         std::fs::write(&path, text).expect("write");
-        path
+        (dir, path)
     }
 
     #[test]
     fn resuming_reads_done_rows_and_drops_a_cut_last_line() {
-        let path = scratch(
+        let (_dir, path) = scratch(
             "cut.jsonl",
             "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"2\",\"status\":\"error\"}\n{\"row\":\"3\",\"sta",
         );
@@ -154,7 +153,7 @@ mod tests {
 
     #[test]
     fn retrying_errors_removes_the_failed_rows() {
-        let path = scratch(
+        let (_dir, path) = scratch(
             "errors.jsonl",
             "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"2\",\"status\":\"error\"}\n",
         );
@@ -168,7 +167,7 @@ mod tests {
 
     #[test]
     fn an_existing_output_is_never_overwritten_without_resume() {
-        let path = scratch("exists.jsonl", "{\"row\":\"1\",\"status\":\"ok\"}\n");
+        let (_dir, path) = scratch("exists.jsonl", "{\"row\":\"1\",\"status\":\"ok\"}\n");
         let failure = open(&path, false, false).err().expect("refused");
         assert!(failure.message.contains("already exists"));
     }

@@ -215,7 +215,7 @@ mod tests {
             "{\"content\": \"Rust lifetimes\", \"id\": \"row\"}\n",
         );
         let source = CorpusSource {
-            base_dir: temp.0.clone(),
+            base_dir: temp.path(),
             file_patterns: vec!["docs/*.md".to_owned()],
             documents: vec![Document::new("Rust traits", "inline")],
             jsonl: Some(JsonlOptions {

@@ -140,30 +140,28 @@ pub(super) mod tests {
 
     use super::*;
 
-    /// A directory under the system temp dir, removed on drop; `name` keeps parallel tests apart.
-    pub(in crate::context) struct TempDir(pub(in crate::context) PathBuf);
+    /// A fresh directory of its own under the system temp dir, removed on drop (the guard).
+    pub(in crate::context) struct TempDir(tempfile::TempDir);
 
     impl TempDir {
         pub(in crate::context) fn new(name: &str) -> TempDir {
-            let dir = std::env::temp_dir()
-                .join(format!("pagantic-context-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).expect("temp dir");
-            TempDir(dir)
+            let guard = tempfile::Builder::new()
+                .prefix(&format!("pagantic-{name}-"))
+                .tempdir()
+                .expect("temp dir");
+            TempDir(guard)
+        }
+
+        pub(in crate::context) fn path(&self) -> PathBuf {
+            self.0.path().to_path_buf()
         }
 
         pub(in crate::context) fn write(&self, relative: &str, content: impl AsRef<[u8]>) {
-            let path = self.0.join(relative);
+            let path = self.path().join(relative);
             if let Some(parent) = path.parent() {
                 fs::create_dir_all(parent).expect("parent dir");
             }
             fs::write(path, content).expect("write");
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
         }
     }
 
@@ -188,7 +186,7 @@ pub(super) mod tests {
         temp.write("corpus/docs/.hidden.md", "hidden");
         temp.write("corpus/docs/notes.txt", "notes");
         temp.write("plans/local.md", "local");
-        fs::create_dir_all(temp.0.join("plans/dir.md")).expect("dir");
+        fs::create_dir_all(temp.path().join("plans/dir.md")).expect("dir");
 
         let cases: &[(&[&str], &[&str])] = &[
             (
@@ -221,12 +219,12 @@ pub(super) mod tests {
             ),
         ];
         for (patterns, expected) in cases {
-            let found = documents(&source(temp.0.join("plans"), patterns)).expect("loads");
+            let found = documents(&source(temp.path().join("plans"), patterns)).expect("loads");
             assert_eq!(sources(&found), *expected, "{patterns:?}");
         }
 
         let found =
-            documents(&source(temp.0.join("plans"), &["../corpus/docs/a.md"])).expect("loads");
+            documents(&source(temp.path().join("plans"), &["../corpus/docs/a.md"])).expect("loads");
         assert_eq!(found, [Document::new("ay", "../corpus/docs/a.md")]);
     }
 
@@ -235,7 +233,7 @@ pub(super) mod tests {
         let temp = TempDir::new("literal");
         temp.write("we[ir]d/*/a.txt", "star");
         temp.write("we[ir]d/x/a.txt", "x");
-        let found = documents(&source(temp.0.join("we[ir]d"), &["*/a.txt"])).expect("loads");
+        let found = documents(&source(temp.path().join("we[ir]d"), &["*/a.txt"])).expect("loads");
         assert_eq!(sources(&found), ["*/a.txt", "x/a.txt"]);
     }
 
@@ -247,7 +245,7 @@ pub(super) mod tests {
         let corpus = CorpusSource {
             jsonl: Some(JsonlOptions::new("data/rows.jsonl")),
             documents: vec![Document::new("inline", "faq")],
-            ..source(temp.0.clone(), &["a.md"])
+            ..source(temp.path(), &["a.md"])
         };
         let first = documents(&corpus).expect("loads");
         assert_eq!(sources(&first), ["a.md", "data/rows.jsonl:1", "faq"]);
@@ -260,7 +258,7 @@ pub(super) mod tests {
         temp.write("good.md", "fine");
         temp.write("latin1.txt", b"caf\xe9");
         temp.write("bad.jsonl", "{\"content\": \"ok\"}\n{\"content\": 1}\n");
-        fs::create_dir_all(temp.0.join("only-dirs/sub.md")).expect("dir");
+        fs::create_dir_all(temp.path().join("only-dirs/sub.md")).expect("dir");
 
         let cases: &[(&[&str], Option<&str>, &str)] = &[
             (
@@ -297,7 +295,7 @@ pub(super) mod tests {
         for (patterns, jsonl, expected) in cases {
             let corpus = CorpusSource {
                 jsonl: jsonl.map(JsonlOptions::new),
-                ..source(temp.0.clone(), patterns)
+                ..source(temp.path(), patterns)
             };
             let failure = documents(&corpus).expect_err(expected);
             assert_eq!(failure.code, FailureCode::ConfigFileError);

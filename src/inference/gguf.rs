@@ -183,10 +183,11 @@ mod tests {
     use super::*;
     use candle_core::Tensor;
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("pagantic-gguf-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        dir.join(name)
+    /// A path named `name` in a directory of its own, removed with the returned guard.
+    fn scratch(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(name);
+        (dir, path)
     }
 
     /// A tiny GGUF file: one Q5_0 tensor and one F32 tensor, with the given architecture.
@@ -209,7 +210,7 @@ mod tests {
 
     #[test]
     fn supported_models_are_summarised() {
-        let path = scratch("ok.gguf");
+        let (_path_dir, path) = scratch("ok.gguf");
         tiny(&path, "qwen2");
         let summary = inspect(&path).expect("supported");
         assert_eq!(summary.architecture, "qwen2");
@@ -219,7 +220,7 @@ mod tests {
 
     #[test]
     fn unsupported_architectures_and_broken_files_are_failures_not_panics() {
-        let gemma = scratch("gemma.gguf");
+        let (_gemma_dir, gemma) = scratch("gemma.gguf");
         tiny(&gemma, "gemma3");
         let failure = inspect(&gemma).expect_err("gemma3 is unsupported");
         assert_eq!(failure.code, FailureCode::InferenceModelUnavailable);
@@ -229,7 +230,7 @@ mod tests {
             failure.message
         );
 
-        let truncated = scratch("truncated.gguf");
+        let (_truncated_dir, truncated) = scratch("truncated.gguf");
         tiny(&truncated, "qwen2");
         let bytes = std::fs::read(&truncated).expect("read");
         std::fs::write(&truncated, &bytes[..bytes.len() - 40]).expect("cut");
@@ -240,14 +241,14 @@ mod tests {
                 .contains("truncated")
         );
 
-        let junk = scratch("junk.gguf");
+        let (_junk_dir, junk) = scratch("junk.gguf");
         std::fs::write(&junk, b"not a gguf file at all").expect("write");
         assert_eq!(
             inspect(&junk).map_err(|f| f.code),
             Err(FailureCode::InferenceModelUnavailable)
         );
 
-        let missing = scratch("missing.gguf");
+        let (_missing_dir, missing) = scratch("missing.gguf");
         assert!(
             inspect(&missing)
                 .expect_err("missing")
@@ -258,8 +259,8 @@ mod tests {
 
     #[test]
     fn requantizing_turns_q5_0_into_q8_0_and_keeps_values_close() {
-        let source = scratch("source.gguf");
-        let target = scratch("target.gguf");
+        let (_source_dir, source) = scratch("source.gguf");
+        let (_target_dir, target) = scratch("target.gguf");
         tiny(&source, "qwen2");
         assert_eq!(requantize(&source, &target).expect("requantized"), 1);
         let summary = inspect(&target).expect("readable");
@@ -281,7 +282,7 @@ mod tests {
         for (before, after) in values(&source).iter().zip(values(&target)) {
             assert!((before - after).abs() < 0.5, "{before} became {after}");
         }
-        let again = scratch("again.gguf");
+        let (_again_dir, again) = scratch("again.gguf");
         requantize(&source, &again).expect("again");
         assert_eq!(
             std::fs::read(&target).expect("a"),

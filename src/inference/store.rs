@@ -544,13 +544,13 @@ mod tests {
 
     #[test]
     fn sha256_of_known_text() {
-        let path = std::env::temp_dir().join(format!("pagantic-sha-{}", std::process::id()));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("abc.txt");
         std::fs::write(&path, b"abc").expect("write");
         assert_eq!(
             sha256_file(&path).expect("hash"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        std::fs::remove_file(path).expect("cleanup");
     }
 
     #[test]
@@ -586,9 +586,9 @@ mod tests {
 
     #[test]
     fn a_chunk_missing_from_its_package_is_a_clear_failure() {
-        let dir = std::env::temp_dir().join(format!("pagantic-assemble-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let failure = assemble(&DEFAULT_LLM.file, &dir, &dir.join("out.gguf"), &mut |_| {})
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
+        let failure = assemble(&DEFAULT_LLM.file, dir, &dir.join("out.gguf"), &mut |_| {})
             .expect_err("no chunks");
         assert_eq!(failure.code, FailureCode::InferenceModelUnavailable);
         assert!(
@@ -598,24 +598,23 @@ mod tests {
             "{}",
             failure.message
         );
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]
     fn a_wrong_hash_stores_nothing() {
-        let dir = std::env::temp_dir().join(format!("pagantic-mismatch-{}", std::process::id()));
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
         for chunk in DEFAULT_LLM.file.chunks {
             let path = dir.join(chunk.path);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
             std::fs::write(&path, b"not the model").expect("write");
         }
-        let failure = assemble(&DEFAULT_LLM.file, &dir, &dir.join("out.gguf"), &mut |_| {})
+        let failure = assemble(&DEFAULT_LLM.file, dir, &dir.join("out.gguf"), &mut |_| {})
             .expect_err("mismatch");
         assert!(
             failure.message.contains("does not match: 78 bytes"),
             "{}",
             failure.message
         );
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 }

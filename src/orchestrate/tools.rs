@@ -61,15 +61,14 @@ impl ToolAction {
                 if program.contains("{{") {
                     return None;
                 }
-                let found = if program.contains('/') {
-                    let base = command.working_dir.clone().unwrap_or_default();
-                    base.join(program).is_file()
-                } else {
-                    std::env::var_os("PATH").is_some_and(|path| {
-                        std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
-                    })
+                // An executable file, as the OS would find it: on PATH, or relative to the
+                // working directory when the name has a `/`.
+                let base = match &command.working_dir {
+                    Some(dir) => dir.clone(),
+                    None => std::env::current_dir().unwrap_or_default(),
                 };
-                (!found).then(|| format!("`{program}` is not on PATH"))
+                let found = which::which_in(program, std::env::var_os("PATH"), base).is_ok();
+                (!found).then(|| format!("`{program}` is not an executable program on PATH"))
             }
             ToolAction::Builtin(Builtin::ReadFile { root }) if !root.is_dir() => {
                 Some(format!("its root {} does not exist", root.display()))
@@ -212,5 +211,48 @@ impl ToolRuntime {
                 Ok(Value::String(text))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use super::*;
+
+    fn command(program: &str, working_dir: &Path) -> ToolAction {
+        ToolAction::Command(CommandTemplate {
+            argv: vec![program.to_string()],
+            timeout: Duration::from_secs(1),
+            max_output_bytes: 1024,
+            working_dir: Some(working_dir.to_path_buf()),
+            env_allow: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn only_an_executable_program_is_available() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = dir.path().join("tool.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("written");
+        let not_yet = command("./tool.sh", dir.path()).unavailable();
+        assert!(
+            not_yet.is_some_and(|why| why.contains("not an executable program")),
+            "a file without the execute bit is not a program"
+        );
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("made executable");
+        assert_eq!(command("./tool.sh", dir.path()).unavailable(), None);
+        assert_eq!(
+            command("sh", dir.path()).unavailable(),
+            None,
+            "found on PATH"
+        );
+        assert!(
+            command("pagantic-no-such-program", dir.path())
+                .unavailable()
+                .is_some()
+        );
     }
 }

@@ -272,8 +272,8 @@ mod tests {
 
     #[test]
     fn prompt_files_load_by_name_and_include_each_other() {
-        let dir = std::env::temp_dir().join(format!("pagantic-prompts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path().to_path_buf();
         std::fs::write(dir.join("main.j2"), "A{% include 'part.j2' %}C").expect("write");
         std::fs::write(dir.join("part.j2"), "{{ x }}").expect("write");
         let templates = Templates::new(Some(dir.clone()));
@@ -288,7 +288,6 @@ mod tests {
                 .render_file("../main.j2", &serde_json::json!({}))
                 .is_err()
         );
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]

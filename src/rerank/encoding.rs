@@ -183,16 +183,11 @@ mod tests {
         path
     }
 
-    fn temp_dir(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("pagantic-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        dir
-    }
-
     #[test]
     fn pairs_keep_the_query_and_cut_the_passage() {
-        let dir = temp_dir("encode-pair");
-        let encoder = TextEncoder::load(&tiny_tokenizer(&dir, None), Some(9)).expect("tokenizer");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
+        let encoder = TextEncoder::load(&tiny_tokenizer(dir, None), Some(9)).expect("tokenizer");
         let pairs = encoder
             .pairs("how do I resume", &["the plan runs the rows again", "rows"])
             .expect("pairs");
@@ -206,25 +201,25 @@ mod tests {
             .pairs("how do i resume a batch how do i", &["the plan"])
             .expect("long query");
         assert_eq!(long[0].len(), 9);
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]
     fn the_fixed_padding_of_the_file_is_ignored_and_its_truncation_is_the_default() {
-        let dir = temp_dir("encode-single");
-        let encoder = TextEncoder::load(&tiny_tokenizer(&dir, Some(4)), None).expect("tokenizer");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
+        let encoder = TextEncoder::load(&tiny_tokenizer(dir, Some(4)), None).expect("tokenizer");
         let singles = encoder
             .singles(&["resume", "how do i resume a batch"])
             .expect("singles");
         assert_eq!(singles[0].get_ids(), [2, 7, 3]);
         assert_eq!(singles[1].get_ids(), [2, 4, 5, 3]);
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]
     fn a_batch_is_padded_to_its_longest_row() {
-        let dir = temp_dir("encode-batch");
-        let encoder = TextEncoder::load(&tiny_tokenizer(&dir, None), None).expect("tokenizer");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
+        let encoder = TextEncoder::load(&tiny_tokenizer(dir, None), None).expect("tokenizer");
         let encodings = [
             encoder.pairs("resume", &["rows"]).expect("a").remove(0),
             encoder
@@ -250,12 +245,12 @@ mod tests {
         // Refilling with fewer, shorter rows reuses the buffers and leaves nothing stale.
         batch.fill(&encodings[..1], encoder.pad_id());
         assert_eq!(batch.input_ids, [2, 7, 3, 13, 3]);
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 
     #[test]
     fn a_missing_or_broken_tokenizer_is_a_clear_failure() {
-        let dir = temp_dir("encode-broken");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
         let missing = TextEncoder::load(&dir.join("nope.json"), None)
             .err()
             .expect("missing");
@@ -270,6 +265,5 @@ mod tests {
             .expect("broken");
         assert_eq!(broken.code, FailureCode::InferenceModelUnavailable);
         assert!(broken.help.is_some());
-        std::fs::remove_dir_all(dir).expect("cleanup");
     }
 }

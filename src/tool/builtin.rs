@@ -260,7 +260,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::scratch::ScratchDir;
 
     fn assert_fails(result: Result<Value, Failure>, code: FailureCode, message: &str) {
         let failure = result.unwrap_err();
@@ -357,7 +356,7 @@ mod tests {
 
     #[test]
     fn read_file_reads_only_regular_files_inside_its_root() {
-        let dir = ScratchDir::new("read-file");
+        let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join("sub")).unwrap();
         std::fs::write(root.join("inside.txt"), "inside").unwrap();

@@ -303,7 +303,6 @@ fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::scratch::ScratchDir;
 
     fn spec(argv: &[&str]) -> CommandSpec {
         CommandSpec {
@@ -384,7 +383,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_timeout_kills_the_whole_process_group() {
-        let dir = ScratchDir::new("timeout");
+        let dir = tempfile::tempdir().expect("temp dir");
         let pids = dir.path().join("pids");
         let spec = with_grandchild(&pids, Duration::from_millis(400));
 
@@ -401,7 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_call_kills_the_whole_process_group() {
-        let dir = ScratchDir::new("dropped");
+        let dir = tempfile::tempdir().expect("temp dir");
         let pids = dir.path().join("pids");
         let spec = with_grandchild(&pids, Duration::from_secs(30));
 
@@ -494,7 +493,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_program_runs_in_the_working_directory() {
-        let dir = ScratchDir::new("cwd");
+        let dir = tempfile::tempdir().expect("temp dir");
         let mut spec = spec(&["pwd"]);
         spec.working_dir = Some(dir.path().to_path_buf());
 

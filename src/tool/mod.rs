@@ -14,8 +14,6 @@
 mod builtin;
 mod calculator;
 mod command;
-#[cfg(test)]
-mod scratch;
 
 pub use builtin::Builtin;
 pub use command::{CommandOutput, CommandSpec, run_command};

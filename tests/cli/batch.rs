@@ -11,12 +11,15 @@ use serde_json::Value;
 
 use crate::{Run, pagantic, root};
 
+thread_local! {
+    /// Each test runs on a thread of its own, so its files live in a directory of their own,
+    /// removed when the test (its thread) ends.
+    static SCRATCH: tempfile::TempDir = tempfile::tempdir().expect("temp dir");
+}
+
+/// A path named `name` in this test's own directory.
 fn scratch(name: &str) -> PathBuf {
-    let dir = root().join("target").join("batch-tests");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    path
+    SCRATCH.with(|dir| dir.path().join(name))
 }
 
 fn rows_file(name: &str, count: usize, boom_at: Option<usize>) -> PathBuf {

@@ -140,7 +140,7 @@ fn a_tool_that_cannot_run_here_is_hidden_from_the_model_and_verbose_says_why() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stderr.contains(
-            "step `ask`: tool `lookup` is hidden from the model: `pagantic-test-no-such-program` is not on PATH"
+            "step `ask`: tool `lookup` is hidden from the model: `pagantic-test-no-such-program` is not an executable program on PATH"
         ),
         "{}",
         run.stderr

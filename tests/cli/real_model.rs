@@ -78,7 +78,8 @@ fn decoder_constraints_hold_on_the_local_model() {
 
 #[test]
 fn the_local_model_routes_a_catalog_question_in_two_calls() {
-    let events_file = crate::root().join("target").join("route-local.jsonl");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("route-local.jsonl");
     let record = completed_record(&[
         "--events",
         events_file.to_str().unwrap_or_default(),

@@ -5,16 +5,16 @@ use std::path::PathBuf;
 
 use crate::pagantic;
 
-fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = crate::root().join("target").join("robustness");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let path = dir.join(name);
+/// A file named `name` holding `bytes`, in a directory removed with the returned guard.
+fn scratch(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
     std::fs::write(&path, bytes).expect("written");
-    path
+    (dir, path)
 }
 
 fn check(name: &str, bytes: &[u8], expected_code: i32, expected_diagnostic: &str) {
-    let path = scratch(name, bytes);
+    let (_dir, path) = scratch(name, bytes);
     let run = pagantic(&[
         "validate",
         "--format",
@@ -59,7 +59,7 @@ fn empty_and_blank_files() {
 #[test]
 fn binary_junk() {
     for seed in 0..8 {
-        let path = scratch(&format!("junk-{seed}.yaml"), &junk(4096, seed));
+        let (_dir, path) = scratch(&format!("junk-{seed}.yaml"), &junk(4096, seed));
         let run = pagantic(&[
             "validate",
             "--format",
@@ -88,7 +88,7 @@ fn printable_junk() {
             .into_iter()
             .map(|b| alphabet[b as usize % alphabet.len()])
             .collect();
-        let path = scratch(&format!("printable-{seed}.yaml"), &text);
+        let (_dir, path) = scratch(&format!("printable-{seed}.yaml"), &text);
         let run = pagantic(&[
             "validate",
             "--format",

@@ -3,17 +3,26 @@
 
 use serde_json::Value;
 
-use crate::{pagantic, root};
+use crate::{pagantic, pagantic_with, root};
 
 fn route(request: &str) -> (i32, Value, Vec<Value>) {
     route_with(request, "smart")
 }
 
 fn route_with(request: &str, router: &str) -> (i32, Value, Vec<Value>) {
-    let events_file = root()
-        .join("target")
-        .join(format!("route-{router}-{}.jsonl", request.len()));
-    let run = pagantic(&[
+    let (code, record, events, _) = routed(request, router);
+    (code, record, events)
+}
+
+/// Runs the storefront plan on `request`: exit code, run record, events, and the orders file
+/// the `order` tool appends to (None when no order was placed). Each call has a directory of its
+/// own, so two requests never read each other's events or orders.
+fn routed(request: &str, router: &str) -> (i32, Value, Vec<Value>, Option<String>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("events.jsonl");
+    let orders_file = dir.path().join("orders.jsonl");
+    let orders_env = orders_file.to_str().expect("utf-8");
+    let args = [
         "run",
         "--format",
         "json",
@@ -24,7 +33,8 @@ fn route_with(request: &str, router: &str) -> (i32, Value, Vec<Value>) {
         "-i",
         &format!("router={router}"),
         "tests/plans/storefront-scripted.yaml",
-    ]);
+    ];
+    let run = pagantic_with(&root(), &args, &[("PAGANTIC_TEST_ORDERS", orders_env)]);
     let record = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
     let events = std::fs::read_to_string(&events_file)
@@ -32,7 +42,8 @@ fn route_with(request: &str, router: &str) -> (i32, Value, Vec<Value>) {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect();
-    (run.code, record, events)
+    let orders = std::fs::read_to_string(&orders_file).ok();
+    (run.code, record, events, orders)
 }
 
 fn model_calls(events: &[Value]) -> usize {
@@ -81,9 +92,10 @@ fn independent_questions_run_their_agents_in_parallel() {
 
 #[test]
 fn dependent_steps_run_in_sequence_and_the_order_is_placed() {
-    let orders = root().join("target").join("test-orders.jsonl");
-    let _ = std::fs::remove_file(&orders);
-    let (code, record, events) = route("find a laptop under $1000, check stock, then order it");
+    let (code, record, events, orders) = routed(
+        "find a laptop under $1000, check stock, then order it",
+        "smart",
+    );
     assert_eq!(code, 0, "{record}");
     let detail = &record["steps"][0]["detail"];
     assert_eq!(detail["route"]["mode"], "sequential");
@@ -92,8 +104,9 @@ fn dependent_steps_run_in_sequence_and_the_order_is_placed() {
         Some("ordered 1 x aero-14")
     );
     assert_eq!(
-        std::fs::read_to_string(&orders).expect("order written"),
-        "{\"product\": \"aero-14\", \"quantity\": 1}\n"
+        orders.as_deref(),
+        Some("{\"product\": \"aero-14\", \"quantity\": 1}\n"),
+        "the order is written"
     );
     assert_eq!(model_calls(&events), 2);
 }
@@ -162,7 +175,7 @@ fn a_plan_agent_that_leads_back_to_its_own_plan_is_refused() {
 
 #[test]
 fn a_failed_agent_becomes_its_result_and_stops_the_sequence_after_it() {
-    let (code, record, events) = route("find a unicorn, then order it");
+    let (code, record, events, orders) = routed("find a unicorn, then order it", "smart");
     assert_eq!(code, 0, "{record}");
     let results = &record["steps"][0]["detail"]["results"];
     // grep finds no unicorn: the search fails, its error is its result…
@@ -175,9 +188,7 @@ fn a_failed_agent_becomes_its_result_and_stops_the_sequence_after_it() {
     // …and the order after it is not placed.
     assert_eq!(results[1]["agent"], "place_order");
     assert_eq!(results[1]["skipped"], true);
-    let orders = std::fs::read_to_string(root().join("target").join("test-orders.jsonl"))
-        .unwrap_or_default();
-    assert!(!orders.contains("unicorn"), "{orders}");
+    assert_eq!(orders, None, "no order was placed");
     // The answer is still written, from what could be done.
     assert_eq!(record["output"], "Here is what I found.");
     assert_eq!(model_calls(&events), 2);

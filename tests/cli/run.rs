@@ -75,7 +75,8 @@ fn a_failing_step_exits_1_with_its_code_and_the_completed_outputs() {
 
 #[test]
 fn independent_steps_overlap_in_time() {
-    let events_file = root().join("target").join("fanout-events.jsonl");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("fanout-events.jsonl");
     let events_arg = events_file.to_str().expect("utf-8");
     let run = pagantic(&["run", "--events", events_arg, "tests/plans/fanout.yaml"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -214,7 +215,8 @@ fn tool_output_is_capped_and_timeouts_kill_the_process_tree() {
 
 #[test]
 fn tool_events_carry_the_tool_call_id() {
-    let events_file = root().join("target").join("tool-events.jsonl");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("tool-events.jsonl");
     let run = pagantic(&[
         "run",
         "--events",

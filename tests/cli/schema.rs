@@ -14,8 +14,8 @@ fn committed_schemas_match_the_code() {
 
 #[test]
 fn schema_writes_both_files_and_check_detects_drift() {
-    let out = root().join("target").join("schema-test");
-    let _ = std::fs::remove_dir_all(&out);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("schemas");
     let out_arg = out.to_str().expect("utf-8 path");
     let check = pagantic(&["schema", "--check", "--out", out_arg]);
     assert_eq!(check.code, 1, "missing files are drift");
