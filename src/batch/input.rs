@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -53,6 +54,34 @@ pub fn open(source: &str, id_column: Option<&str>) -> Result<Rows, Failure> {
     }
 }
 
+/// Whether writing to `out` would feed the batch its own output: `out` is the input file itself
+/// (by any name: the same inode), or lies in the input directory, or matches the input glob.
+pub fn would_read(source: &str, out: &Path) -> bool {
+    if source == "-" {
+        return false;
+    }
+    let path = Path::new(source);
+    let same_file = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    };
+    // `out` may not exist yet: compare where it would be.
+    let out_dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let out_full = std::fs::canonicalize(out_dir)
+        .map(|dir| dir.join(out.file_name().unwrap_or_default()))
+        .unwrap_or_else(|_| out.to_path_buf());
+    if path.is_dir() {
+        return std::fs::canonicalize(path).is_ok_and(|dir| out_full.starts_with(dir));
+    }
+    if source.contains(['*', '?', '[']) && !path.exists() {
+        return glob::Pattern::new(source).is_ok_and(|p| p.matches_path(out));
+    }
+    same_file(path, out) || std::fs::canonicalize(path).is_ok_and(|input| input == out_full)
+}
+
 fn with_id(
     index: usize,
     default_id: String,
@@ -86,10 +115,15 @@ fn jsonl(reader: Box<dyn BufRead + Send>, name: String, id_column: Option<String
                     Ok(line) => line,
                     Err(e) => return Some(Err(bad_input(format!("cannot read {name}: {e}")))),
                 };
+                // A byte-order mark before the first row is an editor's, not the row's.
+                let line = match line_number {
+                    0 => line.strip_prefix('\u{feff}').unwrap_or(&line),
+                    _ => &line,
+                };
                 if line.trim().is_empty() {
                     return None;
                 }
-                let row = match serde_json::from_str::<Value>(&line) {
+                let row = match serde_json::from_str::<Value>(line) {
                     Ok(Value::Object(data)) => {
                         with_id(index, (line_number + 1).to_string(), data, &id_column)
                     }
@@ -222,6 +256,23 @@ mod tests {
         );
         assert_eq!(rows[1].data.get("stars"), Some(&Value::String("1".into())));
         assert_eq!(rows[1].id, "2");
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_row_is_skipped() {
+        let (_dir, path) = scratch(
+            "bom.jsonl",
+            "\u{feff}{\"text\": \"first\"}\n{\"text\": \"second\"}\n",
+        );
+        let rows: Vec<Row> = collect(open(&path, None).expect("open"))
+            .into_iter()
+            .map(|r| r.expect("every row reads"))
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[0].data.get("text"),
+            Some(&Value::String("first".into()))
+        );
     }
 
     #[test]

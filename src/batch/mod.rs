@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::core::{Failure, TokenUsage};
+use crate::core::{Failure, FailureCode, TokenUsage};
 use crate::orchestrate::{
     Events, Pipeline, Rendered, RunRecord, RunStatus, Session, execute, render_step,
 };
@@ -108,6 +108,19 @@ pub async fn run(
     progress: &dyn Fn(&Progress),
 ) -> Result<Summary, Failure> {
     let started = Instant::now();
+    if let Some(out) = &options.out
+        && input::would_read(&options.input, out)
+    {
+        return Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!(
+                "--out {} is part of the input {}: the batch would read its own output",
+                out.display(),
+                options.input
+            ),
+        )
+        .with_help("write the output somewhere the input does not cover"));
+    }
     let (mut sink, previous) = match &options.out {
         Some(path) => output::open(path, options.resume, options.retry_errors)?,
         None => (Sink::Stdout, output::Previous::default()),

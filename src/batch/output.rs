@@ -71,10 +71,19 @@ pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Prev
             .with_help("use --resume to skip the rows it holds, or choose another --out"));
         }
         let reader = BufReader::new(File::open(path).map_err(|e| output_failure(path, e))?);
+        // A line is written whole with its newline; a last line without one was cut by a
+        // kill, even when what was written parses, and its row runs again.
+        let complete_end = ends_with_newline(path).map_err(|e| output_failure(path, e))?;
         let mut kept = Vec::new();
-        for line in reader.split(b'\n') {
+        let mut lines = reader.split(b'\n').peekable();
+        while let Some(line) = lines.next() {
             let line = line.map_err(|e| output_failure(path, e))?;
-            let parsed: Option<Value> = serde_json::from_slice(&line).ok();
+            let cut = lines.peek().is_none() && !complete_end;
+            let parsed: Option<Value> = if cut {
+                None
+            } else {
+                serde_json::from_slice(&line).ok()
+            };
             match parsed {
                 Some(value) if !(retry_errors && value["status"] != "ok") => {
                     if let Some(id) = value["row"].as_str() {
@@ -116,6 +125,19 @@ pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Prev
     ))
 }
 
+/// Whether the file's last byte is a newline (false for an empty file).
+fn ends_with_newline(path: &Path) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = File::open(path)?;
+    if file.seek(SeekFrom::End(0))? == 0 {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +170,26 @@ mod tests {
         assert!(
             text.lines()
                 .all(|l| serde_json::from_str::<Value>(l).is_ok())
+        );
+    }
+
+    /// Issue 13: a kill between a line's `}` and its newline leaves a line that parses; it was
+    /// not finished, so resume cuts it and its row runs again, and the next line starts clean.
+    #[test]
+    fn a_last_line_without_its_newline_is_cut_even_when_it_parses() {
+        let (_dir, path) = scratch(
+            "no-newline.jsonl",
+            "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"2\",\"status\":\"ok\"}",
+        );
+        let (mut sink, previous) = open(&path, true, false).expect("open");
+        assert_eq!(previous.done, HashSet::from(["1".to_string()]));
+        assert_eq!(previous.dropped, 1);
+        sink.write_line(&json!({ "row": "2", "status": "ok" }))
+            .expect("write");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            text,
+            "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"2\",\"status\":\"ok\"}\n"
         );
     }
 

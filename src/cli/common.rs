@@ -12,6 +12,7 @@ use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
 use crate::orchestrate::{Pipeline, Session, SessionOptions};
 use crate::plan::build::BuildOptions;
+use crate::plan::yaml::{self, YamlError};
 use crate::plan::{self, Plan};
 
 use super::EXIT_INVALID;
@@ -136,6 +137,23 @@ fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
             format!("cannot read {}: {e}", path.display()),
         )
     })?;
+    // JSON keeps the last of two equal keys without a word; a plan refuses them, so do inputs.
+    if let Err(YamlError::DuplicateKey { key, second, .. }) = yaml::parse(&text) {
+        let line = text
+            .chars()
+            .take(second.start)
+            .filter(|c| *c == '\n')
+            .count()
+            + 1;
+        return Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!(
+                "{}:{line}: the key `{key}` appears twice; which value was meant?",
+                path.display()
+            ),
+        )
+        .with_help("give every input once"));
+    }
     match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(Failure::new(
@@ -171,6 +189,28 @@ pub fn write_messages(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_inputs_file_with_a_key_twice_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("inputs.json");
+        std::fs::write(
+            &path,
+            "{\n  \"question\": \"a\",\n  \"question\": \"b\"\n}\n",
+        )
+        .expect("written");
+        let failure = read_inputs_file(&path).expect_err("refused");
+        assert_eq!(failure.code, FailureCode::ConfigInvalidInput);
+        assert!(
+            failure.message.ends_with(
+                "inputs.json:3: the key `question` appears twice; which value was meant?"
+            ),
+            "{}",
+            failure.message
+        );
+        std::fs::write(&path, "{\"question\": \"a\"}").expect("written");
+        assert_eq!(read_inputs_file(&path).map(|m| m.len()), Ok(1));
+    }
 
     #[test]
     fn pairs_split_at_the_first_equals_sign() {

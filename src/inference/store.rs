@@ -221,10 +221,24 @@ fn io_failure(what: &str, path: &Path, e: std::io::Error) -> Failure {
     )
 }
 
-/// The manifest of a pulled model, when present and readable.
+/// The manifest of a pulled model, when present, readable, and naming only files inside the
+/// store (a name with a `/` or `..` is refused, so an edited manifest cannot point anywhere
+/// else; the model is then pulled again).
 pub fn manifest(model: &EmbeddedModel) -> Option<Manifest> {
     let text = std::fs::read_to_string(manifest_path(model)).ok()?;
-    serde_json::from_str(&text).ok()
+    let manifest: Manifest = serde_json::from_str(&text).ok()?;
+    let names = std::iter::once(&manifest.file)
+        .chain(manifest.derived.iter().map(|d| &d.file))
+        .chain(manifest.companions.iter().map(|c| &c.file));
+    names
+        .into_iter()
+        .all(|name| is_plain_name(name))
+        .then_some(manifest)
+}
+
+/// A file name and nothing more: not empty, not `.` or `..`, no separator.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
 }
 
 /// The file to load for a pulled model (the derived Q8_0 file when present), if it and its
@@ -551,6 +565,16 @@ mod tests {
             sha256_file(&path).expect("hash"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn only_plain_names_are_store_files() {
+        for good in ["model.gguf", "a.q8_0-derived.gguf", "tokenizer.json"] {
+            assert!(is_plain_name(good), "{good}");
+        }
+        for bad in ["", ".", "..", "../x.gguf", "/etc/passwd", "sub/x", "a\\b"] {
+            assert!(!is_plain_name(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::events::{Event, EventKind};
 use super::pipeline::StepContext;
 use crate::core::{Failure, FailureCode};
+use crate::prompt::Templates;
 use crate::tool::{Builtin, CommandSpec, run_command};
 
 /// What a tool may change.
@@ -35,6 +36,52 @@ pub struct CommandTemplate {
     pub max_output_bytes: usize,
     pub working_dir: Option<PathBuf>,
     pub env_allow: Vec<String>,
+    /// Whether a templated element may render to something starting with `-`.
+    pub allow_dash_values: bool,
+}
+
+impl CommandTemplate {
+    /// The argv for a call: every element rendered with `args` in scope. A templated element
+    /// that renders to something starting with `-` would reach the program as an option the
+    /// model chose (`sort` given `--output=file` writes a file), so it is refused unless the
+    /// tool allows it or a literal `--` comes before it in argv.
+    pub fn render(
+        &self,
+        tool: &str,
+        templates: &Templates,
+        args: &Value,
+    ) -> Result<Vec<String>, Failure> {
+        let scope = json!({ "args": args });
+        let mut options_ended = false;
+        let mut argv = Vec::with_capacity(self.argv.len());
+        for (index, part) in self.argv.iter().enumerate() {
+            let rendered = templates.render_str(part, &scope)?;
+            let templated = part.contains("{{") || part.contains("{%");
+            if index > 0
+                && templated
+                && rendered.starts_with('-')
+                && !self.allow_dash_values
+                && !options_ended
+            {
+                let shown: String = rendered.chars().take(40).collect();
+                return Err(Failure::new(
+                    FailureCode::ToolInvalidArguments,
+                    format!(
+                        "tool `{tool}`: argument {index} would be `{shown}`, which the program \
+                         would read as an option; values from a call may not start with `-`"
+                    ),
+                )
+                .with_help(
+                    "put a literal `--` before it in argv if the program takes that as the end \
+                     of options, or set `allow_dash_values: true` on the tool",
+                )
+                .retryable(false));
+            }
+            options_ended |= index > 0 && !templated && part == "--";
+            argv.push(rendered);
+        }
+        Ok(argv)
+    }
 }
 
 /// How a tool runs.
@@ -187,12 +234,7 @@ impl ToolRuntime {
             ToolAction::Builtin(builtin) => builtin.call(args),
             ToolAction::DryRun => Ok(json!({ "dry_run": true, "tool": self.name, "args": args })),
             ToolAction::Command(command) => {
-                let scope = json!({ "args": args });
-                let argv = command
-                    .argv
-                    .iter()
-                    .map(|part| ctx.templates.render_str(part, &scope))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let argv = command.render(&self.name, &ctx.templates, args)?;
                 let spec = CommandSpec {
                     argv,
                     timeout: command.timeout,
@@ -228,7 +270,52 @@ mod tests {
             max_output_bytes: 1024,
             working_dir: Some(working_dir.to_path_buf()),
             env_allow: Vec::new(),
+            allow_dash_values: false,
         })
+    }
+
+    fn template(argv: &[&str], allow_dash_values: bool) -> CommandTemplate {
+        CommandTemplate {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            timeout: Duration::from_secs(1),
+            max_output_bytes: 1024,
+            working_dir: None,
+            env_allow: Vec::new(),
+            allow_dash_values,
+        }
+    }
+
+    #[test]
+    fn a_value_starting_with_a_dash_is_not_passed_as_an_option() {
+        let templates = Templates::new(None);
+        let sort = template(&["sort", "{{ args.file }}"], false);
+        let attack = json!({ "file": "--output=/tmp/pwned" });
+        let failure = sort
+            .render("sort", &templates, &attack)
+            .expect_err("refused");
+        assert_eq!(failure.code, FailureCode::ToolInvalidArguments);
+        assert!(
+            failure.message.contains("`--output=/tmp/pwned`"),
+            "{}",
+            failure.message
+        );
+        assert_eq!(
+            sort.render("sort", &templates, &json!({ "file": "notes.txt" })),
+            Ok(vec!["sort".to_string(), "notes.txt".to_string()])
+        );
+        // A literal option in the plan is the author's, not the model's.
+        let reverse = template(&["sort", "-r", "{{ args.file }}"], false);
+        assert!(
+            reverse
+                .render("sort", &templates, &json!({ "file": "a" }))
+                .is_ok()
+        );
+        // After a literal `--`, or when the tool allows it, a dash value goes through.
+        let ended = template(&["grep", "--", "{{ args.pattern }}"], false);
+        let dash = json!({ "pattern": "-v" });
+        assert!(ended.render("grep", &templates, &dash).is_ok());
+        let allowed = template(&["calc", "{{ args.pattern }}"], true);
+        assert!(allowed.render("calc", &templates, &dash).is_ok());
     }
 
     #[test]

@@ -409,6 +409,7 @@ impl Builder<'_> {
                 max_output_bytes,
                 working_dir,
                 env,
+                allow_dash_values,
                 side_effects,
                 idempotent,
             } => {
@@ -431,6 +432,7 @@ impl Builder<'_> {
                         }),
                         working_dir: Some(self.dir.join(working_dir.as_deref().unwrap_or("."))),
                         env_allow: env.clone(),
+                        allow_dash_values: *allow_dash_values,
                     })
                 };
                 ToolRuntime::new(

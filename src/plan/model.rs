@@ -304,6 +304,9 @@ pub enum ToolSpec {
         /// Environment variables passed through; all others are cleared.
         #[serde(default)]
         env: Vec<String>,
+        /// Let a templated argv element begin with `-`. Off by default: a value a model chose would otherwise reach the program as an option (`--output=file`), so such a call is refused (TOOL_INVALID_ARGUMENTS). A literal `--` earlier in `argv` also lets the values after it through, for programs that read it as the end of options.
+        #[serde(default)]
+        allow_dash_values: bool,
         /// What the tool may change (default `external`, the most cautious).
         #[serde(default)]
         side_effects: SideEffects,

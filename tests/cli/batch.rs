@@ -228,3 +228,28 @@ fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
     );
     assert_eq!(lines(&out).len(), 5);
 }
+
+/// Issue 13: an output inside the input (the same file by another name, a file in the input
+/// directory) would feed the batch its own lines forever; it is refused before anything runs.
+#[test]
+fn an_output_the_input_would_read_is_refused() {
+    let input = rows_file("self.jsonl", 3, None);
+    let dir = input.parent().expect("a directory");
+    let same_by_another_name = dir.join(".").join("self.jsonl");
+    for out in [same_by_another_name, dir.join("out.jsonl")] {
+        let input_arg = if out.ends_with("out.jsonl") {
+            dir.to_path_buf()
+        } else {
+            input.clone()
+        };
+        let run = batch(&input_arg, &["--out", s(&out)]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("the batch would read its own output"),
+            "{}",
+            run.stderr
+        );
+    }
+    let before = std::fs::read_to_string(&input).expect("input");
+    assert_eq!(before.lines().count(), 3, "the input is untouched");
+}

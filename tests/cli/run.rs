@@ -321,3 +321,26 @@ fn render_a_prompt_file_alone() {
     assert!(run.stdout.contains("[a.md] Because."), "{}", run.stdout);
     assert!(run.stdout.contains("Question: Why?"), "{}", run.stdout);
 }
+
+/// Issue 13: a templated argument must not become an option of the program.
+#[test]
+fn a_tool_argument_starting_with_a_dash_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let target = dir.path().join("pwned.txt");
+    let run = pagantic(&[
+        "run",
+        "tests/plans/option-injection.yaml",
+        "-i",
+        &format!("file=--output={}", target.display()),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("error[TOOL_INVALID_ARGUMENTS]"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !target.exists(),
+        "sort wrote a file it was given as an option"
+    );
+}
