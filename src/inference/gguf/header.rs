@@ -1,0 +1,434 @@
+//! A GGUF header checked byte by byte before any model library reads it.
+//!
+//! The reader in candle trusts the lengths a header states: a string of 2^62 bytes, an array of
+//! 2^56 items or a tensor of 2^32 dimensions is allocated before a single byte is read, and the
+//! process aborts; an alignment of 0 divides by zero, a tensor offset near `u64::MAX` overflows.
+//! [`check`] walks the same format without allocating what the file claims: every length is
+//! compared with the bytes that remain, counts with what so many entries would take at least,
+//! sizes are computed with checked arithmetic, and every tensor must end inside the file. Only
+//! a header that passes is handed to the library.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+
+use candle_core::quantized::GgmlDType;
+
+/// Longest key or string value read into memory (the architecture name and the like); longer
+/// strings are skipped over, not read.
+const MAX_READ_STRING: u64 = 64 * 1024;
+/// Most dimensions a tensor may have (ggml's limit).
+const MAX_DIMENSIONS: u32 = 4;
+/// The alignment of tensor data when the header sets none.
+const DEFAULT_ALIGNMENT: u64 = 32;
+
+/// Why a header is not acceptable, in words for the user.
+pub type Problem = String;
+
+/// A reader that knows how many bytes remain.
+struct Cursor {
+    reader: BufReader<File>,
+    position: u64,
+    length: u64,
+    /// GGUF v1 writes lengths and counts as u32, later versions as u64.
+    wide: bool,
+}
+
+impl Cursor {
+    fn remaining(&self) -> u64 {
+        self.length.saturating_sub(self.position)
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], Problem> {
+        let mut buffer = [0u8; N];
+        self.reader
+            .read_exact(&mut buffer)
+            .map_err(|_| format!("the header ends early (at byte {})", self.position))?;
+        self.position += N as u64;
+        Ok(buffer)
+    }
+
+    fn u32(&mut self) -> Result<u32, Problem> {
+        self.bytes::<4>().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, Problem> {
+        self.bytes::<8>().map(u64::from_le_bytes)
+    }
+
+    /// A length or count: u32 in v1, u64 after.
+    fn length(&mut self) -> Result<u64, Problem> {
+        if self.wide {
+            self.u64()
+        } else {
+            self.u32().map(u64::from)
+        }
+    }
+
+    fn skip(&mut self, count: u64, what: &str) -> Result<(), Problem> {
+        if count > self.remaining() {
+            return Err(format!(
+                "{what} claims {count} bytes at byte {}, but only {} remain",
+                self.position,
+                self.remaining()
+            ));
+        }
+        let offset = i64::try_from(count).map_err(|_| format!("{what} is too long"))?;
+        self.reader
+            .seek(SeekFrom::Current(offset))
+            .map_err(|e| format!("cannot read the header: {e}"))?;
+        self.position += count;
+        Ok(())
+    }
+
+    /// A string: read when short enough to matter, skipped otherwise.
+    fn string(&mut self, what: &str) -> Result<Option<String>, Problem> {
+        let length = self.length()?;
+        if length > self.remaining() {
+            return Err(format!(
+                "{what} claims {length} bytes at byte {}, but only {} remain",
+                self.position,
+                self.remaining()
+            ));
+        }
+        if length > MAX_READ_STRING {
+            self.skip(length, what)?;
+            return Ok(None);
+        }
+        let mut buffer = vec![0u8; length as usize];
+        self.reader
+            .read_exact(&mut buffer)
+            .map_err(|_| format!("the header ends early (at byte {})", self.position))?;
+        self.position += length;
+        Ok(Some(String::from_utf8_lossy(&buffer).into_owned()))
+    }
+
+    /// A count of entries that each take at least `smallest` bytes, checked against what remains.
+    fn count(&mut self, what: &str, smallest: u64) -> Result<u64, Problem> {
+        let count = self.length()?;
+        if count.saturating_mul(smallest) > self.remaining() {
+            return Err(format!(
+                "it claims {count} {what}, more than its {} remaining bytes can hold",
+                self.remaining()
+            ));
+        }
+        Ok(count)
+    }
+}
+
+/// Bytes of one value of a fixed-size metadata type; None for strings and arrays.
+fn fixed_size(value_type: u32) -> Result<Option<u64>, Problem> {
+    Ok(match value_type {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        8 | 9 => None,
+        other => return Err(format!("unknown metadata value type {other}")),
+    })
+}
+
+/// Reads (or skips) one metadata value; returns it as a number when it is an integer (for
+/// `general.alignment`).
+fn value(cursor: &mut Cursor, value_type: u32, depth: u32) -> Result<Option<i128>, Problem> {
+    match fixed_size(value_type)? {
+        Some(size) => {
+            let raw = match size {
+                1 => i128::from(cursor.bytes::<1>()?[0]),
+                2 => i128::from(u16::from_le_bytes(cursor.bytes::<2>()?)),
+                4 => i128::from(cursor.u32()?),
+                _ => i128::from(cursor.u64()?),
+            };
+            // Signed types: the value as the type reads it.
+            let signed = match value_type {
+                1 => i128::from(raw as u8 as i8),
+                3 => i128::from(raw as u16 as i16),
+                5 => i128::from(raw as u32 as i32),
+                _ => raw,
+            };
+            Ok(matches!(value_type, 0..=5).then_some(signed))
+        }
+        None if value_type == 8 => cursor.string("a metadata string").map(|_| None),
+        None => {
+            if depth > 8 {
+                return Err("metadata arrays are nested too deep".into());
+            }
+            let item_type = cursor.u32()?;
+            let smallest = fixed_size(item_type)?.unwrap_or(if cursor.wide { 8 } else { 4 });
+            let count = cursor.count("array items", smallest)?;
+            match fixed_size(item_type)? {
+                Some(size) => cursor.skip(count * size, "a metadata array")?,
+                None => {
+                    for _ in 0..count {
+                        value(cursor, item_type, depth + 1)?;
+                    }
+                }
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Checks a GGUF file's header and that every tensor it lists lies inside the file.
+pub fn check(file: File) -> Result<(), Problem> {
+    let length = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {e}"))?
+        .len();
+    let mut cursor = Cursor {
+        reader: BufReader::new(file),
+        position: 0,
+        length,
+        wide: true,
+    };
+    if cursor.bytes::<4>()? != *b"GGUF" {
+        return Err("it does not start with `GGUF`".into());
+    }
+    match cursor.u32()? {
+        1 => cursor.wide = false,
+        2 | 3 => {}
+        other => return Err(format!("unknown GGUF version {other}")),
+    }
+    // A tensor entry takes at least a name length, one dimension count, a type and an offset.
+    let tensors = cursor.length()?;
+    let entries = cursor.count("metadata entries", 13)?;
+    if tensors.saturating_mul(24) > cursor.remaining() {
+        return Err(format!(
+            "it claims {tensors} tensors, more than its {} remaining bytes can hold",
+            cursor.remaining()
+        ));
+    }
+    let mut alignment = DEFAULT_ALIGNMENT;
+    for _ in 0..entries {
+        let key = cursor.string("a metadata key")?;
+        let value_type = cursor.u32()?;
+        let number = value(&mut cursor, value_type, 0)?;
+        if key.as_deref() == Some("general.alignment")
+            && let Some(number) = number
+        {
+            alignment = u64::try_from(number)
+                .ok()
+                .filter(|a| a.is_power_of_two())
+                .ok_or_else(|| {
+                    format!("its alignment is {number}, not a power of two above zero")
+                })?;
+        }
+    }
+    let mut ends = Vec::new();
+    for _ in 0..tensors {
+        let name = cursor
+            .string("a tensor name")?
+            .unwrap_or_else(|| "(a long name)".into());
+        let dimensions = cursor.u32()?;
+        if dimensions > MAX_DIMENSIONS {
+            return Err(format!(
+                "tensor `{name}` has {dimensions} dimensions (at most {MAX_DIMENSIONS})"
+            ));
+        }
+        let mut elements: u64 = 1;
+        for _ in 0..dimensions {
+            let size = cursor.length()?;
+            elements = elements
+                .checked_mul(size)
+                .ok_or_else(|| format!("tensor `{name}` has more elements than can be counted"))?;
+        }
+        let dtype = cursor.u32()?;
+        let (block, bytes_per_block) =
+            block_size(dtype).ok_or_else(|| format!("tensor `{name}` has unknown type {dtype}"))?;
+        if !elements.is_multiple_of(block) {
+            return Err(format!(
+                "tensor `{name}` has {elements} elements, not a whole number of {block}-element blocks"
+            ));
+        }
+        let size = (elements / block)
+            .checked_mul(bytes_per_block)
+            .ok_or_else(|| format!("tensor `{name}` is larger than can be counted"))?;
+        let offset = cursor.u64()?;
+        let end = offset
+            .checked_add(size)
+            .ok_or_else(|| format!("tensor `{name}` lies past any file (offset {offset})"))?;
+        ends.push((name, end));
+    }
+    let data_start = cursor.position.div_ceil(alignment) * alignment;
+    for (name, end) in ends {
+        let end = data_start
+            .checked_add(end)
+            .ok_or_else(|| format!("tensor `{name}` lies past any file"))?;
+        if end > length {
+            return Err(format!(
+                "the file is truncated ({length} bytes, tensor `{name}` needs {end})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// (elements per block, bytes per block) of a ggml tensor type candle can read.
+fn block_size(dtype: u32) -> Option<(u64, u64)> {
+    let dtype = match dtype {
+        0 => GgmlDType::F32,
+        1 => GgmlDType::F16,
+        2 => GgmlDType::Q4_0,
+        3 => GgmlDType::Q4_1,
+        6 => GgmlDType::Q5_0,
+        7 => GgmlDType::Q5_1,
+        8 => GgmlDType::Q8_0,
+        9 => GgmlDType::Q8_1,
+        10 => GgmlDType::Q2K,
+        11 => GgmlDType::Q3K,
+        12 => GgmlDType::Q4K,
+        13 => GgmlDType::Q5K,
+        14 => GgmlDType::Q6K,
+        15 => GgmlDType::Q8K,
+        30 => GgmlDType::BF16,
+        _ => return None,
+    };
+    Some((dtype.block_size() as u64, dtype.type_size() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 file: the given metadata entries and tensors, then `data` bytes of tensor data.
+    struct Gguf {
+        bytes: Vec<u8>,
+    }
+
+    impl Gguf {
+        fn new(tensors: u64, entries: u64) -> Self {
+            let mut bytes = b"GGUF".to_vec();
+            bytes.extend(3u32.to_le_bytes());
+            bytes.extend(tensors.to_le_bytes());
+            bytes.extend(entries.to_le_bytes());
+            Gguf { bytes }
+        }
+        fn string(mut self, text: &str) -> Self {
+            self.bytes.extend((text.len() as u64).to_le_bytes());
+            self.bytes.extend(text.as_bytes());
+            self
+        }
+        fn u32(mut self, value: u32) -> Self {
+            self.bytes.extend(value.to_le_bytes());
+            self
+        }
+        fn u64(mut self, value: u64) -> Self {
+            self.bytes.extend(value.to_le_bytes());
+            self
+        }
+        fn padding(mut self, count: usize) -> Self {
+            self.bytes.extend(std::iter::repeat_n(0u8, count));
+            self
+        }
+        fn check(self) -> Result<(), Problem> {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("model.gguf");
+            std::fs::write(&path, &self.bytes).expect("written");
+            check(File::open(&path).expect("opened"))
+        }
+    }
+
+    /// An F32 tensor of `count` elements at data offset `offset`.
+    fn tensor(gguf: Gguf, name: &str, dims: &[u64], offset: u64) -> Gguf {
+        let mut gguf = gguf.string(name).u32(dims.len() as u32);
+        for &d in dims {
+            gguf = gguf.u64(d);
+        }
+        gguf.u32(0).u64(offset)
+    }
+
+    #[test]
+    fn a_well_formed_header_passes() {
+        let gguf = Gguf::new(1, 1)
+            .string("general.architecture")
+            .u32(8)
+            .string("qwen2");
+        let gguf = tensor(gguf, "w", &[4], 0);
+        let header = gguf.bytes.len();
+        let padded = header.div_ceil(32) * 32 - header;
+        assert_eq!(gguf.padding(padded + 16).check(), Ok(()));
+    }
+
+    #[test]
+    fn hostile_headers_fail_cleanly() {
+        let cases: Vec<(&str, Gguf, &str)> = vec![
+            (
+                "a 2^62-byte key",
+                Gguf::new(0, 1).u64(1 << 62).padding(64),
+                "claims 4611686018427387904 bytes",
+            ),
+            (
+                "a 2^56-item array",
+                Gguf::new(0, 1)
+                    .string("k")
+                    .u32(9)
+                    .u32(4)
+                    .u64(1 << 56)
+                    .padding(64),
+                "array items",
+            ),
+            (
+                "a string array of 2^40 strings",
+                Gguf::new(0, 1)
+                    .string("k")
+                    .u32(9)
+                    .u32(8)
+                    .u64(1 << 40)
+                    .padding(64),
+                "array items",
+            ),
+            (
+                "2^60 metadata entries",
+                Gguf::new(0, 1 << 60),
+                "metadata entries",
+            ),
+            (
+                "2^32 - 1 dimensions",
+                Gguf::new(1, 0).string("w").u32(u32::MAX).padding(64),
+                "dimensions",
+            ),
+            (
+                "an alignment of 0",
+                Gguf::new(0, 1).string("general.alignment").u32(4).u32(0),
+                "alignment is 0",
+            ),
+            (
+                "an alignment of 3",
+                Gguf::new(0, 1).string("general.alignment").u32(4).u32(3),
+                "alignment is 3",
+            ),
+            (
+                "an offset of u64::MAX",
+                tensor(Gguf::new(1, 0), "w", &[4], u64::MAX).padding(64),
+                "lies past any file",
+            ),
+            (
+                "an element count that overflows",
+                tensor(Gguf::new(1, 0), "w", &[1 << 40, 1 << 40], 0).padding(64),
+                "more elements than can be counted",
+            ),
+            (
+                "a tensor past the end",
+                tensor(Gguf::new(1, 0), "w", &[1024], 0).padding(64),
+                "truncated",
+            ),
+            (
+                "not GGUF",
+                Gguf {
+                    bytes: b"GGML....".to_vec(),
+                },
+                "`GGUF`",
+            ),
+            (
+                "cut in the header",
+                Gguf {
+                    bytes: b"GGUF\x03\0\0\0\x01".to_vec(),
+                },
+                "ends early",
+            ),
+        ];
+        for (what, gguf, expected) in cases {
+            let problem = gguf.check().expect_err(what);
+            assert!(problem.contains(expected), "{what}: {problem}");
+        }
+    }
+}
