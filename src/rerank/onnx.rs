@@ -220,23 +220,29 @@ pub(super) fn tiny_model(file: &str) -> OnnxModel {
     )
 }
 
-/// The pairs of `tests/onnx/reference.json`: (query, passage, logit, cosine).
+/// The pairs of `tests/onnx/reference.json`: (query, passage, logit, cosine). A missing or
+/// malformed file, or one with fewer than the expected pairs, fails the test that asked rather
+/// than leaving it nothing to compare.
 #[cfg(test)]
 pub(super) fn reference_pairs() -> Vec<(String, String, f64, f64)> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/reference.json");
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    json["pairs"]
+    let text = std::fs::read_to_string(&path).expect("tests/onnx/reference.json is readable");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("the reference is JSON");
+    let pairs: Vec<(String, String, f64, f64)> = json["pairs"]
         .as_array()
-        .into_iter()
-        .flatten()
+        .expect("the reference has `pairs`")
+        .iter()
         .map(|p| {
+            let text = |key: &str| p[key].as_str().expect("a text field").to_string();
+            let number = |key: &str| p[key].as_f64().expect("a number field");
             (
-                p["query"].as_str().unwrap_or_default().to_string(),
-                p["passage"].as_str().unwrap_or_default().to_string(),
-                p["logit"].as_f64().unwrap_or_default(),
-                p["cosine"].as_f64().unwrap_or_default(),
+                text("query"),
+                text("passage"),
+                number("logit"),
+                number("cosine"),
             )
         })
-        .collect()
+        .collect();
+    assert_eq!(pairs.len(), 7, "the reference holds seven pairs");
+    pairs
 }

@@ -172,7 +172,15 @@ fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_
         }
         args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
     };
-    for (attempt, kill_after_ms) in [150u64, 300, 450].into_iter().enumerate() {
+    // Each attempt is killed once it has written 30 more rows: the kills land mid-batch, with
+    // rows in flight, and every resume has rows to skip and rows to run.
+    let complete_lines = || {
+        std::fs::read_to_string(&out)
+            .map(|text| text.matches('\n').count())
+            .unwrap_or(0)
+    };
+    for attempt in 0..3 {
+        let before = complete_lines();
         let mut child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
             .args(args(attempt > 0))
             .current_dir(root())
@@ -180,10 +188,21 @@ fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_
             .stderr(Stdio::null())
             .spawn()
             .expect("spawned");
-        std::thread::sleep(Duration::from_millis(kill_after_ms));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while complete_lines() < before + 30 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
+        assert!(
+            complete_lines() >= before + 30,
+            "attempt {attempt} wrote rows before it was killed"
+        );
     }
+    assert!(
+        complete_lines() < 150,
+        "rows are left for the last resume to run"
+    );
     let finish_args = args(true);
     let finish = pagantic(&finish_args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(finish.code, 0, "{}", finish.stderr);
