@@ -25,8 +25,17 @@ fn bad_input(message: impl Into<String>) -> Failure {
     Failure::new(FailureCode::ConfigInvalidInput, message)
 }
 
+/// A row that could not be read, with the id it would have had without `--id` (its line or
+/// record number, or its path), so its output line has a stable id a resume can skip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadRow {
+    pub index: usize,
+    pub id: String,
+    pub failure: Failure,
+}
+
 /// Rows from a source, one at a time.
-pub type Rows = Box<dyn Iterator<Item = Result<Row, Failure>> + Send>;
+pub type Rows = Box<dyn Iterator<Item = Result<Row, BadRow>> + Send>;
 
 /// Opens `source`: `-` (JSON Lines on stdin), a `.jsonl`/`.json`/`.ndjson` file, a `.csv` file, a
 /// directory, or a glob pattern of text files.
@@ -87,21 +96,34 @@ fn with_id(
     default_id: String,
     data: Map<String, Value>,
     id_column: &Option<String>,
-) -> Result<Row, Failure> {
+) -> Result<Row, BadRow> {
     let id = match id_column {
         None => default_id,
         Some(column) => match data.get(column) {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Number(n)) => n.to_string(),
             _ => {
-                return Err(bad_input(format!(
-                    "row {} has no `{column}` to use as its id",
-                    index + 1
-                )));
+                return Err(BadRow {
+                    index,
+                    failure: bad_input(format!(
+                        "row {} has no `{column}` to use as its id",
+                        index + 1
+                    )),
+                    id: default_id,
+                });
             }
         },
     };
     Ok(Row { index, id, data })
+}
+
+/// A row that could not be read.
+fn bad_row(index: usize, id: String, message: String) -> BadRow {
+    BadRow {
+        index,
+        id,
+        failure: bad_input(message),
+    }
 }
 
 fn jsonl(reader: Box<dyn BufRead + Send>, name: String, id_column: Option<String>) -> Rows {
@@ -113,7 +135,12 @@ fn jsonl(reader: Box<dyn BufRead + Send>, name: String, id_column: Option<String
             .filter_map(move |(line_number, line)| {
                 let line = match line {
                     Ok(line) => line,
-                    Err(e) => return Some(Err(bad_input(format!("cannot read {name}: {e}")))),
+                    Err(e) => {
+                        let id = (line_number + 1).to_string();
+                        let row = bad_row(index, id, format!("cannot read {name}: {e}"));
+                        index += 1;
+                        return Some(Err(row));
+                    }
                 };
                 // A byte-order mark before the first row is an editor's, not the row's.
                 let line = match line_number {
@@ -127,11 +154,19 @@ fn jsonl(reader: Box<dyn BufRead + Send>, name: String, id_column: Option<String
                     Ok(Value::Object(data)) => {
                         with_id(index, (line_number + 1).to_string(), data, &id_column)
                     }
-                    Ok(_) => Err(bad_input(format!(
-                        "{name} line {}: a row must be a JSON object",
-                        line_number + 1
-                    ))),
-                    Err(e) => Err(bad_input(format!("{name} line {}: {e}", line_number + 1))),
+                    Ok(_) => Err(bad_row(
+                        index,
+                        (line_number + 1).to_string(),
+                        format!(
+                            "{name} line {}: a row must be a JSON object",
+                            line_number + 1
+                        ),
+                    )),
+                    Err(e) => Err(bad_row(
+                        index,
+                        (line_number + 1).to_string(),
+                        format!("{name} line {}: {e}", line_number + 1),
+                    )),
                 };
                 index += 1;
                 Some(row)
@@ -147,7 +182,13 @@ fn csv(reader: BufReader<File>, id_column: Option<String>) -> Result<Rows, Failu
         .clone();
     Ok(Box::new(records.into_records().enumerate().map(
         move |(index, record)| {
-            let record = record.map_err(|e| bad_input(format!("CSV record {}: {e}", index + 1)))?;
+            let record = record.map_err(|e| {
+                bad_row(
+                    index,
+                    (index + 1).to_string(),
+                    format!("CSV record {}: {e}", index + 1),
+                )
+            })?;
             let data: Map<String, Value> = headers
                 .iter()
                 .zip(record.iter())
@@ -171,10 +212,10 @@ fn files(pattern: &str) -> Result<Rows, Failure> {
     Ok(Box::new(paths.into_iter().enumerate().map(
         |(index, path)| {
             let mut content = String::new();
+            let shown = path.display().to_string();
             File::open(&path)
                 .and_then(|mut f| f.read_to_string(&mut content))
-                .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
-            let shown = path.display().to_string();
+                .map_err(|e| bad_row(index, shown.clone(), format!("cannot read {shown}: {e}")))?;
             let mut data = Map::new();
             data.insert("path".into(), Value::String(shown.clone()));
             data.insert("content".into(), Value::String(content));
@@ -200,7 +241,7 @@ mod tests {
         (dir, path.display().to_string())
     }
 
-    fn collect(rows: Rows) -> Vec<Result<Row, Failure>> {
+    fn collect(rows: Rows) -> Vec<Result<Row, BadRow>> {
         rows.collect()
     }
 
@@ -217,8 +258,9 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].index, rows[0].id.as_str()), (0, "1"));
         assert_eq!((rows[1].index, rows[1].id.as_str()), (1, "3"));
-        let by_id: Vec<Result<Row, Failure>> = collect(open(&path, Some("id")).expect("open"));
-        assert!(by_id[0].is_err(), "row 1 has no id column");
+        let by_id = collect(open(&path, Some("id")).expect("open"));
+        let missing = by_id[0].as_ref().expect_err("row 1 has no id column");
+        assert_eq!(missing.id, "1", "it keeps its line number as its id");
         assert_eq!(by_id[1].as_ref().map(|r| r.id.clone()), Ok("7".to_string()));
     }
 
@@ -227,20 +269,12 @@ mod tests {
         let (_dir, path) = scratch("bad.jsonl", "{\"q\": 1}\nnot json\n[1]\n");
         let rows = collect(open(&path, None).expect("open"));
         assert!(rows[0].is_ok());
-        assert!(
-            rows[1]
-                .as_ref()
-                .expect_err("bad")
-                .message
-                .contains("line 2")
-        );
-        assert!(
-            rows[2]
-                .as_ref()
-                .expect_err("bad")
-                .message
-                .contains("must be a JSON object")
-        );
+        let second = rows[1].as_ref().expect_err("bad");
+        assert!(second.failure.message.contains("line 2"));
+        assert_eq!((second.index, second.id.as_str()), (1, "2"));
+        let third = rows[2].as_ref().expect_err("bad");
+        assert!(third.failure.message.contains("must be a JSON object"));
+        assert_eq!(third.id, "3");
     }
 
     #[test]

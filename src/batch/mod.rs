@@ -12,13 +12,13 @@
 pub mod input;
 pub mod output;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
 use crate::core::{Failure, FailureCode, TokenUsage};
@@ -138,6 +138,7 @@ pub async fn run(
     let mut cancelled = false;
     let mut exhausted = false;
     let done: &HashSet<String> = &previous.done;
+    let mut seen: HashMap<String, usize> = HashMap::new();
     let concurrency = options.concurrency.max(1);
     let total = count_rows_in_background(&options);
 
@@ -151,27 +152,43 @@ pub async fn run(
                 exhausted = true;
                 break;
             };
-            let row = match next {
-                Ok(row) => row,
-                Err(failure) => {
-                    // An unreadable row is recorded like a failed one, and the rest go on.
-                    let line = json!({ "row": null, "status": "error", "error": failure });
-                    write(
-                        &mut sink,
-                        &mut waiting_lines,
-                        &mut next_to_write,
-                        next_sequence,
-                        line,
-                        options.ordered,
-                    )?;
-                    next_sequence += 1;
-                    counts.failed += 1;
-                    stop = options.fail_fast;
-                    continue;
-                }
+            // An unreadable row is recorded like a failed one (under its line or record number),
+            // and the rest go on.
+            let (mut row, problem) = match next {
+                Ok(row) => (row, None),
+                Err(bad) => (
+                    Row {
+                        index: bad.index,
+                        id: bad.id,
+                        data: Map::new(),
+                    },
+                    Some(bad.failure),
+                ),
             };
             if !in_shard(row.index, options.shard) {
                 continue;
+            }
+            // A second row with an id already used is keyed `id#2` (and fails, saying so): a
+            // resume then skips exactly the rows that were written, none silently lost.
+            let occurrence = seen.entry(row.id.clone()).or_insert(0);
+            *occurrence += 1;
+            let problem = match (problem, *occurrence) {
+                (Some(problem), _) => Some(problem),
+                (None, 1) => None,
+                (None, n) => Some(
+                    Failure::new(
+                        FailureCode::ConfigInvalidInput,
+                        format!(
+                            "row {} has the id `{}` of an earlier row (this is its occurrence {n})",
+                            row.index + 1,
+                            row.id
+                        ),
+                    )
+                    .with_help("ids must be unique: choose another --id column, or leave --id out to number rows"),
+                ),
+            };
+            if *occurrence > 1 {
+                row.id = format!("{}#{occurrence}", row.id);
             }
             if done.contains(&row.id) {
                 counts.skipped += 1;
@@ -180,7 +197,11 @@ pub async fn run(
             started_rows += 1;
             let sequence = next_sequence;
             next_sequence += 1;
-            match pipeline.bind_row(&row.data, &options.map) {
+            let bound = match problem {
+                Some(problem) => Err(problem),
+                None => pipeline.bind_row(&row.data, &options.map),
+            };
+            match bound {
                 Ok(bound) => {
                     let mut run_options = session.run_options();
                     run_options
@@ -311,7 +332,7 @@ pub async fn preview(
             Err(_) => true,
         });
     for next in rows_in_shard.take(rows) {
-        let row = next?;
+        let row = next.map_err(|bad| bad.failure)?;
         let mut preview = RowPreview {
             row: row.id.clone(),
             calls: Vec::new(),

@@ -272,3 +272,62 @@ fn an_output_the_input_would_read_is_refused() {
     let before = std::fs::read_to_string(&input).expect("input");
     assert_eq!(before.lines().count(), 3, "the input is untouched");
 }
+
+/// Issue 13: an unreadable row is written under its line number, so a resume skips it instead
+/// of appending it again; `--retry-errors` reads it again.
+#[test]
+fn an_unreadable_row_has_a_stable_id_and_is_written_once() {
+    let input = scratch("unreadable.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\": \"a\", \"text\": \"fine\"}\nnot json\n{\"id\": \"c\", \"text\": \"fine\"}\n",
+    )
+    .expect("rows");
+    let out = scratch("unreadable.out.jsonl");
+    let first = batch(&input, &["--out", s(&out)]);
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    let written = lines(&out);
+    assert_eq!(written.len(), 3);
+    let bad: Vec<&Value> = written.iter().filter(|l| l["status"] == "error").collect();
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0]["row"], "2", "the line number is its id");
+    for extra in [vec!["--resume"], vec!["--resume", "--retry-errors"]] {
+        let mut args = vec!["--out", s(&out)];
+        args.extend(extra);
+        batch(&input, &args);
+        assert_eq!(lines(&out).len(), 3, "{args:?} wrote no row twice");
+    }
+}
+
+/// Issue 13: rows sharing an `--id` are never skipped silently: the later ones are keyed
+/// `id#2`, `id#3` and fail saying why, and a resume neither loses nor repeats them.
+#[test]
+fn rows_with_the_same_id_are_kept_apart_and_reported() {
+    let input = scratch("same.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\": \"same\", \"text\": \"one\"}\n{\"id\": \"same\", \"text\": \"two\"}\n{\"id\": \"same\", \"text\": \"three\"}\n",
+    )
+    .expect("rows");
+    let out = scratch("same.out.jsonl");
+    let run = batch(&input, &["--out", s(&out), "--id", "id"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let mut ids: Vec<String> = lines(&out)
+        .iter()
+        .map(|l| l["row"].as_str().unwrap_or_default().to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["same", "same#2", "same#3"]);
+    let duplicate = lines(&out)
+        .into_iter()
+        .find(|l| l["row"] == "same#2")
+        .expect("the second row");
+    assert!(
+        duplicate["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the id `same` of an earlier row")),
+        "{duplicate}"
+    );
+    batch(&input, &["--out", s(&out), "--id", "id", "--resume"]);
+    assert_eq!(lines(&out).len(), 3, "a resume adds nothing");
+}
