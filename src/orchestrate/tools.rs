@@ -180,29 +180,20 @@ impl ToolRuntime {
                 .map(|e| format!("{e} (at `{}`)", e.instance_path()))
                 .collect();
             if !errors.is_empty() {
-                return Err(Failure::new(
+                let failure = Failure::new(
                     FailureCode::ToolInvalidArguments,
                     format!(
                         "arguments for tool `{}` do not match its schema: {}",
                         self.name,
                         errors.join("; ")
                     ),
-                ));
+                );
+                record_refusal(ctx, call_id, &self.name, args, &failure);
+                return Err(failure);
             }
         }
         let span = ctx.events.new_span();
-        let emit = |kind, data| {
-            ctx.events.emit_event(Event {
-                run_id: ctx.events.run_id().to_string(),
-                at_ms: ctx.events.elapsed_ms(),
-                kind,
-                step: Some(ctx.step.clone()),
-                span,
-                parent_span: Some(ctx.span),
-                tool_call_id: Some(call_id.to_string()),
-                data,
-            });
-        };
+        let emit = |kind, data| emit_tool_event(ctx, span, call_id, kind, data);
         emit(
             EventKind::ToolStart,
             json!({ "tool": self.name, "args": args }),
@@ -254,6 +245,51 @@ impl ToolRuntime {
             }
         }
     }
+}
+
+/// Records a tool call that never ran — an unknown tool, arguments its schema refuses — as a
+/// start and an end with status `refused` and the failure, so events show every call a model made.
+pub fn record_refusal(
+    ctx: &StepContext,
+    call_id: &str,
+    tool: &str,
+    args: &Value,
+    failure: &Failure,
+) {
+    let span = ctx.events.new_span();
+    emit_tool_event(
+        ctx,
+        span,
+        call_id,
+        EventKind::ToolStart,
+        json!({ "tool": tool, "args": args }),
+    );
+    emit_tool_event(
+        ctx,
+        span,
+        call_id,
+        EventKind::ToolEnd,
+        json!({ "tool": tool, "status": "refused", "duration_ms": 0.0, "error": failure }),
+    );
+}
+
+fn emit_tool_event(
+    ctx: &StepContext,
+    span: super::events::SpanId,
+    call_id: &str,
+    kind: EventKind,
+    data: Value,
+) {
+    ctx.events.emit_event(Event {
+        run_id: ctx.events.run_id().to_string(),
+        at_ms: ctx.events.elapsed_ms(),
+        kind,
+        step: Some(ctx.step.clone()),
+        span,
+        parent_span: Some(ctx.span),
+        tool_call_id: Some(call_id.to_string()),
+        data,
+    });
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{pagantic, root};
+use crate::{pagantic, root, step};
 
 fn record(stdout: &str) -> Value {
     serde_json::from_str(stdout)
@@ -342,5 +342,60 @@ fn a_tool_argument_starting_with_a_dash_is_refused_and_nothing_is_written() {
     assert!(
         !target.exists(),
         "sort wrote a file it was given as an option"
+    );
+}
+
+/// Issue 13: a tool call that never ran (an unknown tool, arguments the schema refuses) leaves a
+/// trace: a refused tool event with the failure, and the failure in the step's record.
+#[test]
+fn refused_tool_calls_are_in_the_events_and_the_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("events.jsonl");
+    let run = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "--events",
+        events_file.to_str().expect("utf-8 path"),
+        "tests/plans/refused-tools.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("a record");
+    let calls = step(&record, "act")["detail"]["tool_calls"].clone();
+    let codes: Vec<&str> = calls
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|c| c["error"]["code"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        codes,
+        ["TOOL_NOT_FOUND", "TOOL_INVALID_ARGUMENTS"],
+        "{calls}"
+    );
+    let refused: Vec<(String, String)> = std::fs::read_to_string(&events_file)
+        .expect("events")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+        .filter(|e| e["kind"] == "tool_end" && e["data"]["status"] == "refused")
+        .map(|e| {
+            (
+                e["tool_call_id"].as_str().unwrap_or_default().to_string(),
+                e["data"]["error"]["code"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("scripted_call_1".to_string(), "TOOL_NOT_FOUND".to_string()),
+            (
+                "scripted_call_2".to_string(),
+                "TOOL_INVALID_ARGUMENTS".to_string()
+            )
+        ]
     );
 }

@@ -19,7 +19,7 @@ use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::{Engine, Request};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
-use crate::orchestrate::tools::ToolRuntime;
+use crate::orchestrate::tools::{ToolRuntime, record_refusal};
 
 /// How tool calls are obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,18 +194,26 @@ impl StepHandler for Agent {
                 for call in calls {
                     let result = match self.tools.iter().find(|t| t.name == call.name) {
                         Some(tool) => tool.call(&call.arguments, &call.id, ctx).await,
-                        None => Err(Failure::new(
-                            FailureCode::ToolNotFound,
-                            format!("there is no tool `{}`", call.name),
-                        )),
+                        None => {
+                            let failure = Failure::new(
+                                FailureCode::ToolNotFound,
+                                format!("there is no tool `{}`", call.name),
+                            );
+                            record_refusal(ctx, &call.id, &call.name, &call.arguments, &failure);
+                            Err(failure)
+                        }
                     };
                     let content = match &result {
                         Ok(Value::String(text)) => text.clone(),
                         Ok(other) => other.to_string(),
                         Err(failure) => format!("error: {failure}"),
                     };
-                    calls_made
-                        .push(json!({ "id": call.id, "tool": call.name, "ok": result.is_ok() }));
+                    let mut made =
+                        json!({ "id": call.id, "tool": call.name, "ok": result.is_ok() });
+                    if let Err(failure) = &result {
+                        made["error"] = json!(failure);
+                    }
+                    calls_made.push(made);
                     memory.push(Message::tool_result(call.id, content));
                 }
                 self.remember(&mut memory);
