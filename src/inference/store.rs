@@ -283,6 +283,12 @@ pub fn list(check: bool) -> Vec<Listed> {
                 .map(|m| m.len() == manifest.size)
                 .unwrap_or(false);
             let hash_ok = !check || sha256_file(&path).is_ok_and(|h| h == manifest.sha256);
+            // The derived file is the one runs load: it is verified like the original.
+            let derived_ok = manifest.derived.as_ref().is_none_or(|derived| {
+                let path = models_dir().join(&derived.file);
+                std::fs::metadata(&path).is_ok_and(|m| m.len() == derived.size)
+                    && (!check || sha256_file(&path).is_ok_and(|h| h == derived.sha256))
+            });
             let companions_ok = model.companions.iter().all(|expected| {
                 let path = stored_path(expected);
                 std::fs::metadata(&path).is_ok_and(|m| m.len() == expected.size)
@@ -295,6 +301,7 @@ pub fn list(check: bool) -> Vec<Listed> {
                 sha256: manifest.sha256.clone(),
                 verified: size_ok
                     && hash_ok
+                    && derived_ok
                     && companions_ok
                     && manifest.sha256 == model.file.sha256,
                 derived: manifest.derived.map(|d| models_dir().join(d.file)),
@@ -347,15 +354,49 @@ pub enum PullProgress {
     },
 }
 
-/// Returns the model's file, pulling it first if the store does not hold it.
+/// Returns the model's file, pulling it first if the store does not hold it. A stored file
+/// whose size is not the one recorded when it was made (cut short, overwritten) is refused with
+/// the repair, never loaded.
 pub fn ensure(
     model: &EmbeddedModel,
     progress: &mut dyn FnMut(PullProgress),
 ) -> Result<PathBuf, Failure> {
     match cached_file(model) {
-        Some(path) => Ok(path),
+        Some(path) => {
+            check_size(model, &path)?;
+            Ok(path)
+        }
         None => pull(model, progress),
     }
+}
+
+/// The size the manifest recorded for the stored file at `path` (the original or the derived
+/// file), compared with the file's.
+fn check_size(model: &EmbeddedModel, path: &Path) -> Result<(), Failure> {
+    let Some(manifest) = manifest(model) else {
+        return Ok(());
+    };
+    let recorded = match &manifest.derived {
+        Some(derived) if models_dir().join(&derived.file) == path => derived.size,
+        _ => manifest.size,
+    };
+    let actual = std::fs::metadata(path)
+        .map_err(|e| io_failure("read", path, e))?
+        .len();
+    if actual == recorded {
+        return Ok(());
+    }
+    Err(Failure::new(
+        FailureCode::InferenceModelUnavailable,
+        format!(
+            "{} is {actual} bytes, but {recorded} were stored: it has changed since it was pulled",
+            path.display()
+        ),
+    )
+    .with_help(format!(
+        "pull it again: `pagantic models pull {} --force`",
+        model.name
+    )))
 }
 
 /// Fetches, verifies, derives and stores `model`; returns the file to load.

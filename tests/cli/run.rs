@@ -399,3 +399,41 @@ fn refused_tool_calls_are_in_the_events_and_the_record() {
         ]
     );
 }
+
+/// Issue 13: the derived Q8_0 file is the one runs load; one whose size is not the one recorded
+/// when it was made is refused at load, with the repair.
+#[test]
+fn a_changed_derived_model_file_is_refused_at_load() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let models = home.path().join("models");
+    std::fs::create_dir_all(&models).expect("models dir");
+    std::fs::write(models.join("qwen.q8_0-derived.gguf"), b"cut short").expect("derived");
+    let manifest = serde_json::json!({
+        "name": "qwen2.5-coder-0.5b-instruct",
+        "file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "size": 491_400_064u64,
+        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "derived": {
+            "file": "qwen.q8_0-derived.gguf",
+            "size": 636_896_128u64,
+            "sha256": "8698b59cb41f84d60e4cc5e7c9455770616d1b3ab6b645a6e140c05217c64975",
+            "note": "test"
+        }
+    });
+    std::fs::write(
+        models.join("qwen2.5-coder-0.5b-instruct.json"),
+        manifest.to_string(),
+    )
+    .expect("manifest");
+    let env = [("PAGANTIC_HOME", home.path().to_str().expect("utf-8 path"))];
+    let run = crate::pagantic_with(&root(), &["run", "plans/quickstart.yaml"], &env);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("has changed since it was pulled")
+            && run
+                .stderr
+                .contains("pagantic models pull qwen2.5-coder-0.5b-instruct --force"),
+        "{}",
+        run.stderr
+    );
+}
