@@ -64,6 +64,15 @@ pub fn suggestion<'a>(
     }
 }
 
+/// At most `max` characters of `text`, with `…` when cut: for quoting user input in messages
+/// without repeating all of a huge one.
+pub fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +95,13 @@ mod tests {
     fn splits_on_non_alphanumerics_and_lowercases() {
         let found: Vec<String> = words("Hello, World! It's 2026—café").collect();
         assert_eq!(found, ["hello", "world", "it", "s", "2026", "café"]);
+    }
+
+    #[test]
+    fn excerpts_cut_long_text_on_a_character_boundary() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("ééééé", 2), "éé…");
+        assert_eq!(excerpt(&"x".repeat(10_000_000), 80).chars().count(), 81);
     }
 
     #[test]

@@ -15,8 +15,7 @@ use crate::core::{Failure, FailureCode};
 /// The largest file `read_file` returns: enough for a document, small enough for a prompt.
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Integers up to this magnitude are exact in an `f64`, so a whole result prints as an integer.
-const EXACT_INTEGER_LIMIT: f64 = 9_007_199_254_740_992.0;
+use calculator::EXACT_INTEGER_LIMIT;
 
 /// A tool compiled into pagantic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,14 +143,26 @@ fn invalid(message: String) -> Failure {
 }
 
 fn calculate(expression: &str) -> Result<Value, Failure> {
-    let value = calculator::evaluate(expression)
-        .map_err(|error| invalid(format!("cannot evaluate `{expression}`: {error}")))?;
+    let evaluated = calculator::evaluate(expression).map_err(|error| {
+        invalid(format!(
+            "cannot evaluate `{}`: {error}",
+            crate::core::text::excerpt(expression, 80)
+        ))
+    })?;
+    let value = evaluated.value;
     let result = if value.fract() == 0.0 && value.abs() <= EXACT_INTEGER_LIMIT {
         // Whole and exact: prints as `98`, not `98.0`.
         Value::from(value as i64)
     } else {
         Value::from(value)
     };
+    if evaluated.inexact {
+        return Ok(json!({
+            "result": result,
+            "exact": false,
+            "note": "numbers beyond 2^53 are rounded to the nearest double: the result may be off"
+        }));
+    }
     Ok(json!({ "result": result }))
 }
 
@@ -298,12 +309,29 @@ mod tests {
             ("-3 * 2", json!({ "result": -6 })),
             ("-0", json!({ "result": 0 })),
             ("10 / 4", json!({ "result": 2.5 })),
-            ("2 ^ 60", json!({ "result": 1_152_921_504_606_846_976.0 })),
+            ("2 ^ 52", json!({ "result": 4_503_599_627_370_496u64 })),
         ];
         for (expression, expected) in cases {
             let args = json!({ "expression": expression });
             assert_eq!(Builtin::Calculator.call(&args).unwrap(), expected);
         }
+    }
+
+    /// Issue 13: past 2^53 doubles skip integers; the calculator says so instead of passing a
+    /// rounded number off as exact, even when only an intermediate result was that large.
+    #[test]
+    fn the_calculator_says_when_a_result_may_be_rounded() {
+        for expression in ["2 ^ 60", "9007199254740993", "(2^53 + 1) - 2^53"] {
+            let result = Builtin::Calculator
+                .call(&json!({ "expression": expression }))
+                .unwrap();
+            assert_eq!(result["exact"], false, "{expression}: {result}");
+        }
+        let long = format!("1 + {}", "x".repeat(10_000_000));
+        let failure = Builtin::Calculator
+            .call(&json!({ "expression": long }))
+            .unwrap_err();
+        assert!(failure.message.len() < 300, "the message quotes an excerpt");
     }
 
     #[test]

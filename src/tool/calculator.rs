@@ -19,6 +19,8 @@
 
 use std::fmt;
 
+use crate::core::text::excerpt;
+
 /// Deepest nesting of parentheses, signs and exponents accepted.
 const MAX_DEPTH: usize = 64;
 
@@ -40,12 +42,31 @@ impl fmt::Display for CalcError {
     }
 }
 
+/// The largest magnitude below which every integer is a double exactly (2^53).
+pub(super) const EXACT_INTEGER_LIMIT: f64 = 9_007_199_254_740_992.0;
+
+/// A result, and whether it may be rounded: true when a number in the expression, an
+/// intermediate result or the result itself reaches [`EXACT_INTEGER_LIMIT`], where doubles no
+/// longer hold every integer (`2^53 + 1` is `2^53`, so 2^53 itself may be a rounded result).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Evaluated {
+    pub value: f64,
+    pub inexact: bool,
+}
+
 /// Evaluates an arithmetic expression.
-pub(super) fn evaluate(text: &str) -> Result<f64, CalcError> {
-    let mut parser = Parser { text, at: 0 };
+pub(super) fn evaluate(text: &str) -> Result<Evaluated, CalcError> {
+    let mut parser = Parser {
+        text,
+        at: 0,
+        inexact: false,
+    };
     let value = parser.expression(0)?;
     match parser.peek() {
-        None => Ok(value),
+        None => Ok(Evaluated {
+            value,
+            inexact: parser.inexact,
+        }),
         Some(c) => Err(parser.error(parser.at, format!("unexpected `{c}`"))),
     }
 }
@@ -64,6 +85,8 @@ struct Parser<'a> {
     text: &'a str,
     /// Byte offset of the next character; always on a character boundary.
     at: usize,
+    /// Whether a value beyond exact integers was seen.
+    inexact: bool,
 }
 
 impl Parser<'_> {
@@ -148,9 +171,19 @@ impl Parser<'_> {
         let literal = &rest[..len];
         self.at += len;
         match literal.parse::<f64>() {
-            Ok(value) if value.is_finite() => Ok(value),
-            Ok(_) => Err(self.error(start, format!("the number `{literal}` is too large"))),
-            Err(_) => Err(self.error(start, format!("`{literal}` is not a number"))),
+            Ok(value) if value.is_finite() => {
+                // A whole number that a double cannot hold exactly (`9007199254740993`).
+                let whole_exact = literal
+                    .parse::<u128>()
+                    .map_or(literal.contains('.'), |n| n as f64 as u128 == n);
+                self.inexact |= !whole_exact || value.abs() >= EXACT_INTEGER_LIMIT;
+                Ok(value)
+            }
+            Ok(_) => Err(self.error(
+                start,
+                format!("the number `{}` is too large", excerpt(literal, 40)),
+            )),
+            Err(_) => Err(self.error(start, format!("`{}` is not a number", excerpt(literal, 40)))),
         }
     }
 
@@ -191,11 +224,17 @@ impl Parser<'_> {
         if arity_one.is_none() && fold.is_none() {
             return Err(self.error(
                 start,
-                format!("unknown name `{name}`; known names: {KNOWN_NAMES}"),
+                format!(
+                    "unknown name `{}`; known names: {KNOWN_NAMES}",
+                    excerpt(name, 40)
+                ),
             ));
         }
         if !is_call {
-            return Err(self.error(self.at, format!("expected `(` after `{name}`")));
+            return Err(self.error(
+                self.at,
+                format!("expected `(` after `{}`", excerpt(name, 40)),
+            ));
         }
         let args = self.arguments(depth)?;
         let value = match (arity_one, fold, args.as_slice()) {
@@ -235,7 +274,7 @@ impl Parser<'_> {
         }
     }
 
-    fn apply(&self, op: Op, at: usize, left: f64, right: f64) -> Result<f64, CalcError> {
+    fn apply(&mut self, op: Op, at: usize, left: f64, right: f64) -> Result<f64, CalcError> {
         let value = match op {
             Op::Divide | Op::Remainder if right == 0.0 => {
                 return Err(self.error(at, "division by zero"));
@@ -250,7 +289,8 @@ impl Parser<'_> {
         self.finite(at, value)
     }
 
-    fn finite(&self, at: usize, value: f64) -> Result<f64, CalcError> {
+    fn finite(&mut self, at: usize, value: f64) -> Result<f64, CalcError> {
+        self.inexact |= value.abs() >= EXACT_INTEGER_LIMIT;
         if value.is_nan() {
             Err(self.error(at, "the result is not a real number"))
         } else if value.is_infinite() {
@@ -347,7 +387,8 @@ mod tests {
             ("0.1 + 0.2", 0.1 + 0.2),
         ];
         for (expression, expected) in cases {
-            assert_eq!(evaluate(expression), Ok(expected), "{expression}");
+            let evaluated = evaluate(expression).map(|e| e.value);
+            assert_eq!(evaluated, Ok(expected), "{expression}");
         }
     }
 
