@@ -2,8 +2,10 @@
 //! Schema of its arguments) and what it does when called. They need nothing installed and touch
 //! nothing outside what their arguments name; `read_file` never reads outside its root.
 
-use std::fs::File;
+use std::fs::OpenOptions;
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -204,13 +206,28 @@ fn read_file(root: &Path, requested: &str) -> Result<Value, Failure> {
             "`{requested}` leads outside the root through a symbolic link"
         )));
     }
-    // Checked before opening: opening a FIFO or a device could block or never end.
-    if !resolved.metadata().map_err(not_readable)?.is_file() {
+    // The path can change between the checks above and the open (a directory swapped for a
+    // symbolic link, a file for a FIFO), so what counts is what was opened: opened without
+    // blocking (a FIFO would wait for a writer forever) and without following a last link,
+    // then the descriptor itself must be a regular file whose real path is inside the root.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(&resolved)
+        .map_err(not_readable)?;
+    if !file.metadata().map_err(not_readable)?.is_file() {
         return Err(invalid(format!("`{requested}` is not a regular file")));
     }
+    let opened =
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(not_readable)?;
+    if !opened.starts_with(&root) {
+        return Err(invalid(format!(
+            "`{requested}` leads outside the root through a symbolic link"
+        )));
+    }
     let mut bytes = Vec::new();
-    File::open(&resolved)
-        .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(not_readable)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(Failure::new(
@@ -510,5 +527,26 @@ mod tests {
         assert!((before..=after).contains(&unix));
         assert_eq!(now["utc"], utc_timestamp(unix));
         assert!(Builtin::CurrentTime.call(&Value::Null).unwrap()["unix"].is_u64());
+    }
+
+    /// Issue 13: a FIFO (or a file swapped for one) must not block the read forever.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("pipe"))
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let tool = Builtin::ReadFile {
+            root: dir.path().to_path_buf(),
+        };
+        let failure = tool.call(&json!({ "path": "pipe" })).unwrap_err();
+        assert_eq!(failure.code, FailureCode::ToolInvalidArguments);
+        assert!(
+            failure.message.contains("not a regular file"),
+            "{}",
+            failure.message
+        );
     }
 }
