@@ -10,6 +10,10 @@ use serde_json::{Map, Value};
 
 use crate::core::{Failure, FailureCode};
 
+/// Most bytes one row may have unless `--max-row-bytes` says otherwise: a JSON Lines line, or a
+/// file of a directory input.
+pub const DEFAULT_MAX_ROW_BYTES: u64 = 16 * 1024 * 1024;
+
 /// One input row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -39,27 +43,36 @@ pub type Rows = Box<dyn Iterator<Item = Result<Row, BadRow>> + Send>;
 
 /// Opens `source`: `-` (JSON Lines on stdin), a `.jsonl`/`.json`/`.ndjson` file, a `.csv` file, a
 /// directory, or a glob pattern of text files.
-pub fn open(source: &str, id_column: Option<&str>) -> Result<Rows, Failure> {
+pub fn open(source: &str, id_column: Option<&str>, max_row_bytes: u64) -> Result<Rows, Failure> {
     let id_column = id_column.map(str::to_string);
     if source == "-" {
         return Ok(jsonl(
             Box::new(BufReader::new(std::io::stdin())),
             "stdin".into(),
             id_column,
+            max_row_bytes,
         ));
     }
     let path = Path::new(source);
     if path.is_dir() {
-        return files(&format!("{}/*", glob::Pattern::escape(source)));
+        return files(
+            &format!("{}/*", glob::Pattern::escape(source)),
+            max_row_bytes,
+        );
     }
     if source.contains(['*', '?', '[']) && !path.exists() {
-        return files(source);
+        return files(source, max_row_bytes);
     }
     let file = File::open(path).map_err(|e| bad_input(format!("cannot read {source}: {e}")))?;
     let reader = BufReader::new(file);
     match path.extension().and_then(|e| e.to_str()) {
         Some("csv") => csv(reader, id_column),
-        _ => Ok(jsonl(Box::new(reader), source.to_string(), id_column)),
+        _ => Ok(jsonl(
+            Box::new(reader),
+            source.to_string(),
+            id_column,
+            max_row_bytes,
+        )),
     }
 }
 
@@ -126,52 +139,106 @@ fn bad_row(index: usize, id: String, message: String) -> BadRow {
     }
 }
 
-fn jsonl(reader: Box<dyn BufRead + Send>, name: String, id_column: Option<String>) -> Rows {
-    let mut index = 0;
-    Box::new(
-        reader
-            .lines()
-            .enumerate()
-            .filter_map(move |(line_number, line)| {
-                let line = match line {
-                    Ok(line) => line,
-                    Err(e) => {
-                        let id = (line_number + 1).to_string();
-                        let row = bad_row(index, id, format!("cannot read {name}: {e}"));
-                        index += 1;
-                        return Some(Err(row));
+/// The lines of `reader`, each at most `max` bytes held in memory: a longer line is read past
+/// (not kept) and reported, so one huge line cannot take the memory of the whole job.
+fn bounded_lines(
+    mut reader: Box<dyn BufRead + Send>,
+    max: u64,
+) -> impl Iterator<Item = Result<String, String>> {
+    std::iter::from_fn(move || {
+        let mut line = Vec::new();
+        let read = (&mut reader).take(max + 1).read_until(b'\n', &mut line);
+        match read {
+            Err(e) => Some(Err(e.to_string())),
+            Ok(0) => None,
+            Ok(_) if line.len() as u64 > max && line.last() != Some(&b'\n') => {
+                // Skip the rest of the line without keeping it.
+                let mut rest = 0u64;
+                loop {
+                    let buffer = match reader.fill_buf() {
+                        Ok(buffer) => buffer,
+                        Err(e) => return Some(Err(e.to_string())),
+                    };
+                    if buffer.is_empty() {
+                        break;
                     }
-                };
-                // A byte-order mark before the first row is an editor's, not the row's.
-                let line = match line_number {
-                    0 => line.strip_prefix('\u{feff}').unwrap_or(&line),
-                    _ => &line,
-                };
-                if line.trim().is_empty() {
-                    return None;
+                    let (used, done) = match buffer.iter().position(|&b| b == b'\n') {
+                        Some(at) => (at + 1, true),
+                        None => (buffer.len(), false),
+                    };
+                    rest += used as u64;
+                    reader.consume(used);
+                    if done {
+                        break;
+                    }
                 }
-                let row = match serde_json::from_str::<Value>(line) {
-                    Ok(Value::Object(data)) => {
-                        with_id(index, (line_number + 1).to_string(), data, &id_column)
+                Some(Err(format!(
+                    "the row is {} bytes, more than the {max} a row may have (--max-row-bytes)",
+                    line.len() as u64 + rest
+                )))
+            }
+            Ok(_) => {
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
                     }
-                    Ok(_) => Err(bad_row(
-                        index,
-                        (line_number + 1).to_string(),
-                        format!(
-                            "{name} line {}: a row must be a JSON object",
-                            line_number + 1
-                        ),
-                    )),
-                    Err(e) => Err(bad_row(
-                        index,
-                        (line_number + 1).to_string(),
-                        format!("{name} line {}: {e}", line_number + 1),
-                    )),
-                };
-                index += 1;
-                Some(row)
-            }),
-    )
+                }
+                Some(String::from_utf8(line).map_err(|_| "the row is not UTF-8".to_string()))
+            }
+        }
+    })
+}
+
+fn jsonl(
+    reader: Box<dyn BufRead + Send>,
+    name: String,
+    id_column: Option<String>,
+    max_row_bytes: u64,
+) -> Rows {
+    let mut index = 0;
+    Box::new(bounded_lines(reader, max_row_bytes).enumerate().filter_map(
+        move |(line_number, line)| {
+            let line = match line {
+                Ok(line) => line,
+                Err(problem) => {
+                    let id = (line_number + 1).to_string();
+                    let message = format!("{name} line {}: {problem}", line_number + 1);
+                    let row = bad_row(index, id, message);
+                    index += 1;
+                    return Some(Err(row));
+                }
+            };
+            // A byte-order mark before the first row is an editor's, not the row's.
+            let line = match line_number {
+                0 => line.strip_prefix('\u{feff}').unwrap_or(&line),
+                _ => &line,
+            };
+            if line.trim().is_empty() {
+                return None;
+            }
+            let row = match serde_json::from_str::<Value>(line) {
+                Ok(Value::Object(data)) => {
+                    with_id(index, (line_number + 1).to_string(), data, &id_column)
+                }
+                Ok(_) => Err(bad_row(
+                    index,
+                    (line_number + 1).to_string(),
+                    format!(
+                        "{name} line {}: a row must be a JSON object",
+                        line_number + 1
+                    ),
+                )),
+                Err(e) => Err(bad_row(
+                    index,
+                    (line_number + 1).to_string(),
+                    format!("{name} line {}: {e}", line_number + 1),
+                )),
+            };
+            index += 1;
+            Some(row)
+        },
+    ))
 }
 
 fn csv(reader: BufReader<File>, id_column: Option<String>) -> Result<Rows, Failure> {
@@ -199,7 +266,7 @@ fn csv(reader: BufReader<File>, id_column: Option<String>) -> Result<Rows, Failu
     )))
 }
 
-fn files(pattern: &str) -> Result<Rows, Failure> {
+fn files(pattern: &str, max_row_bytes: u64) -> Result<Rows, Failure> {
     let mut paths: Vec<PathBuf> = glob::glob(pattern)
         .map_err(|e| bad_input(format!("invalid pattern {pattern}: {}", e.msg)))?
         .filter_map(Result::ok)
@@ -210,11 +277,21 @@ fn files(pattern: &str) -> Result<Rows, Failure> {
         return Err(bad_input(format!("{pattern} matches no file")));
     }
     Ok(Box::new(paths.into_iter().enumerate().map(
-        |(index, path)| {
+        move |(index, path)| {
             let mut content = String::new();
             let shown = path.display().to_string();
+            let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+            if size > max_row_bytes {
+                return Err(bad_row(
+                    index,
+                    shown.clone(),
+                    format!(
+                        "{shown} is {size} bytes, more than the {max_row_bytes} a row may have (--max-row-bytes)"
+                    ),
+                ));
+            }
             File::open(&path)
-                .and_then(|mut f| f.read_to_string(&mut content))
+                .and_then(|f| f.take(max_row_bytes).read_to_string(&mut content))
                 .map_err(|e| bad_row(index, shown.clone(), format!("cannot read {shown}: {e}")))?;
             let mut data = Map::new();
             data.insert("path".into(), Value::String(shown.clone()));
@@ -251,14 +328,14 @@ mod tests {
             "rows.jsonl",
             "{\"q\": \"a\"}\n\n{\"q\": \"b\", \"id\": 7}\n",
         );
-        let rows: Vec<Row> = collect(open(&path, None).expect("open"))
+        let rows: Vec<Row> = collect(open(&path, None, DEFAULT_MAX_ROW_BYTES).expect("open"))
             .into_iter()
             .map(|r| r.expect("row"))
             .collect();
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].index, rows[0].id.as_str()), (0, "1"));
         assert_eq!((rows[1].index, rows[1].id.as_str()), (1, "3"));
-        let by_id = collect(open(&path, Some("id")).expect("open"));
+        let by_id = collect(open(&path, Some("id"), DEFAULT_MAX_ROW_BYTES).expect("open"));
         let missing = by_id[0].as_ref().expect_err("row 1 has no id column");
         assert_eq!(missing.id, "1", "it keeps its line number as its id");
         assert_eq!(by_id[1].as_ref().map(|r| r.id.clone()), Ok("7".to_string()));
@@ -267,7 +344,7 @@ mod tests {
     #[test]
     fn bad_lines_are_errors_with_their_line_number() {
         let (_dir, path) = scratch("bad.jsonl", "{\"q\": 1}\nnot json\n[1]\n");
-        let rows = collect(open(&path, None).expect("open"));
+        let rows = collect(open(&path, None, DEFAULT_MAX_ROW_BYTES).expect("open"));
         assert!(rows[0].is_ok());
         let second = rows[1].as_ref().expect_err("bad");
         assert!(second.failure.message.contains("line 2"));
@@ -280,7 +357,7 @@ mod tests {
     #[test]
     fn csv_rows_are_strings_keyed_by_header() {
         let (_dir, path) = scratch("rows.csv", "review,stars\n\"Great, really\",5\nBad,1\n");
-        let rows: Vec<Row> = collect(open(&path, None).expect("open"))
+        let rows: Vec<Row> = collect(open(&path, None, DEFAULT_MAX_ROW_BYTES).expect("open"))
             .into_iter()
             .map(|r| r.expect("row"))
             .collect();
@@ -298,7 +375,7 @@ mod tests {
             "bom.jsonl",
             "\u{feff}{\"text\": \"first\"}\n{\"text\": \"second\"}\n",
         );
-        let rows: Vec<Row> = collect(open(&path, None).expect("open"))
+        let rows: Vec<Row> = collect(open(&path, None, DEFAULT_MAX_ROW_BYTES).expect("open"))
             .into_iter()
             .map(|r| r.expect("every row reads"))
             .collect();
@@ -309,16 +386,43 @@ mod tests {
         );
     }
 
+    /// Issue 13: one huge line is one failed row, read past without being held in memory; the
+    /// rows after it go on.
+    #[test]
+    fn a_row_past_the_size_limit_fails_alone() {
+        let huge = format!("{{\"text\": \"{}\"}}", "x".repeat(5000));
+        let (_dir, path) = scratch(
+            "huge.jsonl",
+            &format!("{{\"text\": \"a\"}}\n{huge}\n{{\"text\": \"c\"}}\r\n"),
+        );
+        let rows = collect(open(&path, None, 1000).expect("open"));
+        assert_eq!(rows.len(), 3);
+        let too_long = rows[1].as_ref().expect_err("too long");
+        assert!(
+            too_long
+                .failure
+                .message
+                .contains("more than the 1000 a row may have"),
+            "{}",
+            too_long.failure.message
+        );
+        assert_eq!(too_long.id, "2");
+        let last = rows[2].as_ref().expect("the next row reads");
+        assert_eq!(last.data.get("text"), Some(&Value::String("c".into())));
+        assert_eq!(last.id, "3");
+    }
+
     #[test]
     fn a_directory_is_one_row_per_file() {
         let scratch = tempfile::tempdir().expect("temp dir");
         let dir = scratch.path();
         std::fs::write(dir.join("b.txt"), "second").expect("write");
         std::fs::write(dir.join("a.txt"), "first").expect("write");
-        let rows: Vec<Row> = collect(open(dir.to_str().expect("utf-8"), None).expect("open"))
-            .into_iter()
-            .map(|r| r.expect("row"))
-            .collect();
+        let rows: Vec<Row> =
+            collect(open(dir.to_str().expect("utf-8"), None, DEFAULT_MAX_ROW_BYTES).expect("open"))
+                .into_iter()
+                .map(|r| r.expect("row"))
+                .collect();
         assert_eq!(rows.len(), 2);
         assert_eq!(
             rows[0].data.get("content"),

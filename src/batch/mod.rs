@@ -36,6 +36,8 @@ pub struct BatchOptions {
     pub input: String,
     /// The column holding each row's id (default: its line / record number or file path).
     pub id_column: Option<String>,
+    /// Most bytes one row may have; a longer one fails on its own.
+    pub max_row_bytes: u64,
     /// The output file; None writes to stdout.
     pub out: Option<PathBuf>,
     /// Rows in flight at once.
@@ -125,7 +127,11 @@ pub async fn run(
         Some(path) => output::open(path, options.resume, options.retry_errors)?,
         None => (Sink::Stdout, output::Previous::default()),
     };
-    let mut rows = input::open(&options.input, options.id_column.as_deref())?;
+    let mut rows = input::open(
+        &options.input,
+        options.id_column.as_deref(),
+        options.max_row_bytes,
+    )?;
     let mut counts = Progress::default();
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut usage = TokenUsage::default();
@@ -290,10 +296,11 @@ fn count_rows_in_background(options: &BatchOptions) -> Arc<OnceLock<usize>> {
     let total = Arc::new(OnceLock::new());
     if options.input != "-" {
         let (source, id_column) = (options.input.clone(), options.id_column.clone());
+        let max_row_bytes = options.max_row_bytes;
         let (shard, limit) = (options.shard, options.limit);
         let slot = Arc::clone(&total);
         std::thread::spawn(move || {
-            if let Ok(rows) = input::open(&source, id_column.as_deref()) {
+            if let Ok(rows) = input::open(&source, id_column.as_deref(), max_row_bytes) {
                 let count = rows.count();
                 let in_shard = match shard {
                     Some((index, of)) => (count + of - 1 - index) / of,
@@ -325,12 +332,16 @@ pub async fn preview(
     rows: usize,
 ) -> Result<Vec<RowPreview>, Failure> {
     let mut previews = Vec::new();
-    let rows_in_shard =
-        input::open(&options.input, options.id_column.as_deref())?.filter(|row| match row {
-            Ok(row) => in_shard(row.index, options.shard),
-            // An unreadable row stops the preview with its error.
-            Err(_) => true,
-        });
+    let rows_in_shard = input::open(
+        &options.input,
+        options.id_column.as_deref(),
+        options.max_row_bytes,
+    )?
+    .filter(|row| match row {
+        Ok(row) => in_shard(row.index, options.shard),
+        // An unreadable row stops the preview with its error.
+        Err(_) => true,
+    });
     for next in rows_in_shard.take(rows) {
         let row = next.map_err(|bad| bad.failure)?;
         let mut preview = RowPreview {

@@ -112,6 +112,10 @@ pub struct BatchArgs {
     /// Write rows in input order rather than as they finish.
     #[arg(long, requires = "batch")]
     ordered: bool,
+    /// Most bytes one input row may have (a JSON Lines line, a file of a directory input); a
+    /// longer row fails on its own and the rest go on.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::batch::input::DEFAULT_MAX_ROW_BYTES, requires = "batch")]
+    max_row_bytes: u64,
     /// Also write the end-of-run summary as JSON to FILE.
     #[arg(long, value_name = "FILE", requires = "batch")]
     summary: Option<PathBuf>,
@@ -184,6 +188,7 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     let options = crate::batch::BatchOptions {
         input: batch.batch.clone().unwrap_or_default(),
         id_column: batch.id_column.clone(),
+        max_row_bytes: batch.max_row_bytes,
         out: batch.out.clone(),
         concurrency: batch.concurrency,
         resume: batch.resume,
