@@ -446,29 +446,16 @@ fn percentiles(mut times: Vec<f64>) -> StepTimes {
 
 /// Parses `I/N`, or takes the shard from the environment of array jobs: `env` reads Kubernetes
 /// Indexed Jobs (`JOB_COMPLETION_INDEX`, with the count in `PAGANTIC_SHARDS`) or Slurm arrays
-/// (`SLURM_ARRAY_TASK_ID` and `SLURM_ARRAY_TASK_COUNT`, IDs from 0).
+/// (`SLURM_ARRAY_TASK_ID` and `SLURM_ARRAY_TASK_COUNT`; the array may start anywhere and step,
+/// as `--array=1-8` or `0-14:2` do: `SLURM_ARRAY_TASK_MIN` and `SLURM_ARRAY_TASK_STEP` turn the
+/// task id into a shard from 0).
 pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
     let (index, count) = if text == "env" {
-        let var = |name: &str| {
+        shard_from_env(|name| {
             std::env::var(name)
                 .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-        };
-        match (
-            var("JOB_COMPLETION_INDEX"),
-            var("PAGANTIC_SHARDS"),
-            var("SLURM_ARRAY_TASK_ID"),
-            var("SLURM_ARRAY_TASK_COUNT"),
-        ) {
-            (Some(i), Some(n), _, _) => (i, n),
-            (_, _, Some(i), Some(n)) => (i, n),
-            _ => {
-                return Err(
-                    "--shard env needs JOB_COMPLETION_INDEX and PAGANTIC_SHARDS, or SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT"
-                        .into(),
-                );
-            }
-        }
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        })?
     } else {
         let (i, n) = text
             .split_once('/')
@@ -488,9 +475,59 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
     Ok((index, count))
 }
 
+/// The shard of an array job, from its environment (`var` reads one variable as a number).
+fn shard_from_env(var: impl Fn(&str) -> Option<usize>) -> Result<(usize, usize), String> {
+    if let (Some(index), Some(count)) = (var("JOB_COMPLETION_INDEX"), var("PAGANTIC_SHARDS")) {
+        return Ok((index, count));
+    }
+    if let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT")) {
+        let min = var("SLURM_ARRAY_TASK_MIN").unwrap_or(0);
+        let step = var("SLURM_ARRAY_TASK_STEP").unwrap_or(1).max(1);
+        let offset = id.checked_sub(min).ok_or_else(|| {
+            format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")
+        })?;
+        return Ok((offset / step, count));
+    }
+    Err("--shard env needs JOB_COMPLETION_INDEX and PAGANTIC_SHARDS, or SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Slurm array numbered from 1 (`--array=1-4`), or stepping (`--array=0-6:2`), covers every
+    /// shard exactly once; a Kubernetes indexed job numbers from 0.
+    #[test]
+    fn array_jobs_cover_every_shard_once() {
+        let env = |pairs: Vec<(&'static str, usize)>| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        };
+        for (min, step, ids) in [(1, 1, vec![1, 2, 3, 4]), (0, 2, vec![0, 2, 4, 6])] {
+            let mut shards: Vec<usize> = ids
+                .into_iter()
+                .map(|id| {
+                    shard_from_env(env(vec![
+                        ("SLURM_ARRAY_TASK_ID", id),
+                        ("SLURM_ARRAY_TASK_COUNT", 4),
+                        ("SLURM_ARRAY_TASK_MIN", min),
+                        ("SLURM_ARRAY_TASK_STEP", step),
+                    ]))
+                    .expect("a shard")
+                    .0
+                })
+                .collect();
+            shards.sort_unstable();
+            assert_eq!(shards, [0, 1, 2, 3], "min {min}, step {step}");
+        }
+        assert_eq!(
+            shard_from_env(env(vec![
+                ("JOB_COMPLETION_INDEX", 2),
+                ("PAGANTIC_SHARDS", 3)
+            ])),
+            Ok((2, 3))
+        );
+        assert!(shard_from_env(env(vec![])).is_err());
+    }
 
     #[test]
     fn shards_parse_and_are_checked() {
