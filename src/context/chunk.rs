@@ -4,19 +4,23 @@
 //! fit a context window and whole enough to read. Lengths are counted in characters (Unicode
 //! scalar values), never bytes, and a cut never falls inside a character.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Document;
 
 /// Where passages are cut.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum ChunkBy {
-    /// Paragraphs (separated by blank lines) are packed together, joined by a blank line, up to
-    /// `max_chars`; a paragraph longer than that is cut as by [`ChunkBy::Size`].
+    /// Blank-line paragraphs, packed up to `max_chars`.
+    // Packed together, joined by a blank line; a paragraph longer than `max_chars` is cut as by
+    // `size`.
     #[default]
     Paragraph,
-    /// Pieces of at most `max_chars`, cut at the last whitespace within reach, or exactly at
-    /// `max_chars` when a word is longer than that.
+    /// Fixed-size pieces of `max_chars`.
+    // Cut at the last whitespace within reach, or exactly at `max_chars` when a word is longer.
     Size,
 }
 

@@ -5,10 +5,11 @@
 //! carrying the `tool_call_id` that caused them, and marks failures of non-idempotent tools as not
 //! retryable, so the executor never repeats a side effect on its own.
 
+use schemars::JsonSchema;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::events::{Event, EventKind};
@@ -18,12 +19,17 @@ use crate::prompt::Templates;
 use crate::tool::{Builtin, CommandSpec, run_command};
 
 /// What a tool may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SideEffects {
+    /// Pure computation.
     None,
+    /// Reads local state.
     Read,
+    /// Changes local state.
     Write,
+    /// Reaches outside the machine.
+    #[default]
     External,
 }
 

@@ -6,16 +6,24 @@
 //! compared by value. The winner is returned in its original form.
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::core::{Failure, FailureCode, text};
 
-/// How candidates are combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How candidates are combined into one answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum VotingMethod {
+    /// The most frequent answer wins (ties: the first seen); confidence is its share.
+    #[default]
     Majority,
+    /// Every candidate must agree, else the step fails naming the one that differs.
     Unanimity,
+    /// The candidate most similar to all the others wins.
     Similarity,
+    /// Per-field majority over JSON objects.
     FieldMajority,
 }
 

@@ -15,10 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::Plan;
-use super::model::{
-    BuiltinTool, ChunkBy, CorpusSpec, ModelSpec, OnnxTask, ScriptReply,
-    SideEffects as PlanSideEffects, ToolSpec,
-};
+use super::model::{BuiltinTool, CorpusSpec, ModelSpec, OnnxTask, ScriptReply, ToolSpec};
 use super::steps::{self as plan_steps, PromptSpec, SchemaSource};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Failure, FailureCode};
@@ -413,12 +410,7 @@ impl Builder<'_> {
                 side_effects,
                 idempotent,
             } => {
-                let side_effects = match side_effects {
-                    PlanSideEffects::None => SideEffects::None,
-                    PlanSideEffects::Read => SideEffects::Read,
-                    PlanSideEffects::Write => SideEffects::Write,
-                    PlanSideEffects::External => SideEffects::External,
-                };
+                let side_effects = *side_effects;
                 let action = if self.options.dry_run
                     && matches!(side_effects, SideEffects::Write | SideEffects::External)
                 {
@@ -709,10 +701,7 @@ fn corpus_source(spec: &CorpusSpec, dir: &Path) -> CorpusSource {
         }),
         chunk: spec.chunk.as_ref().map(|c| ChunkOptions {
             max_chars: usize::try_from(c.max_chars).unwrap_or(usize::MAX),
-            by: match c.by {
-                ChunkBy::Paragraph => crate::context::ChunkBy::Paragraph,
-                ChunkBy::Size => crate::context::ChunkBy::Size,
-            },
+            by: c.by,
         }),
     }
 }

@@ -13,7 +13,9 @@ use serde_json::Value;
 use super::duration::DurationSpec;
 use super::policy::PlanPolicy;
 use super::steps::RawStep;
+pub use crate::context::ChunkBy;
 pub use crate::orchestrate::inputs::{InputSpec, InputType};
+pub use crate::orchestrate::tools::SideEffects;
 
 /// A pagantic plan: the inputs it takes, the models, corpora and tools it uses, and its steps.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -266,17 +268,6 @@ pub struct ChunkSpec {
     pub by: ChunkBy,
 }
 
-/// Where passages are cut.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ChunkBy {
-    /// Blank-line paragraphs, packed up to `max_chars`.
-    #[default]
-    Paragraph,
-    /// Fixed-size pieces of `max_chars`.
-    Size,
-}
-
 /// A tool steps and agents may call. `kind` picks how it runs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -325,21 +316,6 @@ pub enum ToolSpec {
         #[serde(default)]
         root: Option<String>,
     },
-}
-
-/// What a tool may change.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SideEffects {
-    /// Pure computation.
-    None,
-    /// Reads local state.
-    Read,
-    /// Changes local state.
-    Write,
-    /// Reaches outside the machine.
-    #[default]
-    External,
 }
 
 /// Tools compiled into pagantic.

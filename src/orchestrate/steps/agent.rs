@@ -8,6 +8,8 @@
 //! never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
 //! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -21,12 +23,15 @@ use crate::inference::{Engine, Request};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
 
-/// How tool calls are obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How an agent's tool calls are obtained from the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "ToolCallMode")]
 pub enum ToolCalls {
-    /// The engine's native tool-call format.
+    /// The model's own tool-call format.
+    #[default]
     Native,
-    /// A JSON Schema of "final answer" or "call tool X" enforced while decoding.
+    /// A JSON grammar of "call tool X with args" or "final answer", enforced while decoding.
     Constrained,
 }
 

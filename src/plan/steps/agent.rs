@@ -1,6 +1,6 @@
 //! `type: agent` — a tool-calling loop.
 
-use crate::orchestrate::steps::{Agent, ToolCalls};
+use crate::orchestrate::steps::Agent;
 use crate::plan::build;
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use crate::core::Failure;
 use crate::orchestrate::StepHandler;
 use crate::plan::build::Builder;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{ModelRole, PromptSpec, References, Sampling, StepCommon, StepConfig, TemplateSource};
 
@@ -43,16 +43,8 @@ pub struct AgentStep {
     pub tool_calls: ToolCallMode,
 }
 
-/// How an agent's tool calls are obtained from the model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolCallMode {
-    /// The model's own tool-call format.
-    #[default]
-    Native,
-    /// A JSON grammar of "call tool X with args" or "final answer", enforced while decoding.
-    Constrained,
-}
+/// How an agent's tool calls are obtained from the model (defined beside the agent loop).
+pub use crate::orchestrate::steps::ToolCalls as ToolCallMode;
 
 impl StepConfig for AgentStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
@@ -83,10 +75,7 @@ impl StepConfig for AgentStep {
                 .unwrap_or(20),
             memory: self.memory.map(|m| m as usize),
             context: self.context.clone(),
-            tool_calls: match self.tool_calls {
-                ToolCallMode::Native => ToolCalls::Native,
-                ToolCallMode::Constrained => ToolCalls::Constrained,
-            },
+            tool_calls: self.tool_calls,
         }))
     }
 }

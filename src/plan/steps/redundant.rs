@@ -1,7 +1,7 @@
 //! `type: redundant` — N candidates and a vote.
 
 use crate::orchestrate::steps::Redundant;
-use crate::orchestrate::voting;
+pub use crate::orchestrate::voting::VotingMethod;
 use crate::plan::build;
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use crate::orchestrate::StepHandler;
 use crate::plan::build::Builder;
 use crate::plan::diagnostic::PlanError;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommon, StepConfig};
 
@@ -61,21 +61,6 @@ pub struct Voting {
     pub fallback: Option<String>,
 }
 
-/// How candidates are combined into one answer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum VotingMethod {
-    /// The most frequent answer wins (ties: the first seen); confidence is its share.
-    #[default]
-    Majority,
-    /// Every candidate must agree, else the step fails naming the one that differs.
-    Unanimity,
-    /// The candidate most similar to all the others wins.
-    Similarity,
-    /// Per-field majority over JSON objects.
-    FieldMajority,
-}
-
 impl StepConfig for RedundantStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         refs.model(&["model"], &self.model, ModelRole::Llm);
@@ -113,12 +98,7 @@ impl StepConfig for RedundantStep {
                 .as_ref()
                 .map(|s| builder.schema(s))
                 .transpose()?,
-            method: match self.voting.method {
-                VotingMethod::Majority => voting::VotingMethod::Majority,
-                VotingMethod::Unanimity => voting::VotingMethod::Unanimity,
-                VotingMethod::Similarity => voting::VotingMethod::Similarity,
-                VotingMethod::FieldMajority => voting::VotingMethod::FieldMajority,
-            },
+            method: self.voting.method,
             min_confidence: self.voting.min_confidence,
             fallback: self
                 .voting
