@@ -31,11 +31,16 @@ fn check(name: &str, bytes: &[u8], expected_code: i32, expected_diagnostic: &str
         "{name}:\n{}{}",
         run.stdout, run.stderr
     );
-    assert!(
-        run.stdout.contains(expected_diagnostic),
-        "{name}: expected {expected_diagnostic} in\n{}",
-        run.stdout
-    );
+    if expected_diagnostic.is_empty() {
+        // A valid file: not a single diagnostic line.
+        assert_eq!(run.stdout.trim(), "", "{name}: expected no diagnostics");
+    } else {
+        assert!(
+            run.stdout.contains(expected_diagnostic),
+            "{name}: expected {expected_diagnostic} in\n{}",
+            run.stdout
+        );
+    }
 }
 
 /// Deterministic pseudo-random bytes (no dependency needed for junk).
