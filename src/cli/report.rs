@@ -59,8 +59,93 @@ pub fn colour_stderr() -> bool {
     io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
+/// Longest line shown whole in a report; a longer one is shown around its label.
+const MAX_SHOWN_LINE: usize = 200;
+/// Characters kept on each side of a label on a shortened line.
+const SHOWN_AROUND: usize = 60;
+
+/// A copy of `diagnostic` whose primary label's line, when longer than [`MAX_SHOWN_LINE`]
+/// characters, is cut to the label and [`SHOWN_AROUND`] characters on each side (`…` marks the
+/// cuts); labels are moved with the text and columns still count from the file's line start.
+/// None when nothing needs cutting.
+fn shorten_long_line(diagnostic: &Diagnostic) -> Option<Diagnostic> {
+    let source = diagnostic.source.as_ref()?;
+    let primary = diagnostic
+        .labels
+        .iter()
+        .find(|l| l.primary())
+        .or(diagnostic.labels.first())?;
+    let text = &source.text;
+    let (start, end) = (primary.offset(), primary.offset() + primary.len());
+    if end > text.len() || !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+        return None;
+    }
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    if text[line_start..line_end].chars().count() <= MAX_SHOWN_LINE {
+        return None;
+    }
+    let keep_from = text[line_start..start]
+        .char_indices()
+        .rev()
+        .nth(SHOWN_AROUND - 1)
+        .map_or(line_start, |(i, _)| line_start + i);
+    let keep_to = text[end..line_end]
+        .char_indices()
+        .nth(SHOWN_AROUND)
+        .map_or(line_end, |(i, _)| end + i);
+    let (before, after) = (
+        if keep_from > line_start { "…" } else { "" },
+        if keep_to < line_end { "…" } else { "" },
+    );
+    let shortened = format!(
+        "{}{before}{}{after}{}",
+        &text[..line_start],
+        &text[keep_from..keep_to],
+        &text[line_end..]
+    );
+    let moved = |offset: usize| -> Option<usize> {
+        if offset < line_start {
+            Some(offset)
+        } else if offset >= line_end {
+            Some(offset + shortened.len() - text.len())
+        } else if (keep_from..=keep_to).contains(&offset) {
+            Some(offset - keep_from + line_start + before.len())
+        } else {
+            None
+        }
+    };
+    let labels = diagnostic
+        .labels
+        .iter()
+        .filter_map(|label| {
+            let offset = moved(label.offset())?;
+            let span = miette::SourceSpan::new(offset.into(), label.len());
+            let text = label.label().map(String::from);
+            Some(if label.primary() {
+                miette::LabeledSpan::new_primary_with_span(text, span)
+            } else {
+                miette::LabeledSpan::new_with_span(text, span)
+            })
+        })
+        .collect();
+    // Columns as the report counts them on any line (bytes from the line start).
+    let cut_columns = (keep_from - line_start) - before.len();
+    let line_index = text[..line_start].matches('\n').count();
+    let mut copy = diagnostic.clone();
+    copy.source = Some(crate::plan::Source {
+        name: source.name.clone(),
+        text: shortened.into(),
+        column_shift: Some((line_index, cut_columns)),
+    });
+    copy.labels = labels;
+    Some(copy)
+}
+
 /// The miette report for one diagnostic.
 pub fn render_human(diagnostic: &Diagnostic) -> String {
+    let shortened = shorten_long_line(diagnostic);
+    let diagnostic = shortened.as_ref().unwrap_or(diagnostic);
     let theme = if colour_stderr() {
         GraphicalTheme::unicode()
     } else {

@@ -20,6 +20,9 @@ pub use crate::core::text::{closest, did_you_mean, suggestion};
 pub struct Source {
     pub name: Arc<str>,
     pub text: Arc<str>,
+    /// For a copy with one long line shortened for display: that line (from 0) and how many
+    /// columns were cut from its start, so reported columns stay those of the file.
+    pub column_shift: Option<(usize, usize)>,
 }
 
 impl Source {
@@ -27,6 +30,7 @@ impl Source {
         Source {
             name: name.into(),
             text: text.into(),
+            column_shift: None,
         }
     }
 
@@ -54,12 +58,16 @@ impl SourceCode for Source {
         let contents = self
             .text
             .read_span(span, context_lines_before, context_lines_after)?;
+        let column = match self.column_shift {
+            Some((line, shift)) if line == contents.line() => contents.column() + shift,
+            _ => contents.column(),
+        };
         Ok(Box::new(MietteSpanContents::new_named(
             self.name.to_string(),
             contents.data(),
             *contents.span(),
             contents.line(),
-            contents.column(),
+            column,
             contents.line_count(),
         )))
     }
