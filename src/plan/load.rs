@@ -107,12 +107,30 @@ fn deserialize<T: DeserializeOwned>(
 pub const QUOTE_TEMPLATES: &str =
     "in YAML a value starting with `{` is a mapping; quote templates: \"{{ inputs.question }}\"";
 
+/// The first tab from the start of the line holding `at` through the line after it.
+fn tab_near(text: &str, at: usize) -> Option<usize> {
+    let at = at.min(text.len());
+    let line_start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let tab = line_start + text[line_start..].find('\t')?;
+    (text[line_start..tab].matches('\n').count() <= 1).then_some(tab)
+}
+
 fn yaml_diagnostic(error: YamlError, source: &Source) -> Diagnostic {
     match error {
-        YamlError::Syntax { message, at } => {
-            let end = (at + 1).min(source.text.len()).max(at);
-            Diagnostic::at(PlanError::YamlSyntax { message }, source, at..end, "here")
-        }
+        YamlError::Syntax { message, at } => match tab_near(&source.text, at) {
+            // The parser stops where the tab broke the structure, often the line before.
+            Some(tab) if message.contains("tab") => Diagnostic::at(
+                PlanError::YamlSyntax { message },
+                source,
+                tab..tab + 1,
+                "a tab",
+            )
+            .with_hint("YAML indents with spaces only: replace the tab with spaces"),
+            _ => {
+                let end = (at + 1).min(source.text.len()).max(at);
+                Diagnostic::at(PlanError::YamlSyntax { message }, source, at..end, "here")
+            }
+        },
         YamlError::DuplicateKey { key, first, second } => Diagnostic::at(
             PlanError::DuplicateKey { key },
             source,
