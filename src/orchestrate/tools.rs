@@ -228,7 +228,20 @@ impl ToolRuntime {
 
     async fn execute(&self, args: &Value, ctx: &StepContext) -> Result<Value, Failure> {
         match &self.action {
-            ToolAction::Builtin(builtin) => builtin.call(args),
+            ToolAction::Builtin(builtin) => {
+                // Builtins do blocking file I/O and arithmetic: on a thread of their own, so no
+                // runtime worker waits on them and the step's timeout can always fire.
+                let (builtin, args) = (builtin.clone(), args.clone());
+                tokio::task::spawn_blocking(move || builtin.call(&args))
+                    .await
+                    .map_err(|e| {
+                        Failure::new(
+                            FailureCode::ToolExecutionFailed,
+                            format!("tool `{}` ended abnormally: {e}", self.name),
+                        )
+                        .retryable(false)
+                    })?
+            }
             ToolAction::DryRun => Ok(json!({ "dry_run": true, "tool": self.name, "args": args })),
             ToolAction::Command(command) => {
                 let argv = command.render(&self.name, &ctx.templates, args)?;
