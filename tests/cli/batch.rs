@@ -331,3 +331,40 @@ fn rows_with_the_same_id_are_kept_apart_and_reported() {
     batch(&input, &["--out", s(&out), "--id", "id", "--resume"]);
     assert_eq!(lines(&out).len(), 3, "a resume adds nothing");
 }
+
+/// `--fail-fast` stops starting rows at the first failure (rows in flight still finish), and
+/// `--summary FILE` writes the end-of-run counts as JSON.
+#[test]
+fn fail_fast_stops_at_the_first_failure_and_the_summary_says_so() {
+    let input = rows_file("fast.jsonl", 40, Some(2));
+    let out = scratch("fast.out.jsonl");
+    let summary = scratch("fast.summary.json");
+    let run = batch(
+        &input,
+        &[
+            "--out",
+            s(&out),
+            "--id",
+            "id",
+            "-j",
+            "1",
+            "--fail-fast",
+            "--summary",
+            s(&summary),
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let written = lines(&out);
+    assert_eq!(
+        written.len(),
+        3,
+        "rows r0, r1, then r2 failed and nothing more started"
+    );
+    assert_eq!(written[2]["row"], "r2");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).expect("summary written"))
+            .expect("summary JSON");
+    assert_eq!(summary["rows_ok"], 2);
+    assert_eq!(summary["rows_failed"], 1);
+    assert!(summary["steps"]["label"]["p50_ms"].is_number(), "{summary}");
+}
