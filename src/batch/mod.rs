@@ -175,10 +175,18 @@ pub async fn run(
                 continue;
             }
             // A second row with an id already used is keyed `id#2` (and fails, saying so): a
-            // resume then skips exactly the rows that were written, none silently lost.
-            let occurrence = seen.entry(row.id.clone()).or_insert(0);
-            *occurrence += 1;
-            let problem = match (problem, *occurrence) {
+            // resume then skips exactly the rows that were written, none silently lost. Only
+            // `--id` values can repeat: line and record numbers and paths are unique, so without
+            // it nothing is remembered.
+            let occurrence = match options.id_column {
+                Some(_) => {
+                    let count = seen.entry(row.id.clone()).or_insert(0);
+                    *count += 1;
+                    *count
+                }
+                None => 1,
+            };
+            let problem = match (problem, occurrence) {
                 (Some(problem), _) => Some(problem),
                 (None, 1) => None,
                 (None, n) => Some(
@@ -193,7 +201,7 @@ pub async fn run(
                     .with_help("ids must be unique: choose another --id column, or leave --id out to number rows"),
                 ),
             };
-            if *occurrence > 1 {
+            if occurrence > 1 {
                 row.id = format!("{}#{occurrence}", row.id);
             }
             if done.contains(&row.id) {

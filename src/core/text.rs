@@ -32,7 +32,7 @@ pub fn did_you_mean<'a>(
 
 /// The candidate closest to `found`, if similar enough to be a typo: within a small edit distance
 /// (one edit per three characters, at least one), or very similar by Jaro-Winkler.
-pub fn closest<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+fn closest<'a>(found: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let found_lower = found.to_lowercase();
     let max_edits = (found.chars().count() / 3).max(1);
     candidates

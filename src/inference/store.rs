@@ -244,16 +244,24 @@ fn is_plain_name(name: &str) -> bool {
 /// The file to load for a pulled model (the derived Q8_0 file when present), if it and its
 /// companions are there.
 pub fn cached_file(model: &EmbeddedModel) -> Option<PathBuf> {
+    cached(model).map(|(path, _)| path)
+}
+
+/// The file to load (as [`cached_file`]) and the size the manifest recorded for it.
+fn cached(model: &EmbeddedModel) -> Option<(PathBuf, u64)> {
     let manifest = manifest(model)?;
     let dir = models_dir();
     if !model.companions.iter().all(|c| stored_path(c).is_file()) {
         return None;
     }
-    let original = dir.join(&manifest.file);
-    let derived = manifest.derived.map(|d| dir.join(d.file));
-    match derived {
-        Some(path) if path.is_file() => Some(path),
-        _ => original.is_file().then_some(original),
+    match manifest.derived {
+        Some(derived) if dir.join(&derived.file).is_file() => {
+            Some((dir.join(derived.file), derived.size))
+        }
+        _ => {
+            let original = dir.join(&manifest.file);
+            original.is_file().then_some((original, manifest.size))
+        }
     }
 }
 
@@ -361,25 +369,17 @@ pub fn ensure(
     model: &EmbeddedModel,
     progress: &mut dyn FnMut(PullProgress),
 ) -> Result<PathBuf, Failure> {
-    match cached_file(model) {
-        Some(path) => {
-            check_size(model, &path)?;
+    match cached(model) {
+        Some((path, recorded)) => {
+            check_size(model, &path, recorded)?;
             Ok(path)
         }
         None => pull(model, progress),
     }
 }
 
-/// The size the manifest recorded for the stored file at `path` (the original or the derived
-/// file), compared with the file's.
-fn check_size(model: &EmbeddedModel, path: &Path) -> Result<(), Failure> {
-    let Some(manifest) = manifest(model) else {
-        return Ok(());
-    };
-    let recorded = match &manifest.derived {
-        Some(derived) if models_dir().join(&derived.file) == path => derived.size,
-        _ => manifest.size,
-    };
+/// The size the manifest recorded for the stored file at `path`, compared with the file's.
+fn check_size(model: &EmbeddedModel, path: &Path, recorded: u64) -> Result<(), Failure> {
     let actual = std::fs::metadata(path)
         .map_err(|e| io_failure("read", path, e))?
         .len();

@@ -185,12 +185,6 @@ impl Session {
         self.runtime.block_on(future)
     }
 
-    /// Whether Ctrl-C or SIGTERM arrived since the session opened (or since
-    /// [`Session::clear_interrupt`]).
-    pub fn interrupted(&self) -> bool {
-        *self.interrupt.borrow()
-    }
-
     /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
     pub fn wait_for_interrupt(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut receiver = self.interrupt.subscribe();
@@ -230,7 +224,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_session_records_init_plan_and_prepare_then_the_run() {
+    fn a_session_records_init_plan_prepare_and_its_end_state() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("events.jsonl");
         let session = Session::open(SessionOptions {
@@ -269,7 +263,6 @@ mod tests {
         let session = Session::open(SessionOptions::default()).expect("open");
         assert!(!*session.run_options().cancel.borrow());
         session.interrupt.send_replace(true);
-        assert!(session.interrupted());
         assert!(*session.run_options().cancel.borrow());
         session.block_on(session.wait_for_interrupt());
         session.clear_interrupt();

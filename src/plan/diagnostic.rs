@@ -13,7 +13,7 @@ use miette::{
 };
 use thiserror::Error;
 
-pub use crate::core::text::{closest, did_you_mean, suggestion};
+pub use crate::core::text::{did_you_mean, suggestion};
 
 /// A file's name and text, shared by every diagnostic about it.
 #[derive(Debug, Clone)]
