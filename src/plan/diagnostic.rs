@@ -656,6 +656,27 @@ impl miette::Diagnostic for Diagnostic {
     }
 }
 
+/// The hint for `key: {{ template }}`, which YAML reads as a mapping.
+pub const QUOTE_TEMPLATES: &str =
+    "in YAML a value starting with `{` is a mapping; quote templates: \"{{ inputs.question }}\"";
+
+/// The one-line reason of a regex error ("unclosed group"), without its ASCII-art excerpt.
+pub(crate) fn regex_reason(error: &regex::Error) -> String {
+    let text = error.to_string();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("error: "))
+        .map_or_else(|| first_line_of(&text), str::to_string)
+}
+
+/// The first non-blank line of `text`, trimmed (library errors often add excerpts below it).
+pub(crate) fn first_line_of(text: &str) -> String {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(text)
+        .trim()
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

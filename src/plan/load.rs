@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::diagnostic::{Diagnostic, PlanError, Source};
+use super::diagnostic::{Diagnostic, PlanError, QUOTE_TEMPLATES, Source};
 use super::schema::{self, DocumentKind, describe_place};
 use super::yaml::{self, MAX_DEPTH, MAX_NODES, Node, YamlError};
 
@@ -102,10 +102,6 @@ fn deserialize<T: DeserializeOwned>(
         )]
     })
 }
-
-/// The hint for `key: {{ template }}`, which YAML reads as a mapping.
-pub const QUOTE_TEMPLATES: &str =
-    "in YAML a value starting with `{` is a mapping; quote templates: \"{{ inputs.question }}\"";
 
 /// The first tab from the start of the line holding `at` through the line after it.
 fn tab_near(text: &str, at: usize) -> Option<usize> {

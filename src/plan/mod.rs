@@ -13,9 +13,11 @@ pub mod duration;
 pub mod graph;
 pub mod load;
 pub mod model;
+pub mod models;
 pub mod policy;
 pub mod schema;
 pub mod steps;
+pub mod tools;
 pub mod yaml;
 
 #[cfg(test)]
@@ -47,6 +49,8 @@ pub struct Plan {
     pub policy: EffectivePolicy,
     /// Per step, the steps its templates read (None: all upstream steps).
     pub reads: Vec<Option<std::collections::BTreeSet<usize>>>,
+    /// Per step, what the checks found out about it that building it needs.
+    pub facts: Vec<steps::StepFacts>,
 }
 
 impl Plan {
@@ -152,5 +156,6 @@ fn check_loaded(
         graph: analysis.graph,
         policy: analysis.policy,
         reads: analysis.reads,
+        facts: analysis.facts,
     })
 }

@@ -17,9 +17,8 @@ use jsonschema::{ValidationError, Validator, paths::LocationSegment};
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use super::diagnostic::{Diagnostic, PlanError, Source, did_you_mean, suggestion};
+use super::diagnostic::{Diagnostic, PlanError, QUOTE_TEMPLATES, Source, did_you_mean, suggestion};
 use super::duration::DURATION_PATTERN;
-use super::load::QUOTE_TEMPLATES;
 use super::model::RawPlan;
 use super::policy::PlanPolicy;
 use super::steps::StepType;

@@ -63,6 +63,28 @@ impl TemplateInfo {
     }
 }
 
+/// The dotted path of a template that is one `{{ a.b.c }}` and nothing else (whitespace
+/// around it aside), read from its tokens; None for any other template.
+pub fn single_path(text: &str) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    let mut state = 0; // 0 before `{{`, 1 expecting a name, 2 after a name, 3 after `}}`
+    for token in tokenize(text, false, SyntaxConfig::default()) {
+        let Ok((token, _)) = token else { return None };
+        state = match (state, token) {
+            (0 | 3, Token::TemplateData(data)) if data.trim().is_empty() => state,
+            (0, Token::VariableStart) => 1,
+            (1, Token::Ident(name)) => {
+                parts.push(name.to_string());
+                2
+            }
+            (2, Token::Dot) => 1,
+            (2, Token::VariableEnd) => 3,
+            _ => return None,
+        };
+    }
+    (state == 3).then_some(parts)
+}
+
 /// The dotted paths in the tags of `text` (an expression when `in_expr`), from its tokens.
 fn dotted_paths(text: &str, in_expr: bool) -> Vec<PathAt> {
     let mut paths: Vec<PathAt> = Vec::new();
@@ -223,6 +245,28 @@ mod tests {
 
     fn vars(list: &[&str]) -> BTreeSet<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_template_that_is_one_path_is_told_from_any_other() {
+        let parts = |text| single_path(text);
+        assert_eq!(
+            parts("{{ steps.answer.output }}"),
+            Some(vec!["steps".into(), "answer".into(), "output".into()])
+        );
+        assert_eq!(parts("\n {{x}} \n"), Some(vec!["x".into()]));
+        for other in [
+            "",
+            "x {{ a }}",
+            "{{ a }}{{ b }}",
+            "{{ a | upper }}",
+            "{{ a.b() }}",
+            "{% if a %}{{ a }}{% endif %}",
+            "{{ a[0] }}",
+            "{{ a.}}",
+        ] {
+            assert_eq!(parts(other), None, "{other:?}");
+        }
     }
 
     #[test]

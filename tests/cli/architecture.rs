@@ -128,3 +128,185 @@ fn the_reference_scanner_sees_grouped_imports() {
         ["plan", "prompt", "cli"]
     );
 }
+
+/// A module's file: `a/b.rs` or `a/b/mod.rs` under `src`, for the module path `[a, b]`.
+fn module_file(src: &Path, module: &[String]) -> Option<std::path::PathBuf> {
+    let joined: std::path::PathBuf = module.iter().collect();
+    [
+        src.join(&joined).with_extension("rs"),
+        src.join(&joined).join("mod.rs"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// The module path of a source file: `src/plan/check/mod.rs` → `[plan, check]`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(src).expect("inside src");
+    let mut parts: Vec<String> = relative
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every path a source text names from `crate::` or `super::`, braces expanded, as module paths
+/// relative to the crate root (`super` resolved against `module`).
+fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+    fn expand(rest: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+        let mut path = prefix;
+        let mut rest = rest;
+        loop {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name.is_empty() {
+                if let Some(inner) = rest.strip_prefix('{') {
+                    // Split the group at its top-level commas.
+                    let (mut depth, mut start) = (0, 0);
+                    for (i, c) in inner.char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => {
+                                expand(inner[start..i].trim_start(), path.clone(), out);
+                                return;
+                            }
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                expand(inner[start..i].trim_start(), path.clone(), out);
+                                start = i + 1;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                out.push(path);
+                return;
+            }
+            rest = &rest[name.len()..];
+            if name != "self" {
+                path.push(name);
+            }
+            match rest.strip_prefix("::") {
+                Some(after) => rest = after,
+                None => {
+                    out.push(path);
+                    return;
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (at, _) in text
+        .match_indices("crate::")
+        .chain(text.match_indices("super::"))
+    {
+        let before = text[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let mut base: Vec<String> = Vec::new();
+        let mut rest = &text[at..];
+        if let Some(after) = rest.strip_prefix("crate::") {
+            rest = after;
+        } else {
+            base = module.to_vec();
+            while let Some(after) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = after;
+            }
+        }
+        expand(rest, base, &mut out);
+    }
+    out
+}
+
+/// The source file a named path lands in: the deepest module along it that has a file.
+fn target_file(src: &Path, path: &[String]) -> Option<std::path::PathBuf> {
+    (1..=path.len())
+        .rev()
+        .find_map(|len| module_file(src, &path[..len]))
+}
+
+#[test]
+fn no_two_source_files_import_each_other() {
+    let src = crate::root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut edges: std::collections::BTreeMap<_, std::collections::BTreeSet<_>> =
+        Default::default();
+    for file in &files {
+        let module = module_of(&src, file);
+        let text = std::fs::read_to_string(file).expect("readable");
+        // Tests may reach anywhere; only the code itself must not go round in circles.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for path in named_paths(code, &module) {
+            let Some(target) = target_file(&src, &path) else {
+                continue;
+            };
+            let target_module = module_of(&src, &target);
+            // A module declaring or re-exporting its own children is the module tree, not a use.
+            let descends = target_module.len() > module.len() && target_module.starts_with(&module);
+            if target != *file && !descends {
+                edges.entry(file.clone()).or_default().insert(target);
+            }
+        }
+    }
+    let mut cycles = Vec::new();
+    for (from, targets) in &edges {
+        for to in targets {
+            if from < to && reaches(&edges, to, from) {
+                cycles.push(format!(
+                    "{} ⇄ {}",
+                    from.strip_prefix(&src).unwrap_or(from).display(),
+                    to.strip_prefix(&src).unwrap_or(to).display()
+                ));
+            }
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+/// Whether `to` can be reached from `from` along `edges`.
+fn reaches(
+    edges: &std::collections::BTreeMap<
+        std::path::PathBuf,
+        std::collections::BTreeSet<std::path::PathBuf>,
+    >,
+    from: &Path,
+    to: &Path,
+) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = vec![from.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        if at == to {
+            return true;
+        }
+        if seen.insert(at.clone()) {
+            stack.extend(edges.get(&at).into_iter().flatten().cloned());
+        }
+    }
+    false
+}
+
+#[test]
+fn named_paths_expand_groups_and_resolve_super() {
+    let module = vec!["plan".to_string(), "steps".to_string()];
+    assert_eq!(
+        named_paths(
+            "use super::{build::{self, Builder}, model};\nlet x = crate::core::Failure::new();",
+            &module
+        ),
+        vec![
+            vec!["core".to_string(), "Failure".into(), "new".into()],
+            vec!["plan".into(), "build".into()],
+            vec!["plan".into(), "build".into(), "Builder".into()],
+            vec!["plan".into(), "model".into()],
+        ]
+    );
+}

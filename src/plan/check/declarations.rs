@@ -43,36 +43,11 @@ impl Checker<'_> {
 
     pub(super) fn models(&mut self) {
         for (name, model) in &self.plan.models {
-            if let ModelSpec::Onnx {
-                task: OnnxTask::CrossEncoder,
-                source,
-                ..
-            } = model
-                && source == "default"
-            {
-                let span = self.span(&path(&["models", name, "task"]));
-                self.emit(
-                    PlanError::OnnxDefaultTask { name: name.clone() },
-                    span,
-                    "the default model is a bi-encoder",
-                );
-            }
-            if let ModelSpec::Scripted { rules, .. } = model {
-                for (i, rule) in rules.iter().enumerate() {
-                    if let Some(pattern) = &rule.matches
-                        && let Err(e) = regex::Regex::new(pattern)
-                    {
-                        let span =
-                            self.span(&path(&["models", name, "rules", &i.to_string(), "matches"]));
-                        self.emit(
-                            PlanError::InvalidRegex {
-                                message: regex_reason(&e),
-                            },
-                            span,
-                            "does not compile",
-                        );
-                    }
-                }
+            for (at, error, label) in model.kind().problems(name) {
+                let mut at_model = path(&["models", name]);
+                at_model.extend(at);
+                let span = self.span(&at_model);
+                self.emit(error, span, label);
             }
         }
     }
@@ -113,24 +88,21 @@ impl Checker<'_> {
 
     pub(super) fn tools(&mut self) {
         for (name, tool) in &self.plan.tools {
-            if let ToolSpec::Command {
-                argv, parameters, ..
-            } = tool
-            {
-                if let Some(parameters) = parameters {
-                    self.parameters(&path(&["tools", name, "parameters"]), parameters);
-                }
-                let scope = Scope {
-                    step: None,
-                    upstream: Some(BTreeSet::new()),
-                    has_input: false,
-                    extra: &["args"],
-                    plan_context: false,
-                };
-                for (i, arg) in argv.iter().enumerate() {
-                    let at = path(&["tools", name, "argv", &i.to_string()]);
-                    self.inline_template(&at, arg, TemplateSource::Inline, &scope);
-                }
+            let tool = tool.kind();
+            if let Some(parameters) = tool.parameters() {
+                self.parameters(&path(&["tools", name, "parameters"]), parameters);
+            }
+            let scope = Scope {
+                step: None,
+                upstream: Some(BTreeSet::new()),
+                has_input: false,
+                extra: &["args"],
+                plan_context: false,
+            };
+            for (at, template) in tool.templates() {
+                let mut at_tool = path(&["tools", name]);
+                at_tool.extend(at);
+                self.inline_template(&at_tool, template, TemplateSource::Inline, &scope);
             }
             self.tool_policy(name, &path(&["tools", name]));
         }

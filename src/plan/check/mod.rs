@@ -11,12 +11,16 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use super::diagnostic::{Diagnostic, PlanError, Source, did_you_mean, suggestion};
+use super::diagnostic::{
+    Diagnostic, PlanError, Source, did_you_mean, first_line_of, regex_reason, suggestion,
+};
 use super::graph::{GraphProblem, StepGraph};
 use super::load::Loaded;
-use super::model::{ModelSpec, OnnxTask, RawPlan, ToolSpec};
+use super::model::RawPlan;
 use super::policy::{EffectivePolicy, Limit, PolicyOrigin};
-use super::steps::{FieldPath, ModelRole, RawStep, SchemaSource, TemplateRef, TemplateSource};
+use super::steps::{
+    FieldPath, ModelRole, RawStep, SchemaSource, StepFacts, TemplateRef, TemplateSource,
+};
 use super::yaml::Node;
 use crate::constraint::check_lark;
 use crate::context::matching_files;
@@ -27,8 +31,7 @@ mod policy;
 mod references;
 mod templates;
 
-use references::regex_reason;
-use templates::{PromptFile, Scope, first_line_of};
+use templates::{PromptFile, Scope};
 
 /// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`.
 pub const STEP_FIELDS: &[&str] = &["output", "usage"];
@@ -41,6 +44,8 @@ pub struct Analysis {
     /// Per step, the steps its templates read through `steps.<name>` (None: it reads `steps`
     /// as a whole, so every upstream step).
     pub reads: Vec<Option<BTreeSet<usize>>>,
+    /// Per step, what building it needs to know about the plan around it.
+    pub facts: Vec<StepFacts>,
 }
 
 /// Where a plan sits: its own path, and the plans whose `plan:` agents lead to it.
@@ -59,6 +64,7 @@ pub fn analyse(
     nesting: &Nesting<'_>,
 ) -> Analysis {
     let (graph, graph_problems) = StepGraph::build(&plan.value.steps);
+    let facts = step_facts(&plan.value, &graph);
     let mut checker = Checker {
         plan: &plan.value,
         root: &plan.root,
@@ -71,6 +77,7 @@ pub fn analyse(
         prompts: HashMap::new(),
         out: Vec::new(),
         reads: vec![Some(BTreeSet::new()); plan.value.steps.len()],
+        facts: &facts,
     };
     checker.duplicate_steps();
     checker.graph_problems(&graph_problems);
@@ -96,7 +103,47 @@ pub fn analyse(
         policy,
         diagnostics,
         reads,
+        facts,
     }
+}
+
+/// What each step's build needs to know about the plan around it: the nearest upstream retrieve
+/// step's query, whether its answer is the plan's output unchanged, the voting step it stands by
+/// for.
+fn step_facts(plan: &RawPlan, graph: &StepGraph) -> Vec<StepFacts> {
+    let last = plan.steps.len().saturating_sub(1);
+    let output_step = match &plan.output {
+        None => Some(last),
+        Some(template) => prompt::single_path(template).and_then(|parts| match parts.as_slice() {
+            [steps, name, output] if steps == "steps" && output == "output" => {
+                plan.steps.iter().position(|s| &s.common().name == name)
+            }
+            _ => None,
+        }),
+    };
+    let mut facts: Vec<StepFacts> = (0..plan.steps.len())
+        .map(|index| StepFacts {
+            upstream_query: graph.ancestors(index).iter().rev().find_map(|&u| {
+                match &plan.steps[u] {
+                    RawStep::Retrieve(retrieve) => Some(retrieve.query.clone()),
+                    _ => None,
+                }
+            }),
+            // Only the last step's answer can be streamed as it is made: an earlier one's
+            // stream would interleave with the steps after it.
+            output_as_is: output_step == Some(index) && index == last,
+            standby_for: None,
+        })
+        .collect();
+    for step in &plan.steps {
+        if let RawStep::Redundant(redundant) = step
+            && let Some(fallback) = &redundant.voting.fallback
+            && let Some(at) = plan.steps.iter().position(|s| &s.common().name == fallback)
+        {
+            facts[at].standby_for = Some(redundant.common.name.clone());
+        }
+    }
+    facts
 }
 
 struct Checker<'a> {
@@ -111,6 +158,7 @@ struct Checker<'a> {
     prompts: HashMap<String, Option<Rc<PromptFile>>>,
     out: Vec<Diagnostic>,
     reads: Vec<Option<BTreeSet<usize>>>,
+    facts: &'a [StepFacts],
 }
 
 fn path(segments: &[&str]) -> Vec<String> {
@@ -269,16 +317,11 @@ impl Checker<'_> {
             self.emit(error.clone(), span, label);
         }
         if let Some((at, model)) = &refs.grammar {
-            let reason = match self.plan.models.get(*model) {
-                Some(ModelSpec::Openai { .. }) => {
-                    Some("an `openai` server is sent JSON Schemas only")
-                }
-                Some(ModelSpec::Mistralrs {
-                    decoder_constraints: Some(false),
-                    ..
-                }) => Some("it sets `decoder_constraints: false`"),
-                _ => None,
-            };
+            let reason = self
+                .plan
+                .models
+                .get(*model)
+                .and_then(|m| m.kind().grammar_refusal());
             if let Some(reason) = reason {
                 let span = self.span(&step_path(index, at));
                 self.emit(
@@ -293,11 +336,7 @@ impl Checker<'_> {
         }
         if let RawStep::Rerank(rerank) = step
             && rerank.query.is_none()
-            && !self
-                .graph
-                .ancestors(index)
-                .iter()
-                .any(|&u| matches!(self.plan.steps[u], RawStep::Retrieve(_)))
+            && self.facts[index].upstream_query.is_none()
         {
             let span = self.span(&step_path(index, &path(&["type"])));
             self.emit(
@@ -471,5 +510,81 @@ impl Checker<'_> {
             .hint = Some(hint);
         }
         self.step_policy(index, &refs.max_tokens, &refs.max_tool_iterations);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts_of(plan: serde_json::Value) -> Vec<StepFacts> {
+        let plan: RawPlan = serde_json::from_value(plan).expect("a valid plan");
+        let (graph, _) = StepGraph::build(&plan.steps);
+        step_facts(&plan, &graph)
+    }
+
+    fn retrieve(name: &str, query: &str) -> serde_json::Value {
+        serde_json::json!({ "type": "retrieve", "name": name, "corpus": "docs", "query": query })
+    }
+
+    #[test]
+    fn a_step_learns_the_query_of_the_nearest_retrieve_upstream() {
+        let facts = facts_of(serde_json::json!({
+            "version": 1, "name": "p",
+            "steps": [
+                retrieve("wide", "{{ inputs.a }}"),
+                retrieve("narrow", "{{ inputs.b }}"),
+                { "type": "rerank", "name": "best" },
+                { "type": "template", "name": "alone", "needs": [], "template": "x" },
+            ],
+        }));
+        assert_eq!(facts[0].upstream_query, None);
+        assert_eq!(facts[2].upstream_query.as_deref(), Some("{{ inputs.b }}"));
+        assert_eq!(facts[3].upstream_query, None);
+    }
+
+    #[test]
+    fn only_the_last_step_whose_answer_is_the_output_streams() {
+        let plan = |output: Option<&str>| {
+            let mut plan = serde_json::json!({
+                "version": 1, "name": "p",
+                "steps": [
+                    { "type": "template", "name": "first", "template": "a" },
+                    { "type": "template", "name": "last", "template": "b" },
+                ],
+            });
+            if let Some(output) = output {
+                plan["output"] = output.into();
+            }
+            facts_of(plan)
+                .iter()
+                .map(|f| f.output_as_is)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(plan(None), [false, true]);
+        assert_eq!(plan(Some(" {{steps.last.output}}\n")), [false, true]);
+        assert_eq!(plan(Some("{{ steps.first.output }}")), [false, false]);
+        assert_eq!(
+            plan(Some("Answer: {{ steps.last.output }}")),
+            [false, false]
+        );
+        assert_eq!(
+            plan(Some("{{ steps.last.output | upper }}")),
+            [false, false]
+        );
+    }
+
+    #[test]
+    fn a_voting_fallback_knows_whose_place_it_takes() {
+        let facts = facts_of(serde_json::json!({
+            "version": 1, "name": "p",
+            "steps": [
+                { "type": "redundant", "name": "vote", "model": "m", "template": "q",
+                  "voting": { "method": "majority", "fallback": "careful" } },
+                { "type": "template", "name": "careful", "template": "x" },
+            ],
+        }));
+        assert_eq!(facts[0].standby_for, None);
+        assert_eq!(facts[1].standby_for.as_deref(), Some("vote"));
     }
 }

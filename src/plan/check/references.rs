@@ -5,17 +5,6 @@ use serde_json::Value;
 
 use super::*;
 
-/// Whether `model` can serve where a step needs `role`.
-pub(super) fn role_fits(role: ModelRole, model: &ModelSpec) -> bool {
-    match (role, model) {
-        (ModelRole::Llm, ModelSpec::Onnx { .. }) => false,
-        (ModelRole::Llm, _) => true,
-        (ModelRole::Scorer, ModelSpec::Onnx { .. }) => true,
-        (ModelRole::Embedder, ModelSpec::Onnx { task, .. }) => *task == OnnxTask::BiEncoder,
-        (ModelRole::Scorer | ModelRole::Embedder, _) => false,
-    }
-}
-
 /// Compiles a JSON Schema; the error's first line.
 pub(super) fn compile_schema(value: &Value) -> Result<(), String> {
     compile_schema_at(value).map_err(|(message, _)| message)
@@ -39,14 +28,6 @@ pub(super) fn compile_schema_at(value: &Value) -> Result<(), (String, Vec<String
         .map_err(|e| (first_line_of(&e.to_string()), Vec::new()))
 }
 
-/// The one-line reason of a regex error ("unclosed group"), without its ASCII-art excerpt.
-pub(super) fn regex_reason(error: &regex::Error) -> String {
-    let text = error.to_string();
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("error: "))
-        .map_or_else(|| first_line_of(&text), str::to_string)
-}
-
 impl Checker<'_> {
     pub(super) fn model_reference(&mut self, at: &[String], name: &str, role: ModelRole) {
         let span = self.span(at);
@@ -60,27 +41,18 @@ impl Checker<'_> {
             .hint = Some(hint);
             return;
         };
-        if !role_fits(role, model) {
+        if !model.kind().serves(role) {
             let role_text = match role {
                 ModelRole::Llm => "a language model (kind mistralrs, openai or scripted)",
                 ModelRole::Scorer => "an ONNX scorer (kind onnx)",
                 ModelRole::Embedder => "an ONNX bi-encoder (kind onnx, task bi-encoder)",
             };
-            let kind = match model {
-                ModelSpec::Onnx {
-                    task: OnnxTask::CrossEncoder,
-                    ..
-                } => "a cross-encoder",
-                ModelSpec::Onnx { .. } => "a bi-encoder",
-                ModelSpec::Openai { .. } => "an openai",
-                ModelSpec::Mistralrs { .. } => "a mistralrs",
-                ModelSpec::Scripted { .. } => "a scripted",
-            };
+            let kind = model.kind().described();
             let fitting: Vec<&str> = self
                 .plan
                 .models
                 .iter()
-                .filter(|(_, m)| role_fits(role, m))
+                .filter(|(_, m)| m.kind().serves(role))
                 .map(|(n, _)| n.as_str())
                 .collect();
             let hint = if fitting.is_empty() {

@@ -60,14 +60,6 @@ fn align(value: &str, written: &str) -> Option<Vec<usize>> {
     Some(offsets)
 }
 
-pub(super) fn first_line_of(text: &str) -> String {
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or(text)
-        .trim()
-        .to_string()
-}
-
 /// Prompt files available in `dir` (for "did you mean").
 pub(super) fn prompt_names(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)

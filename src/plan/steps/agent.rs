@@ -1,16 +1,14 @@
 //! `type: agent` — a tool-calling loop.
 
 use crate::orchestrate::steps::Agent;
-use crate::plan::build;
 use std::sync::Arc;
 
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
-use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ModelRole, PromptSpec, References, Sampling, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, ModelCall, References, StepCommon, StepConfig, TemplateSource};
 
 /// The model calls declared tools, sees their results, and loops until it gives a final answer.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -18,12 +16,8 @@ use super::{ModelRole, PromptSpec, References, Sampling, StepCommon, StepConfig,
 pub struct AgentStep {
     #[serde(flatten)]
     pub common: StepCommon,
-    /// The model to call, by its name in `models:`.
-    pub model: String,
     #[serde(flatten)]
-    pub prompt: PromptSpec,
-    #[serde(flatten)]
-    pub sampling: Sampling,
+    pub call: ModelCall,
     /// Tools the agent may call, by their names in `tools:`.
     #[serde(default)]
     pub tools: Vec<String>,
@@ -48,9 +42,7 @@ pub use crate::orchestrate::steps::ToolCalls as ToolCallMode;
 
 impl StepConfig for AgentStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
-        refs.model(&["model"], &self.model, ModelRole::Llm);
-        self.prompt.references(refs);
-        refs.sampling(&self.sampling);
+        self.call.references(refs);
         for (i, tool) in self.tools.iter().enumerate() {
             refs.tool(vec!["tools".into(), i.to_string()], tool);
         }
@@ -62,16 +54,16 @@ impl StepConfig for AgentStep {
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
-        let tools = builder.offered_tools(&self.tools)?;
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
+        let tools = context.offered_tools(&self.tools)?;
         Ok(Arc::new(Agent {
-            engine: builder.engine(&self.model)?,
-            prompt: build::prompt(&self.prompt),
-            sampling: build::sampling(&self.sampling),
+            engine: context.engine(&self.call.model)?,
+            prompt: self.call.prompt(),
+            sampling: self.call.sampling(),
             tools,
             max_tool_iterations: self
                 .max_tool_iterations
-                .or(builder.policy_tool_iterations())
+                .or(context.policy_tool_iterations())
                 .unwrap_or(20),
             memory: self.memory.map(|m| m as usize),
             context: self.context.clone(),

@@ -7,11 +7,10 @@ use crate::core::Failure;
 use crate::inference::Grammar;
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::Infer;
-use crate::plan::build::{self, Builder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommon, StepConfig};
+use super::{BuildContext, ModelCall, References, SchemaSource, StepCommon, StepConfig};
 
 /// Call a language model with a prompt and return its text (plus usage).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -19,12 +18,8 @@ use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommo
 pub struct InferStep {
     #[serde(flatten)]
     pub common: StepCommon,
-    /// The model to call, by its name in `models:`.
-    pub model: String,
     #[serde(flatten)]
-    pub prompt: PromptSpec,
-    #[serde(flatten)]
-    pub sampling: Sampling,
+    pub call: ModelCall,
     /// Constrain decoding so the text matches a regex, a grammar or a JSON Schema.
     #[serde(default)]
     pub constraint: Option<Constraint>,
@@ -46,9 +41,7 @@ pub enum Constraint {
 
 impl StepConfig for InferStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
-        refs.model(&["model"], &self.model, ModelRole::Llm);
-        self.prompt.references(refs);
-        refs.sampling(&self.sampling);
+        self.call.references(refs);
         match &self.constraint {
             Some(Constraint::Regex(regex)) => refs
                 .regexes
@@ -72,26 +65,26 @@ impl StepConfig for InferStep {
                 Constraint::JsonSchema(_) => None,
             };
             if let Some(kind) = kind {
-                refs.grammar = Some((vec!["constraint".into(), kind.into()], &self.model));
+                refs.grammar = Some((vec!["constraint".into(), kind.into()], &self.call.model));
             }
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         let (json_schema, grammar) = match &self.constraint {
             None => (None, None),
-            Some(Constraint::JsonSchema(schema)) => (Some(builder.schema(schema)?), None),
+            Some(Constraint::JsonSchema(schema)) => (Some(context.schema(schema)?), None),
             Some(Constraint::Regex(r)) => (None, Some(Grammar::Regex(r.clone()))),
             Some(Constraint::Lark(l)) => (None, Some(Grammar::Lark(l.clone()))),
             Some(Constraint::Gbnf(g)) => (None, Some(Grammar::Lark(gbnf_to_lark(g)?))),
         };
         Ok(Arc::new(Infer {
-            engine: builder.engine(&self.model)?,
-            prompt: build::prompt(&self.prompt),
-            sampling: build::sampling(&self.sampling),
+            engine: context.engine(&self.call.model)?,
+            prompt: self.call.prompt(),
+            sampling: self.call.sampling(),
             json_schema,
             grammar,
-            stream: builder.stream(),
+            stream: context.stream(),
         }))
     }
 }

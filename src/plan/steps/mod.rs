@@ -5,6 +5,10 @@
 //! JSON Schemas it refers to, so that the checks in `plan::check` stay generic. Adding a step type
 //! is one file here plus one line in the [`steps!`] registry below, which expands to the tagged
 //! [`RawStep`] enum, the [`StepType`] list used by policies and "did you mean", and the dispatch.
+//!
+//! A step builds its handler through a [`BuildContext`]: the shared resources its names resolve
+//! to (engines, scorers, corpora, tools, agents) and the [`StepFacts`] the checks found about it.
+//! It sees nothing else of the plan.
 
 use std::sync::Arc;
 
@@ -13,11 +17,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::build::Builder;
 use super::diagnostic::PlanError;
 use super::duration::DurationSpec;
+use crate::context::Corpus;
 use crate::core::Failure;
+use crate::inference::{Engine, TokenSink};
 use crate::orchestrate::StepHandler;
+use crate::orchestrate::steps::{Prompt, PromptSource, RouteAgent};
+use crate::orchestrate::tools::ToolRuntime;
+use crate::rerank::{BiEncoder, Scorer};
 
 mod agent;
 mod infer;
@@ -85,9 +93,9 @@ macro_rules! steps {
             }
 
             /// Builds the step's run-time handler.
-            pub fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+            pub fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
                 match self {
-                    $(RawStep::$variant(step) => step.build(builder),)+
+                    $(RawStep::$variant(step) => step.build(context),)+
                 }
             }
 
@@ -167,6 +175,43 @@ pub struct RetrySpec {
     pub backoff: Option<DurationSpec>,
 }
 
+/// What a model step sends, and to which model: the fields `infer`, `structured`, `redundant`,
+/// `agent` and `route` share, written at the step's top level.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct ModelCall {
+    /// The language model to call, by its name in `models:`.
+    pub model: String,
+    #[serde(flatten)]
+    pub prompt: PromptSpec,
+    #[serde(flatten)]
+    pub sampling: Sampling,
+}
+
+impl ModelCall {
+    /// The run-time prompt.
+    pub fn prompt(&self) -> Prompt {
+        self.prompt.runtime()
+    }
+
+    /// The run-time sampling settings.
+    pub fn sampling(&self) -> crate::orchestrate::steps::Sampling {
+        crate::orchestrate::steps::Sampling {
+            max_tokens: self.sampling.max_tokens,
+            temperature: self.sampling.temperature,
+            seed: self.sampling.seed,
+            stop: self.sampling.stop.clone().unwrap_or_default(),
+        }
+    }
+
+    fn references<'a>(&'a self, refs: &mut References<'a>) {
+        refs.model(&["model"], &self.model, ModelRole::Llm);
+        self.prompt.references(refs);
+        if let Some(max) = self.sampling.max_tokens {
+            refs.max_tokens = Some((path(&["max_tokens"]), u64::from(max)));
+        }
+    }
+}
+
 /// Where a model step's prompt comes from: a file in `prompts/`, or inline text; plus an optional system message.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct PromptSpec {
@@ -182,6 +227,20 @@ pub struct PromptSpec {
 }
 
 impl PromptSpec {
+    /// The run-time prompt.
+    pub fn runtime(&self) -> Prompt {
+        let user = match (&self.prompt, &self.template) {
+            (Some(file), _) => PromptSource::File(file.clone()),
+            (None, Some(text)) => PromptSource::Inline(text.clone()),
+            // `validate` guarantees one of the two; an empty prompt is the harmless fallback.
+            (None, None) => PromptSource::Inline(String::new()),
+        };
+        Prompt {
+            user,
+            system: self.system.clone(),
+        }
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         if let Some(file) = &self.prompt {
             refs.template(&["prompt"], file, TemplateSource::File);
@@ -356,15 +415,50 @@ impl<'a> References<'a> {
     pub(crate) fn problem(&mut self, at: &[&str], error: PlanError, label: &'static str) {
         self.problems.push((path(at), error, label));
     }
-    pub(crate) fn sampling(&mut self, sampling: &'a Sampling) {
-        if let Some(max) = sampling.max_tokens {
-            self.max_tokens = Some((path(&["max_tokens"]), u64::from(max)));
-        }
-    }
 }
 
 /// Implemented by every step config: what the step refers to, and how it is built.
 pub trait StepConfig {
     fn references<'a>(&'a self, refs: &mut References<'a>);
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure>;
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure>;
+}
+
+/// What the checks found out about a step that building it needs, so a step never searches the
+/// plan itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepFacts {
+    /// The query template of the nearest `retrieve` step upstream (a `rerank` step's default).
+    pub upstream_query: Option<String>,
+    /// Whether this step's answer is the plan's output unchanged (so it may be streamed).
+    pub output_as_is: bool,
+    /// The voting step this one is the fallback of: it runs only in that step's place.
+    pub standby_for: Option<String>,
+}
+
+/// What a step may ask for while its handler is built: the run-time objects its names resolve
+/// to (created once per run and shared) and the facts about it.
+pub trait BuildContext {
+    /// The step's name.
+    fn step_name(&self) -> &str;
+    /// What the checks found out about the step.
+    fn facts(&self) -> &StepFacts;
+    /// Language model `model`'s engine.
+    fn engine(&mut self, model: &str) -> Result<Arc<dyn Engine>, Failure>;
+    /// The scorer of a rerank step: ONNX model `model`, or the keyword scorer without one.
+    fn scorer(&mut self, model: Option<&str>) -> Result<Arc<dyn Scorer>, Failure>;
+    /// The bi-encoder of a dense retrieve step; None where lexical search stands in for it.
+    fn embedder(&mut self, model: &str) -> Result<Option<Arc<BiEncoder>>, Failure>;
+    fn corpus(&mut self, name: &str) -> Result<Arc<Corpus>, Failure>;
+    fn tool(&mut self, name: &str) -> Result<Arc<ToolRuntime>, Failure>;
+    /// The tools a model may be offered: those of `names` that can run here.
+    fn offered_tools(&mut self, names: &[String]) -> Result<Vec<Arc<ToolRuntime>>, Failure>;
+    fn agent(&mut self, name: &str) -> Result<Arc<RouteAgent>, Failure>;
+    /// A JSON Schema given inline or as a file relative to the plan.
+    fn schema(&self, source: &SchemaSource) -> Result<Value, Failure>;
+    /// The handler of step `name`, built for running in this step's place (a voting fallback).
+    fn fallback(&mut self, name: &str) -> Result<Arc<dyn StepHandler>, Failure>;
+    /// Where to stream the answer, when this step's answer is streamed.
+    fn stream(&self) -> Option<TokenSink>;
+    /// The policy's `max_tool_iterations`, for steps that set none.
+    fn policy_tool_iterations(&self) -> Option<u32>;
 }

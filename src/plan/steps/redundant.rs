@@ -2,17 +2,15 @@
 
 use crate::orchestrate::steps::Redundant;
 pub use crate::orchestrate::voting::VotingMethod;
-use crate::plan::build;
 use std::sync::Arc;
 
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
-use crate::plan::build::Builder;
 use crate::plan::diagnostic::PlanError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommon, StepConfig};
+use super::{BuildContext, ModelCall, References, SchemaSource, StepCommon, StepConfig};
 
 /// Ask the model N times (concurrently) and vote on the answers.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -20,12 +18,8 @@ use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommo
 pub struct RedundantStep {
     #[serde(flatten)]
     pub common: StepCommon,
-    /// The model to call, by its name in `models:`.
-    pub model: String,
     #[serde(flatten)]
-    pub prompt: PromptSpec,
-    #[serde(flatten)]
-    pub sampling: Sampling,
+    pub call: ModelCall,
     /// How many candidates to ask for (default 3).
     #[serde(default)]
     #[schemars(range(min = 1, max = 64))]
@@ -63,9 +57,7 @@ pub struct Voting {
 
 impl StepConfig for RedundantStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
-        refs.model(&["model"], &self.model, ModelRole::Llm);
-        self.prompt.references(refs);
-        refs.sampling(&self.sampling);
+        self.call.references(refs);
         if let Some(schema) = &self.schema {
             refs.schema(&["schema"], schema);
         }
@@ -79,24 +71,24 @@ impl StepConfig for RedundantStep {
         if let Some(fallback) = &self.voting.fallback {
             refs.step(&["voting", "fallback"], fallback);
         }
-        if let Some(max) = self.sampling.max_tokens {
+        if let Some(max) = self.call.sampling.max_tokens {
             let n = u64::from(self.n.unwrap_or(3));
             refs.max_tokens = Some((vec!["max_tokens".into()], u64::from(max) * n));
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         Ok(Arc::new(Redundant {
-            engine: builder.engine(&self.model)?,
-            prompt: build::prompt(&self.prompt),
-            sampling: build::sampling(&self.sampling),
+            engine: context.engine(&self.call.model)?,
+            prompt: self.call.prompt(),
+            sampling: self.call.sampling(),
             n: self.n.unwrap_or(3) as usize,
             temperatures: self.temperatures.clone().unwrap_or_default(),
             seeds: self.seeds.clone().unwrap_or_default(),
             schema: self
                 .schema
                 .as_ref()
-                .map(|s| builder.schema(s))
+                .map(|s| context.schema(s))
                 .transpose()?,
             method: self.voting.method,
             min_confidence: self.voting.min_confidence,
@@ -104,7 +96,7 @@ impl StepConfig for RedundantStep {
                 .voting
                 .fallback
                 .as_ref()
-                .map(|name| Ok::<_, Failure>((name.clone(), builder.step_handler(name)?)))
+                .map(|name| Ok::<_, Failure>((name.clone(), context.fallback(name)?)))
                 .transpose()?,
         }))
     }

@@ -5,11 +5,10 @@ use std::sync::Arc;
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::Rerank;
-use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ModelRole, References, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, ModelRole, References, StepCommon, StepConfig, TemplateSource};
 
 /// Re-score candidates (the previous step's output unless `candidates` says otherwise) and keep the
 /// best `top_k` whose score is at least `min_score`.
@@ -43,18 +42,18 @@ impl StepConfig for RerankStep {
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         let query = match &self.query {
             Some(query) => query.clone(),
-            None => builder.upstream_query().ok_or_else(|| {
+            None => context.facts().upstream_query.clone().ok_or_else(|| {
                 Failure::new(
                     FailureCode::ConfigInvalidInput,
-                    format!("rerank step `{}` has no `query` and no retrieve step upstream to take it from", builder.step_name()),
+                    format!("rerank step `{}` has no `query` and no retrieve step upstream to take it from", context.step_name()),
                 )
             })?,
         };
         Ok(Arc::new(Rerank {
-            scorer: builder.scorer(self.model.as_deref())?,
+            scorer: context.scorer(self.model.as_deref())?,
             query,
             top_k: self.top_k.map(|k| k as usize),
             min_score: self.min_score,

@@ -6,11 +6,10 @@ use crate::context::LexicalScorer;
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::Retrieve;
-use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ModelRole, References, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, ModelRole, References, StepCommon, StepConfig, TemplateSource};
 
 /// Find the passages of a corpus that best match a query. Output: a list of
 /// `{content, source, score, metadata}` candidates, best first.
@@ -55,15 +54,15 @@ impl StepConfig for RetrieveStep {
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         // A dry run has no bi-encoder: the lexical scorer stands in.
         let dense = match &self.model {
-            Some(model) => builder.embedder(model)?,
+            Some(model) => context.embedder(model)?,
             None => None,
         };
         Ok(Arc::new(Retrieve {
             dense,
-            corpus: builder.corpus(&self.corpus)?,
+            corpus: context.corpus(&self.corpus)?,
             query: self.query.clone(),
             limit: self.limit.map_or(10, |l| l as usize),
             scorer: match self.scorer {

@@ -1,16 +1,14 @@
 //! `type: structured` — schema-valid JSON from a model.
 
 use crate::orchestrate::steps::{Agent, Structured, ToolCalls};
-use crate::plan::build;
 use std::sync::Arc;
 
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
-use crate::plan::build::Builder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommon, StepConfig};
+use super::{BuildContext, ModelCall, References, SchemaSource, StepCommon, StepConfig};
 
 /// Ask a model for JSON that validates against `schema`: constrained decoding where the engine
 /// supports it, then repair, enum normalisation and validation, retrying with the errors fed back.
@@ -19,12 +17,8 @@ use super::{ModelRole, PromptSpec, References, Sampling, SchemaSource, StepCommo
 pub struct StructuredStep {
     #[serde(flatten)]
     pub common: StepCommon,
-    /// The model to call, by its name in `models:`.
-    pub model: String,
     #[serde(flatten)]
-    pub prompt: PromptSpec,
-    #[serde(flatten)]
-    pub sampling: Sampling,
+    pub call: ModelCall,
     /// The JSON Schema the answer must satisfy: inline, or a path to a `.json` file.
     pub schema: SchemaSource,
     /// Attempts in all when the answer does not validate (default 3).
@@ -40,27 +34,25 @@ pub struct StructuredStep {
 
 impl StepConfig for StructuredStep {
     fn references<'a>(&'a self, refs: &mut References<'a>) {
-        refs.model(&["model"], &self.model, ModelRole::Llm);
-        self.prompt.references(refs);
-        refs.sampling(&self.sampling);
+        self.call.references(refs);
         refs.schema(&["schema"], &self.schema);
         for (i, tool) in self.tools.iter().enumerate() {
             refs.tool(vec!["tools".into(), i.to_string()], tool);
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
-        let engine = builder.engine(&self.model)?;
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
+        let engine = context.engine(&self.call.model)?;
         let tool_phase = if self.tools.is_empty() {
             None
         } else {
-            let tools = builder.offered_tools(&self.tools)?;
+            let tools = context.offered_tools(&self.tools)?;
             Some(Agent {
                 engine: Arc::clone(&engine),
-                prompt: build::prompt(&self.prompt),
-                sampling: build::sampling(&self.sampling),
+                prompt: self.call.prompt(),
+                sampling: self.call.sampling(),
                 tools,
-                max_tool_iterations: builder.policy_tool_iterations().unwrap_or(20),
+                max_tool_iterations: context.policy_tool_iterations().unwrap_or(20),
                 memory: None,
                 context: None,
                 // Forced through the decoder where the engine can, native tool calls elsewhere.
@@ -73,9 +65,9 @@ impl StepConfig for StructuredStep {
         };
         Ok(Arc::new(Structured {
             engine,
-            prompt: build::prompt(&self.prompt),
-            sampling: build::sampling(&self.sampling),
-            schema: builder.schema(&self.schema)?,
+            prompt: self.call.prompt(),
+            sampling: self.call.sampling(),
+            schema: context.schema(&self.schema)?,
             max_attempts: self.max_attempts.unwrap_or(3),
             tool_phase,
         }))

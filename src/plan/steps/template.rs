@@ -5,11 +5,10 @@ use std::sync::Arc;
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::Template;
-use crate::plan::build::{self, Builder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{PromptSpec, References, StepCommon, StepConfig};
+use super::{BuildContext, PromptSpec, References, StepCommon, StepConfig};
 
 /// Render a template (inline `template:` or a `prompt:` file); the output is the rendered text.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -26,9 +25,9 @@ impl StepConfig for TemplateStep {
         self.prompt.references(refs);
     }
 
-    fn build(&self, _: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, _: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         Ok(Arc::new(Template {
-            source: build::prompt(&self.prompt).user,
+            source: self.prompt.runtime().user,
         }))
     }
 }

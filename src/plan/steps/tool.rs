@@ -5,13 +5,12 @@ use std::sync::Arc;
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::ToolStep as ToolHandler;
-use crate::plan::build::Builder;
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{References, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, References, StepCommon, StepConfig, TemplateSource};
 
 /// Call one declared tool. String arguments are templates; the arguments are validated against the
 /// tool's `parameters` schema before it runs.
@@ -42,9 +41,9 @@ impl StepConfig for ToolStep {
         }
     }
 
-    fn build(&self, builder: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         Ok(Arc::new(ToolHandler {
-            tool: builder.tool(&self.tool)?,
+            tool: context.tool(&self.tool)?,
             args: self.args.clone(),
         }))
     }

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::Validate;
-use crate::plan::build::Builder;
 use crate::validate::Rule;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{References, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, References, StepCommon, StepConfig, TemplateSource};
 
 /// Check the input against rules; on success the input passes through unchanged, on failure the
 /// step fails with VALIDATION_RULE_FAILED naming every broken rule.
@@ -68,7 +67,7 @@ impl StepConfig for ValidateStep {
         }
     }
 
-    fn build(&self, _: &mut Builder<'_>) -> Result<Arc<dyn StepHandler>, Failure> {
+    fn build(&self, _: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure> {
         let mut rules = Vec::new();
         let mut expressions = Vec::new();
         for rule in &self.rules {

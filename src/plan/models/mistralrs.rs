@@ -1,0 +1,64 @@
+//! `kind: mistralrs` — a local GGUF model run in-process by mistral.rs.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{BuiltModel, ModelEnv, ModelKind};
+use crate::core::{Failure, FailureCode};
+use crate::inference::{LocalModel, LocalSettings, LocalSource, store};
+use crate::plan::steps::ModelRole;
+
+/// Most sequences a local model decodes together (batch rows and redundant candidates).
+const LOCAL_MAX_BATCH: usize = 8;
+
+/// A local GGUF model run in-process by mistral.rs.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MistralrsModel {
+    /// `default` (the embedded Qwen2.5-Coder-0.5B-Instruct), a path to a `.gguf` file, or `hf:ORG/REPO/FILE.gguf` (fetched from Hugging Face on first use).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Refuse requests whose prompt and max_tokens exceed this many tokens (INFERENCE_CONTEXT_EXCEEDED) instead of sending them.
+    #[serde(default)]
+    #[schemars(range(min = 256))]
+    pub context_length: Option<u32>,
+    /// Enforce JSON Schemas and grammars while decoding (default true). With false, JSON
+    /// Schemas are only checked after decoding (repair, validation, retries) and grammar
+    /// constraints are refused — for comparing the two.
+    #[serde(default)]
+    pub decoder_constraints: Option<bool>,
+}
+
+impl ModelKind for MistralrsModel {
+    fn serves(&self, role: ModelRole) -> bool {
+        role == ModelRole::Llm
+    }
+
+    fn described(&self) -> &'static str {
+        "a mistralrs"
+    }
+
+    fn grammar_refusal(&self) -> Option<&'static str> {
+        (self.decoder_constraints == Some(false)).then_some("it sets `decoder_constraints: false`")
+    }
+
+    fn build(&self, env: &ModelEnv<'_>) -> Result<BuiltModel, Failure> {
+        let source = match self.source.as_deref() {
+            None => LocalSource::Embedded(&store::DEFAULT_LLM),
+            Some(text) => LocalSource::parse(text, env.dir).map_err(|reason| {
+                Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!("model `{}`: {reason}", env.name),
+                )
+            })?,
+        };
+        let settings = LocalSettings {
+            max_batch: LOCAL_MAX_BATCH,
+            context_length: self.context_length,
+            decoder_constraints: self.decoder_constraints.unwrap_or(true),
+        };
+        Ok(BuiltModel::Language(
+            LocalModel::new(source, settings, env.notice.clone()).shared(),
+        ))
+    }
+}

@@ -1,0 +1,124 @@
+//! `kind: onnx` — an ONNX Runtime scorer: a cross-encoder or a bi-encoder.
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{BuiltModel, ModelEnv, ModelKind, Problem};
+use crate::core::Failure;
+use crate::inference::store;
+use crate::plan::diagnostic::PlanError;
+use crate::plan::steps::ModelRole;
+use crate::rerank::{BiEncoder, CrossEncoder, OnnxConfig, OnnxModel, OnnxSource};
+
+/// Pairs or texts per ONNX inference when the plan sets no `batch_size`.
+const DEFAULT_ONNX_BATCH: usize = 32;
+/// The longest input of the embedded MiniLM, as its sentence-transformers configuration sets it.
+const DEFAULT_SCORER_MAX_LENGTH: usize = 256;
+
+/// An ONNX Runtime scorer: a cross-encoder (scores pairs) or a bi-encoder (embeds texts).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OnnxModelSpec {
+    /// What the model computes.
+    pub task: OnnxTask,
+    /// Path to the `.onnx` file or a directory holding `model.onnx`, or `default` for the embedded MiniLM.
+    pub source: String,
+    /// Path to `tokenizer.json` (default: next to the model).
+    #[serde(default)]
+    pub tokenizer: Option<String>,
+    /// Pairs or texts per inference batch (default 32).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 4096))]
+    pub batch_size: Option<u32>,
+    /// Threads one inference may use (default: the number of CPUs).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 256))]
+    pub threads: Option<u32>,
+    /// Longest input in tokens; longer passages are cut, queries kept (default: the tokenizer's truncation length, else 512; 256 for `default`).
+    #[serde(default)]
+    #[schemars(range(min = 8, max = 8192))]
+    pub max_length: Option<u32>,
+    /// Cross-encoders: map the logit to 0..1 with the logistic function, as sentence-transformers' CrossEncoder does (default true).
+    #[serde(default)]
+    pub sigmoid: Option<bool>,
+}
+
+/// What an ONNX model computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnnxTask {
+    /// Scores (query, passage) pairs jointly.
+    CrossEncoder,
+    /// Embeds texts; scores by cosine similarity.
+    BiEncoder,
+}
+
+impl ModelKind for OnnxModelSpec {
+    fn serves(&self, role: ModelRole) -> bool {
+        match role {
+            ModelRole::Llm => false,
+            ModelRole::Scorer => true,
+            ModelRole::Embedder => self.task == OnnxTask::BiEncoder,
+        }
+    }
+
+    fn described(&self) -> &'static str {
+        match self.task {
+            OnnxTask::CrossEncoder => "a cross-encoder",
+            OnnxTask::BiEncoder => "a bi-encoder",
+        }
+    }
+
+    fn problems(&self, name: &str) -> Vec<Problem> {
+        if self.task == OnnxTask::CrossEncoder && self.source == "default" {
+            vec![(
+                vec!["task".into()],
+                PlanError::OnnxDefaultTask { name: name.into() },
+                "the default model is a bi-encoder",
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn build(&self, env: &ModelEnv<'_>) -> Result<BuiltModel, Failure> {
+        // `validate` refuses `source: default` with `task: cross-encoder`.
+        let (source, default_max_length) = if self.source == "default" {
+            (
+                OnnxSource::Embedded(&store::DEFAULT_SCORER),
+                Some(DEFAULT_SCORER_MAX_LENGTH),
+            )
+        } else {
+            let path = env.dir.join(&self.source);
+            let model = if path.is_dir() {
+                path.join("model.onnx")
+            } else {
+                path
+            };
+            let tokenizer = match &self.tokenizer {
+                Some(file) => env.dir.join(file),
+                None => model.with_file_name("tokenizer.json"),
+            };
+            (OnnxSource::Files { model, tokenizer }, None)
+        };
+        let config = OnnxConfig {
+            source,
+            batch_size: self.batch_size.map_or(DEFAULT_ONNX_BATCH, |b| b as usize),
+            threads: self.threads.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                |t| t as usize,
+            ),
+            max_length: self.max_length.map(|m| m as usize).or(default_max_length),
+        };
+        let model = OnnxModel::new(config, env.notice.clone());
+        Ok(match self.task {
+            OnnxTask::CrossEncoder => BuiltModel::Cross(Arc::new(CrossEncoder::new(
+                model,
+                self.sigmoid.unwrap_or(true),
+            ))),
+            OnnxTask::BiEncoder => BuiltModel::Bi(Arc::new(BiEncoder::new(model))),
+        })
+    }
+}

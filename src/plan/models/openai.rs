@@ -1,0 +1,63 @@
+//! `kind: openai` — an OpenAI-compatible chat-completions server.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::sync::Arc;
+
+use super::{BuiltModel, ModelEnv, ModelKind};
+use crate::core::{Failure, FailureCode};
+use crate::inference::{OpenAiConfig, OpenAiEngine};
+use crate::plan::duration::DurationSpec;
+use crate::plan::steps::ModelRole;
+
+/// An OpenAI-compatible chat-completions server (vLLM, llama.cpp server, mistralrs-server…).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenaiModel {
+    /// The server's base URL, e.g. `http://127.0.0.1:8000/v1`.
+    pub base_url: String,
+    /// The model name the server expects.
+    pub model: String,
+    /// Environment variable holding the API key, if the server needs one.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Longest one request may take.
+    #[serde(default)]
+    pub timeout: Option<DurationSpec>,
+}
+
+impl ModelKind for OpenaiModel {
+    fn serves(&self, role: ModelRole) -> bool {
+        role == ModelRole::Llm
+    }
+
+    fn described(&self) -> &'static str {
+        "an openai"
+    }
+
+    fn grammar_refusal(&self) -> Option<&'static str> {
+        Some("an `openai` server is sent JSON Schemas only")
+    }
+
+    fn build(&self, env: &ModelEnv<'_>) -> Result<BuiltModel, Failure> {
+        let api_key = match &self.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!(
+                        "model `{}` reads its API key from ${var}, which is not set",
+                        env.name
+                    ),
+                )
+                .with_help(format!("export {var}=… before running"))
+            })?),
+            None => None,
+        };
+        let mut config = OpenAiConfig::new(self.base_url.clone(), self.model.clone());
+        config.api_key = api_key;
+        if let Some(timeout) = self.timeout {
+            config.timeout = timeout.get();
+        }
+        Ok(BuiltModel::Language(Arc::new(OpenAiEngine::new(config)?)))
+    }
+}

@@ -1,0 +1,62 @@
+//! `kind: builtin` — a tool compiled into pagantic (calculator, read_file, current_time).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ToolEnv, ToolKind};
+use crate::core::Failure;
+use crate::orchestrate::tools::{SideEffects, ToolAction, ToolRuntime};
+use crate::tool::Builtin;
+
+/// A tool compiled into pagantic.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuiltinToolSpec {
+    /// Which built-in tool.
+    pub builtin: BuiltinTool,
+    /// Override the tool's description for the model.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// For `read_file`: the directory files may be read from, relative to the plan file.
+    #[serde(default)]
+    pub root: Option<String>,
+}
+
+/// Tools compiled into pagantic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinTool {
+    /// Evaluates arithmetic expressions.
+    Calculator,
+    /// Reads a text file inside `root`.
+    ReadFile,
+    /// The current date and time (UTC).
+    CurrentTime,
+}
+
+impl ToolKind for BuiltinToolSpec {
+    fn build(&self, env: &ToolEnv<'_>) -> Result<ToolRuntime, Failure> {
+        let builtin = match self.builtin {
+            BuiltinTool::Calculator => Builtin::Calculator,
+            BuiltinTool::CurrentTime => Builtin::CurrentTime,
+            BuiltinTool::ReadFile => Builtin::ReadFile {
+                root: env.dir.join(self.root.as_deref().unwrap_or(".")),
+            },
+        };
+        let (own_description, parameters) = builtin.definition();
+        let side_effects = match builtin {
+            Builtin::Calculator => SideEffects::None,
+            Builtin::ReadFile { .. } | Builtin::CurrentTime => SideEffects::Read,
+        };
+        ToolRuntime::new(
+            env.name.to_string(),
+            self.description
+                .clone()
+                .unwrap_or_else(|| own_description.to_string()),
+            parameters,
+            side_effects,
+            true,
+            ToolAction::Builtin(builtin),
+        )
+    }
+}
