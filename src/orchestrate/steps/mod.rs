@@ -3,6 +3,7 @@
 //! [`StepHandler`](super::StepHandler).
 
 mod agent;
+mod ask_json;
 mod infer;
 mod redundant;
 mod rerank;

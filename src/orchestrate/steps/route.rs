@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use super::Prompt;
+use super::ask_json::{JsonQuestion, ask_json};
 use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
@@ -232,52 +233,38 @@ fn skipped_result(name: &str, args: &Value, failed: &str) -> Value {
 impl StepHandler for Route {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
-            let mut messages = self.router_messages(ctx)?;
-            let mut usage = TokenUsage::default();
-            let mut model_calls = 0;
-            let mut decision = None;
-            for attempt in 1..=2 {
-                let request = Request {
+            let question = JsonQuestion {
+                engine: self.engine.as_ref(),
+                request: Request {
                     json_schema: Some(self.route_schema()),
                     temperature: Some(0.0),
-                    ..self.sampling.request(messages.clone())
-                };
-                let response = ctx
-                    .infer(
-                        self.engine.as_ref(),
-                        request,
-                        None,
-                        json!({ "call": "route", "attempt": attempt }),
-                    )
-                    .await?;
-                model_calls += 1;
-                usage += response.usage;
-                match self.decide(&response.text) {
-                    Ok(d) => {
-                        decision = Some(d);
-                        break;
-                    }
-                    Err(failure) if attempt == 1 => {
-                        messages.push(Message::assistant(response.text));
-                        messages.push(Message::user(format!(
-                            "That route is invalid: {}. Reply with a corrected route.",
-                            failure.message
-                        )));
-                    }
-                    Err(failure) => {
-                        return Err(Failure::new(
-                            FailureCode::OrchestrationStepMismatch,
-                            format!("the router gave no valid route: {}", failure.message),
-                        ));
-                    }
-                }
-            }
-            let Some(decision) = decision else {
-                return Err(Failure::new(
-                    FailureCode::OrchestrationStepMismatch,
-                    "the router gave no route",
-                ));
+                    ..self.sampling.request(self.router_messages(ctx)?)
+                },
+                // An invalid route is retried once, with the errors: the only extra call.
+                max_attempts: 2,
+                call: Some("route"),
             };
+            let routed = ask_json(
+                ctx,
+                question,
+                |text| self.decide(text),
+                |failure| {
+                    format!(
+                        "That route is invalid: {}. Reply with a corrected route.",
+                        failure.message
+                    )
+                },
+            )
+            .await?
+            .map_err(|failure| {
+                Failure::new(
+                    FailureCode::OrchestrationStepMismatch,
+                    format!("the router gave no valid route: {}", failure.message),
+                )
+            })?;
+            let mut usage = routed.usage;
+            let mut model_calls = routed.attempts.len();
+            let decision = routed.value;
             let mut results: Vec<Value> = Vec::new();
             if decision.mode == "sequential" {
                 let mut failed: Option<String> = None;

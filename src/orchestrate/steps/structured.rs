@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::Prompt;
 use super::agent::Agent;
+use super::ask_json::{JsonQuestion, ask_json};
 use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, Message, TokenUsage};
@@ -50,58 +51,41 @@ impl StepHandler for Structured {
                     "Now give the answer as JSON that matches the schema, using what you found.",
                 ));
             }
-            let mut attempts = Vec::new();
-            let mut last_failure = None;
-            for attempt in 1..=self.max_attempts.max(1) {
-                let request = Request {
+            let question = JsonQuestion {
+                engine: self.engine.as_ref(),
+                request: Request {
                     json_schema: Some(self.schema.clone()),
-                    ..self.sampling.request(messages.clone())
-                };
-                let response = ctx
-                    .infer(
-                        self.engine.as_ref(),
-                        request,
-                        None,
-                        json!({ "attempt": attempt }),
+                    ..self.sampling.request(messages)
+                },
+                max_attempts: self.max_attempts,
+                call: None,
+            };
+            let answer = ask_json(
+                ctx,
+                question,
+                |text| conform(text, &self.schema),
+                |failure| {
+                    format!(
+                        "That answer is not valid: {}\nReply again with only the corrected JSON.",
+                        failure.message
                     )
-                    .await?;
-                usage += response.usage;
-                match conform(&response.text, &self.schema) {
-                    Ok(conformed) => {
-                        attempts.push(
-                            json!({ "attempt": attempt, "usage": response.usage, "valid": true }),
-                        );
-                        let detail = json!({
-                            "constrained": constrained,
-                            "repairs": conformed.fixes,
-                            "normalized": conformed.normalized,
-                            "retries": attempt - 1,
-                            "attempts": attempts,
-                            "tool_phase": tools,
-                        });
-                        return Ok(StepOutput {
-                            output: conformed.value,
-                            usage,
-                            detail: Some(detail),
-                        });
-                    }
-                    Err(failure) => {
-                        attempts.push(json!({ "attempt": attempt, "usage": response.usage, "valid": false, "error": failure }));
-                        messages.push(Message::assistant(response.text));
-                        messages.push(Message::user(format!(
-                            "That answer is not valid: {}\nReply again with only the corrected JSON.",
-                            failure.message
-                        )));
-                        last_failure = Some(failure);
-                    }
-                }
-            }
-            Err(last_failure.unwrap_or_else(|| {
-                Failure::new(
-                    crate::core::FailureCode::ConstraintJsonInvalid,
-                    "the model gave no answer",
-                )
-            }))
+                },
+            )
+            .await??;
+            usage += answer.usage;
+            let detail = json!({
+                "constrained": constrained,
+                "repairs": answer.value.fixes,
+                "normalized": answer.value.normalized,
+                "retries": answer.attempts.len() - 1,
+                "attempts": answer.attempts,
+                "tool_phase": tools,
+            });
+            Ok(StepOutput {
+                output: answer.value.value,
+                usage,
+                detail: Some(detail),
+            })
         })
     }
 
