@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 
 use crate::inference::TokenSink;
 use crate::orchestrate::{
-    Event, EventKind, Lifecycle, Observer, RunRecord, RunStatus, Session, SessionOptions,
+    Event, EventData, Lifecycle, Observer, RunRecord, RunStatus, Session, SessionOptions,
+    SkipReason, StepOutcome,
 };
 use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
@@ -349,23 +350,27 @@ fn short(value: &Value) -> String {
 /// One line on stderr per finished, skipped or retried step.
 fn progress(event: &Event) {
     let step = event.step.as_deref().unwrap_or("");
-    let line = match event.kind {
-        EventKind::StepEnd if event.data["status"] == "ok" => {
-            format!(
-                "  ✓ {step} ({:.0} ms)",
-                event.data["duration_ms"].as_f64().unwrap_or(0.0)
-            )
+    let line = match &event.data {
+        EventData::StepEnd {
+            outcome: StepOutcome::Ok { .. },
+            duration_ms,
+            ..
+        } => format!("  ✓ {step} ({duration_ms:.0} ms)"),
+        EventData::StepEnd {
+            outcome: StepOutcome::Failed { error },
+            ..
+        } => format!("  ✗ {step}: {}: {}", error.code, error.message),
+        EventData::StepRetry {
+            next_attempt,
+            delay_ms,
+            ..
+        } => format!("  ↻ {step}: retrying (attempt {next_attempt}) in {delay_ms} ms"),
+        EventData::StepSkipped(SkipReason::When(_)) => {
+            format!("  ↷ {step}: skipped (`when` is false)")
         }
-        EventKind::StepEnd => format!(
-            "  ✗ {step}: {}: {}",
-            event.data["error"]["code"].as_str().unwrap_or("?"),
-            event.data["error"]["message"].as_str().unwrap_or("")
-        ),
-        EventKind::StepRetry => format!(
-            "  ↻ {step}: retrying (attempt {}) in {} ms",
-            event.data["next_attempt"], event.data["delay_ms"]
-        ),
-        EventKind::StepSkipped => format!("  ↷ {step}: skipped (`when` is false)"),
+        EventData::StepSkipped(SkipReason::StandbyFor(owner)) => {
+            format!("  ↷ {step}: on standby for `{owner}` (runs only when it hands over)")
+        }
         _ => return,
     };
     let _ = writeln!(io::stderr(), "{line}");

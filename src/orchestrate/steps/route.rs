@@ -23,6 +23,7 @@ use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request, TokenSink};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{
     Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepOutput,
 };
@@ -247,7 +248,7 @@ impl StepHandler for Route {
                         self.engine.as_ref(),
                         request,
                         None,
-                        json!({ "call": "route", "attempt": attempt }),
+                        ModelCall::Route { attempt },
                     )
                     .await?;
                 model_calls += 1;
@@ -338,7 +339,7 @@ impl StepHandler for Route {
                     self.engine.as_ref(),
                     self.sampling.request(synthesis_messages),
                     self.stream.clone(),
-                    json!({ "call": "synthesis" }),
+                    ModelCall::Synthesis,
                 )
                 .await?;
             model_calls += 1;

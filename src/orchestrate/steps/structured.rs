@@ -16,6 +16,7 @@ use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, Message, TokenUsage};
 use crate::inference::{Engine, Request};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
 /// Asks for schema-valid JSON, repairing and retrying as needed.
@@ -62,7 +63,7 @@ impl StepHandler for Structured {
                         self.engine.as_ref(),
                         request,
                         None,
-                        json!({ "attempt": attempt }),
+                        ModelCall::Attempt(attempt),
                     )
                     .await?;
                 usage += response.usage;
