@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::core::Message;
 use crate::orchestrate::inputs::InputType;
-use crate::orchestrate::{Event, EventKind, RunStatus, SessionOptions};
+use crate::orchestrate::{Event, EventData, RunStatus, SessionOptions, ToolOutcome};
 use crate::plan::build::BuildOptions;
 
 use super::common::{
@@ -166,20 +166,25 @@ fn stdin_lines() -> tokio::sync::mpsc::Receiver<io::Result<String>> {
     receiver
 }
 
-/// `→ tool {arguments}` when a tool starts, `← tool ok|failed (ms)` when it ends.
+/// `→ tool {arguments}` when a tool starts, `← tool ok|failed|refused (ms)` when it ends.
 fn show_tool_event(event: &Event) {
-    let tool = event.data["tool"].as_str().unwrap_or("tool");
-    let line = match event.kind {
-        EventKind::ToolStart => format!("  → {tool} {}", event.data["args"]),
-        EventKind::ToolEnd => format!(
-            "  ← {tool} {} ({:.0} ms){}",
-            event.data["status"].as_str().unwrap_or("done"),
-            event.data["duration_ms"].as_f64().unwrap_or(0.0),
-            event.data["error"]["message"]
-                .as_str()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        ),
+    let line = match &event.data {
+        EventData::ToolStart { tool, args } => format!("  → {tool} {args}"),
+        EventData::ToolEnd {
+            tool,
+            outcome,
+            duration_ms,
+        } => {
+            let (status, error) = match outcome {
+                ToolOutcome::Ok => ("ok", None),
+                ToolOutcome::Failed { error } => ("failed", Some(error)),
+                ToolOutcome::Refused { error } => ("refused", Some(error)),
+            };
+            let reason = error
+                .map(|e| format!(": {}", e.message))
+                .unwrap_or_default();
+            format!("  ← {tool} {status} ({duration_ms:.0} ms){reason}")
+        }
         _ => return,
     };
     let _ = writeln!(io::stderr(), "{line}");

@@ -4,13 +4,16 @@ use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value};
 
 use crate::inference::TokenSink;
 use crate::orchestrate::{
-    Event, EventKind, Lifecycle, Observer, RunRecord, RunStatus, Session, SessionOptions,
+    Event, EventData, Lifecycle, Observer, RunRecord, RunStatus, Session, SessionOptions,
+    SkipReason, StepOutcome,
 };
 use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
@@ -207,27 +210,14 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
             Err(failure) => return invalid(&failure),
         }
     }
+    let bar = show.then(batch_bar);
     let summary = session.block_on(crate::batch::run(session, pipeline, options, &|p| {
-        if show {
-            let seconds = p.elapsed.as_secs_f64().max(1e-9);
-            let of_total = p.total.map(|t| format!(" of {t}")).unwrap_or_default();
-            let eta = p
-                .eta()
-                .map(|eta| format!(", ETA {}", clock(eta)))
-                .unwrap_or_default();
-            let _ = write!(
-                io::stderr(),
-                "\r  {} ok, {} failed, {} skipped{of_total} — {:.1} rows/s, {:.0} tok/s{eta}   ",
-                p.ok,
-                p.failed,
-                p.skipped,
-                (p.ok + p.failed) as f64 / seconds,
-                p.tokens as f64 / seconds
-            );
+        if let Some(bar) = &bar {
+            show_batch_progress(bar, p);
         }
     }));
-    if show {
-        writeln!(io::stderr())?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
     }
     let summary = match summary {
         Ok(summary) => summary,
@@ -349,26 +339,73 @@ fn short(value: &Value) -> String {
 /// One line on stderr per finished, skipped or retried step.
 fn progress(event: &Event) {
     let step = event.step.as_deref().unwrap_or("");
-    let line = match event.kind {
-        EventKind::StepEnd if event.data["status"] == "ok" => {
-            format!(
-                "  ✓ {step} ({:.0} ms)",
-                event.data["duration_ms"].as_f64().unwrap_or(0.0)
-            )
+    let line = match &event.data {
+        EventData::StepEnd {
+            outcome: StepOutcome::Ok { .. },
+            duration_ms,
+            ..
+        } => format!("  ✓ {step} ({duration_ms:.0} ms)"),
+        EventData::StepEnd {
+            outcome: StepOutcome::Failed { error },
+            ..
+        } => format!("  ✗ {step}: {}: {}", error.code, error.message),
+        EventData::StepRetry {
+            next_attempt,
+            delay_ms,
+            ..
+        } => format!("  ↻ {step}: retrying (attempt {next_attempt}) in {delay_ms} ms"),
+        EventData::StepSkipped(SkipReason::When(_)) => {
+            format!("  ↷ {step}: skipped (`when` is false)")
         }
-        EventKind::StepEnd => format!(
-            "  ✗ {step}: {}: {}",
-            event.data["error"]["code"].as_str().unwrap_or("?"),
-            event.data["error"]["message"].as_str().unwrap_or("")
-        ),
-        EventKind::StepRetry => format!(
-            "  ↻ {step}: retrying (attempt {}) in {} ms",
-            event.data["next_attempt"], event.data["delay_ms"]
-        ),
-        EventKind::StepSkipped => format!("  ↷ {step}: skipped (`when` is false)"),
+        EventData::StepSkipped(SkipReason::StandbyFor(owner)) => {
+            format!("  ↷ {step}: on standby for `{owner}` (runs only when it hands over)")
+        }
         _ => return,
     };
     let _ = writeln!(io::stderr(), "{line}");
+}
+
+/// The line once the input is counted; a spinner shows until then. The message is cut at the
+/// terminal's width, so the line never wraps: the counts and ETA lead it, the rates end it.
+const BAR_TEMPLATE: &str = "  [{bar:20}] {pos}/{len} {wide_msg}";
+const SPINNER_TEMPLATE: &str = "  {spinner} {pos} rows {wide_msg}";
+
+/// A batch's progress line on stderr: a spinner that turns into a bar once the rows are counted.
+fn batch_bar() -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(batch_style(SPINNER_TEMPLATE));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+fn batch_style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .map(|style| style.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+/// Rows done (of the total once known), the counts, the ETA and the rates.
+fn show_batch_progress(bar: &ProgressBar, p: &crate::batch::Progress) {
+    if let Some(total) = p.total
+        && bar.length().is_none()
+    {
+        bar.set_style(batch_style(BAR_TEMPLATE));
+        bar.set_length(total as u64);
+    }
+    bar.set_position((p.ok + p.failed + p.skipped) as u64);
+    let seconds = p.elapsed.as_secs_f64().max(1e-9);
+    let eta = p
+        .eta()
+        .map(|eta| format!(", ETA {}", clock(eta)))
+        .unwrap_or_default();
+    bar.set_message(format!(
+        "— {} ok, {} failed, {} skipped{eta} — {:.1} rows/s, {:.0} tok/s",
+        p.ok,
+        p.failed,
+        p.skipped,
+        (p.ok + p.failed) as f64 / seconds,
+        p.tokens as f64 / seconds
+    ));
 }
 
 /// `h:mm:ss` (or `m:ss`) for the ETA.
@@ -395,4 +432,43 @@ fn print_previews(previews: &[crate::batch::RowPreview]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_progress_templates_parse() {
+        for template in [BAR_TEMPLATE, SPINNER_TEMPLATE] {
+            assert!(ProgressStyle::with_template(template).is_ok(), "{template}");
+        }
+    }
+
+    #[test]
+    fn the_batch_line_turns_from_spinner_to_bar_once_the_rows_are_counted() {
+        let bar = ProgressBar::hidden();
+        let mut progress = crate::batch::Progress {
+            ok: 3,
+            failed: 1,
+            skipped: 2,
+            tokens: 400,
+            elapsed: Duration::from_secs(4),
+            ..crate::batch::Progress::default()
+        };
+        show_batch_progress(&bar, &progress);
+        assert_eq!((bar.position(), bar.length()), (6, None));
+        assert_eq!(
+            bar.message(),
+            "— 3 ok, 1 failed, 2 skipped — 1.0 rows/s, 100 tok/s"
+        );
+        progress.total = Some(10);
+        show_batch_progress(&bar, &progress);
+        assert_eq!(bar.length(), Some(10));
+        // 4 rows took 4 s; 4 of the 10 are left.
+        assert_eq!(
+            bar.message(),
+            "— 3 ok, 1 failed, 2 skipped, ETA 0:04 — 1.0 rows/s, 100 tok/s"
+        );
+    }
 }

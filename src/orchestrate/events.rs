@@ -1,6 +1,10 @@
 //! Run events: one per lifecycle transition, step start/end/retry/skip, model call and tool call,
 //! each with the run id, the step, its span and parent span (and the tool_call_id for tool
 //! events), written as JSON Lines when `--events FILE` is given.
+//!
+//! What an event says is a typed [`EventData`] variant, written as the line's `kind` and `data`
+//! keys: emitters cannot misspell a field, and readers (progress lines, the chat's tool lines)
+//! match on variants instead of looking up JSON keys.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,7 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use serde::ser::SerializeMap;
 use serde_json::Value;
+
+use super::record::Lifecycle;
+use crate::core::{Failure, FailureCode, TokenUsage};
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,18 +34,112 @@ impl Serialize for SpanId {
     }
 }
 
-/// What happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What happened, and what the event says about it: written as the event's `kind` (the variant's
+/// name in snake_case) and its `data` (the variant's fields).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+pub enum EventData {
+    /// The run entered a lifecycle state.
+    Lifecycle { state: Lifecycle },
+    /// An attempt of a step started.
+    StepStart { attempt: u32 },
+    /// An attempt of a step ended: its status with the usage or the failure.
+    StepEnd {
+        #[serde(flatten)]
+        outcome: StepOutcome,
+        attempt: u32,
+        duration_ms: f64,
+    },
+    /// A failed attempt will be retried after a delay.
+    StepRetry {
+        next_attempt: u32,
+        delay_ms: u64,
+        code: FailureCode,
+    },
+    /// A step did not run.
+    StepSkipped(SkipReason),
+    /// A model call.
+    Inference {
+        model: String,
+        engine: &'static str,
+        duration_ms: f64,
+        usage: TokenUsage,
+        #[serde(flatten)]
+        call: ModelCall,
+    },
+    /// A tool call started.
+    ToolStart { tool: String, args: Value },
+    /// A tool call ended (or was refused before it ran).
+    ToolEnd {
+        tool: String,
+        #[serde(flatten)]
+        outcome: ToolOutcome,
+        duration_ms: f64,
+    },
+}
+
+/// How an attempt of a step ended: `"status": "ok"` with its usage, or `"failed"` with the error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum StepOutcome {
+    Ok { usage: TokenUsage },
+    Failed { error: Failure },
+}
+
+/// How a tool call ended: `"status": "ok"`, `"failed"` with the error, or `"refused"` with the
+/// reason it never ran (an unknown tool, arguments its schema refuses).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ToolOutcome {
+    Ok,
+    Failed { error: Failure },
+    Refused { error: Failure },
+}
+
+/// Why a step was skipped: `{"standby_for": STEP}` or `{"when": EXPRESSION}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    Lifecycle,
-    StepStart,
-    StepEnd,
-    StepRetry,
-    StepSkipped,
-    Inference,
-    ToolStart,
-    ToolEnd,
+pub enum SkipReason {
+    /// It is the fallback of a voting step, and runs only when that step hands over to it.
+    StandbyFor(String),
+    /// Its `when` expression was false.
+    When(String),
+}
+
+/// Which of a step's model calls an `inference` event records; written into its data as
+/// `attempt`, `round` or `call` (nothing for a step's only call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelCall {
+    /// The step's only call (`infer`).
+    Single,
+    /// An attempt at schema-valid output (`structured` asks again after an invalid answer).
+    Attempt(u32),
+    /// A round of an agent's tool loop.
+    Round(u32),
+    /// One of a `redundant` step's candidates.
+    Vote(u32),
+    /// An attempt at a routing decision.
+    Route { attempt: u32 },
+    /// The answer written from the routed agents' results.
+    Synthesis,
+}
+
+impl Serialize for ModelCall {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        match *self {
+            ModelCall::Single => {}
+            ModelCall::Attempt(attempt) => map.serialize_entry("attempt", &attempt)?,
+            ModelCall::Round(round) => map.serialize_entry("round", &round)?,
+            ModelCall::Vote(vote) => map.serialize_entry("vote", &vote)?,
+            ModelCall::Route { attempt } => {
+                map.serialize_entry("call", "route")?;
+                map.serialize_entry("attempt", &attempt)?;
+            }
+            ModelCall::Synthesis => map.serialize_entry("call", "synthesis")?,
+        }
+        map.end()
+    }
 }
 
 /// One event.
@@ -46,7 +148,6 @@ pub struct Event {
     pub run_id: String,
     /// Milliseconds since the run started.
     pub at_ms: f64,
-    pub kind: EventKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     pub span: SpanId,
@@ -54,7 +155,9 @@ pub struct Event {
     pub parent_span: Option<SpanId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    pub data: Value,
+    /// The `kind` and `data` keys.
+    #[serde(flatten)]
+    pub data: EventData,
 }
 
 /// Called with every event (e.g. to print progress).
@@ -149,18 +252,10 @@ impl Events {
     }
 
     /// Records an event.
-    pub fn emit(
-        &self,
-        kind: EventKind,
-        step: Option<&str>,
-        span: SpanId,
-        parent: Option<SpanId>,
-        data: Value,
-    ) {
+    pub fn emit(&self, step: Option<&str>, span: SpanId, parent: Option<SpanId>, data: EventData) {
         self.emit_event(Event {
             run_id: self.inner.run_id.clone(),
             at_ms: (self.elapsed_ms() * 1000.0).round() / 1000.0,
-            kind,
             step: step.map(str::to_string),
             span,
             parent_span: parent,
@@ -169,9 +264,14 @@ impl Events {
         });
     }
 
+    /// Records the run's move to `state`.
+    pub fn lifecycle(&self, state: Lifecycle) {
+        self.emit(None, self.run_span(), None, EventData::Lifecycle { state });
+    }
+
     /// Records a fully built event (tool events set `tool_call_id`).
     pub fn emit_event(&self, event: Event) {
-        if event.kind == EventKind::Inference {
+        if matches!(event.data, EventData::Inference { .. }) {
             self.inner.model_calls.fetch_add(1, Ordering::Relaxed);
         }
         let outputs = &self.inner.outputs;
@@ -217,4 +317,201 @@ fn new_run_id() -> String {
         std::process::id() & 0xffff,
         count & 0xff
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::FailureCode;
+
+    fn event(data: EventData) -> Event {
+        Event {
+            run_id: "r1".into(),
+            at_ms: 1.5,
+            step: Some("ask".into()),
+            span: SpanId(2),
+            parent_span: Some(SpanId(0)),
+            tool_call_id: None,
+            data,
+        }
+    }
+
+    fn wire(data: EventData) -> Value {
+        serde_json::to_value(event(data)).expect("serializes")
+    }
+
+    #[test]
+    fn a_failed_step_end_is_one_line_with_kind_data_and_the_error() {
+        let data = EventData::StepEnd {
+            outcome: StepOutcome::Failed {
+                error: Failure::new(FailureCode::InferenceTimeout, "too slow"),
+            },
+            attempt: 2,
+            duration_ms: 12.5,
+        };
+        let line = serde_json::to_string(&event(data)).expect("serializes");
+        assert_eq!(
+            line,
+            r#"{"run_id":"r1","at_ms":1.5,"step":"ask","span":"00000002","parent_span":"00000000","kind":"step_end","data":{"status":"failed","error":{"code":"INFERENCE_TIMEOUT","message":"too slow","retryable":true},"attempt":2,"duration_ms":12.5}}"#
+        );
+        let ok = EventData::StepEnd {
+            outcome: StepOutcome::Ok {
+                usage: TokenUsage {
+                    prompt_tokens: 3,
+                    completion_tokens: 4,
+                },
+            },
+            attempt: 1,
+            duration_ms: 2.0,
+        };
+        assert_eq!(
+            wire(ok)["data"],
+            json!({ "status": "ok", "usage": { "prompt_tokens": 3, "completion_tokens": 4 }, "attempt": 1, "duration_ms": 2.0 })
+        );
+    }
+
+    #[test]
+    fn an_inference_event_says_which_call_it_was() {
+        let inference = |call| EventData::Inference {
+            model: "m".into(),
+            engine: "scripted",
+            duration_ms: 4.0,
+            usage: TokenUsage::default(),
+            call,
+        };
+        let base = json!({
+            "model": "m",
+            "engine": "scripted",
+            "duration_ms": 4.0,
+            "usage": { "prompt_tokens": 0, "completion_tokens": 0 },
+        });
+        let with = |extra: Value| {
+            let mut data = base.clone();
+            if let (Value::Object(data), Value::Object(extra)) = (&mut data, extra) {
+                data.extend(extra);
+            }
+            data
+        };
+        for (call, expected) in [
+            (ModelCall::Single, base.clone()),
+            (ModelCall::Attempt(2), with(json!({ "attempt": 2 }))),
+            (ModelCall::Round(3), with(json!({ "round": 3 }))),
+            (ModelCall::Vote(4), with(json!({ "vote": 4 }))),
+            (
+                ModelCall::Route { attempt: 1 },
+                with(json!({ "call": "route", "attempt": 1 })),
+            ),
+            (ModelCall::Synthesis, with(json!({ "call": "synthesis" }))),
+        ] {
+            let line = wire(inference(call));
+            assert_eq!(line["kind"], "inference");
+            assert_eq!(line["data"], expected, "{call:?}");
+        }
+        let attempt = serde_json::to_string(&inference(ModelCall::Attempt(2))).expect("json");
+        assert_eq!(
+            attempt,
+            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2}}"#
+        );
+    }
+
+    #[test]
+    fn lifecycle_skips_retries_and_tool_events_keep_their_data_keys() {
+        let cases = [
+            (
+                EventData::Lifecycle {
+                    state: Lifecycle::Execute,
+                },
+                json!({ "kind": "lifecycle", "data": { "state": "EXECUTE" } }),
+            ),
+            (
+                EventData::StepStart { attempt: 1 },
+                json!({ "kind": "step_start", "data": { "attempt": 1 } }),
+            ),
+            (
+                EventData::StepRetry {
+                    next_attempt: 2,
+                    delay_ms: 250,
+                    code: FailureCode::InferenceRateLimited,
+                },
+                json!({ "kind": "step_retry", "data": { "next_attempt": 2, "delay_ms": 250, "code": "INFERENCE_RATE_LIMITED" } }),
+            ),
+            (
+                EventData::StepSkipped(SkipReason::When("inputs.go".into())),
+                json!({ "kind": "step_skipped", "data": { "when": "inputs.go" } }),
+            ),
+            (
+                EventData::StepSkipped(SkipReason::StandbyFor("vote".into())),
+                json!({ "kind": "step_skipped", "data": { "standby_for": "vote" } }),
+            ),
+            (
+                EventData::ToolStart {
+                    tool: "calc".into(),
+                    args: json!({ "expression": "1+1" }),
+                },
+                json!({ "kind": "tool_start", "data": { "tool": "calc", "args": { "expression": "1+1" } } }),
+            ),
+            (
+                EventData::ToolEnd {
+                    tool: "calc".into(),
+                    outcome: ToolOutcome::Ok,
+                    duration_ms: 0.5,
+                },
+                json!({ "kind": "tool_end", "data": { "tool": "calc", "status": "ok", "duration_ms": 0.5 } }),
+            ),
+            (
+                EventData::ToolEnd {
+                    tool: "nope".into(),
+                    outcome: ToolOutcome::Refused {
+                        error: Failure::new(FailureCode::ToolNotFound, "no tool `nope`")
+                            .retryable(false),
+                    },
+                    duration_ms: 0.0,
+                },
+                json!({ "kind": "tool_end", "data": { "tool": "nope", "status": "refused", "error": { "code": "TOOL_NOT_FOUND", "message": "no tool `nope`", "retryable": false }, "duration_ms": 0.0 } }),
+            ),
+        ];
+        for (data, expected) in cases {
+            let line = wire(data);
+            assert_eq!(line["kind"], expected["kind"]);
+            assert_eq!(line["data"], expected["data"], "{}", expected["kind"]);
+        }
+        let run_event = Event {
+            step: None,
+            parent_span: None,
+            ..event(EventData::StepStart { attempt: 1 })
+        };
+        let keys: Vec<String> = serde_json::to_value(run_event)
+            .expect("json")
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        assert_eq!(keys, ["run_id", "at_ms", "span", "kind", "data"]);
+    }
+
+    #[test]
+    fn only_inference_events_count_as_model_calls() {
+        let events = Events::recording();
+        events.lifecycle(Lifecycle::Execute);
+        events.emit(
+            Some("ask"),
+            events.new_span(),
+            Some(events.run_span()),
+            EventData::StepStart { attempt: 1 },
+        );
+        assert_eq!(events.model_calls(), 0);
+        for call in [ModelCall::Single, ModelCall::Round(1)] {
+            let data = EventData::Inference {
+                model: "m".into(),
+                engine: "scripted",
+                duration_ms: 1.0,
+                usage: TokenUsage::default(),
+                call,
+            };
+            events.emit(Some("ask"), events.new_span(), None, data);
+        }
+        assert_eq!(events.model_calls(), 2);
+        assert_eq!(events.recorded().len(), 4);
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::events::{EventKind, Events};
+use super::events::{EventData, Events, SkipReason, StepOutcome};
 use super::pipeline::{Pipeline, Rendered, StepContext, StepOutput};
 use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::core::{Failure, FailureCode, TokenUsage};
@@ -63,13 +63,7 @@ pub async fn execute(
 ) -> RunRecord {
     let started = Instant::now();
     let run_span = events.run_span();
-    events.emit(
-        EventKind::Lifecycle,
-        None,
-        run_span,
-        None,
-        json!({ "state": Lifecycle::Execute }),
-    );
+    events.lifecycle(Lifecycle::Execute);
     let count = pipeline.steps.len();
     let mut records: Vec<StepRecord> = pipeline
         .steps
@@ -215,13 +209,7 @@ pub async fn execute(
         // A partial run (for `render`) has no result of its own.
         (RunStatus::Complete, None, None)
     } else {
-        events.emit(
-            EventKind::Lifecycle,
-            None,
-            run_span,
-            None,
-            json!({ "state": Lifecycle::Validate }),
-        );
+        events.lifecycle(Lifecycle::Validate);
         match final_output(pipeline, &inputs, &records) {
             Ok(output) => (RunStatus::Complete, None, Some(output)),
             Err(error) => (RunStatus::Error, Some(error), None),
@@ -232,13 +220,7 @@ pub async fn execute(
         RunStatus::Error => Lifecycle::Error,
         RunStatus::Cancelled => Lifecycle::Cancelled,
     };
-    events.emit(
-        EventKind::Lifecycle,
-        None,
-        run_span,
-        None,
-        json!({ "state": end_state }),
-    );
+    events.lifecycle(end_state);
     RunRecord {
         run_id: events.run_id().to_string(),
         plan: pipeline.name.clone(),
@@ -410,23 +392,22 @@ impl StepTask {
             duration: started.elapsed(),
             result,
         };
-        let skip = |why: Value| {
+        let skip = |why: SkipReason| {
             events.emit(
-                EventKind::StepSkipped,
                 Some(&step),
                 events.new_span(),
                 Some(parent),
-                why,
+                EventData::StepSkipped(why),
             );
             finish(StepStatus::Skipped, 0, Ok(StepOutput::default()))
         };
         if let Some(owner) = &self.standby_for {
-            return skip(json!({ "standby_for": owner }));
+            return skip(SkipReason::StandbyFor(owner.clone()));
         }
         if let Some(when) = &self.when {
             match ctx.templates.is_true(when, &ctx.scope) {
                 Ok(true) => {}
-                Ok(false) => return skip(json!({ "when": when })),
+                Ok(false) => return skip(SkipReason::When(when.clone())),
                 Err(error) => return finish(StepStatus::Failed, 0, Err(error)),
             }
         }
@@ -435,11 +416,10 @@ impl StepTask {
             let span = events.new_span();
             ctx.span = span;
             events.emit(
-                EventKind::StepStart,
                 Some(&step),
                 span,
                 Some(parent),
-                json!({ "attempt": attempt }),
+                EventData::StepStart { attempt },
             );
             let attempt_started = Instant::now();
             let result = match self.timeout {
@@ -455,31 +435,46 @@ impl StepTask {
             let millis = attempt_started.elapsed().as_secs_f64() * 1000.0;
             match result {
                 Ok(output) => {
+                    let outcome = StepOutcome::Ok {
+                        usage: output.usage,
+                    };
                     events.emit(
-                        EventKind::StepEnd,
                         Some(&step),
                         span,
                         Some(parent),
-                        json!({ "status": "ok", "attempt": attempt, "duration_ms": millis, "usage": output.usage }),
+                        EventData::StepEnd {
+                            outcome,
+                            attempt,
+                            duration_ms: millis,
+                        },
                     );
                     return finish(StepStatus::Ok, attempt, Ok(output));
                 }
                 Err(failure) => {
+                    let outcome = StepOutcome::Failed {
+                        error: failure.clone(),
+                    };
                     events.emit(
-                        EventKind::StepEnd,
                         Some(&step),
                         span,
                         Some(parent),
-                        json!({ "status": "failed", "attempt": attempt, "duration_ms": millis, "error": failure }),
+                        EventData::StepEnd {
+                            outcome,
+                            attempt,
+                            duration_ms: millis,
+                        },
                     );
                     match self.retry.retry_after(&failure, attempt + 1) {
                         Some(delay) => {
                             events.emit(
-                                EventKind::StepRetry,
                                 Some(&step),
                                 span,
                                 Some(parent),
-                                json!({ "next_attempt": attempt + 1, "delay_ms": delay.as_millis() as u64, "code": failure.code }),
+                                EventData::StepRetry {
+                                    next_attempt: attempt + 1,
+                                    delay_ms: delay.as_millis() as u64,
+                                    code: failure.code,
+                                },
                             );
                             tokio::time::sleep(delay).await;
                             attempt += 1;
@@ -908,18 +903,20 @@ mod tests {
         let record = execute(&p, json!({}), RunOptions::new(1), &events).await;
         let recorded = events.recorded();
         assert!(recorded.iter().all(|e| e.run_id == record.run_id));
-        let states: Vec<Value> = recorded
+        let states: Vec<Lifecycle> = recorded
             .iter()
-            .filter(|e| e.kind == EventKind::Lifecycle)
-            .map(|e| e.data["state"].clone())
+            .filter_map(|e| match e.data {
+                EventData::Lifecycle { state } => Some(state),
+                _ => None,
+            })
             .collect();
         assert_eq!(
             states,
-            vec![json!("EXECUTE"), json!("VALIDATE"), json!("COMPLETE")]
+            [Lifecycle::Execute, Lifecycle::Validate, Lifecycle::Complete]
         );
         let starts: Vec<_> = recorded
             .iter()
-            .filter(|e| e.kind == EventKind::StepStart)
+            .filter(|e| matches!(e.data, EventData::StepStart { attempt: 1 }))
             .collect();
         assert_eq!(starts.len(), 2);
         assert!(

@@ -18,7 +18,9 @@ pub mod steps;
 pub mod tools;
 pub mod voting;
 
-pub use events::{Event, EventKind, Events, Observer, SpanId};
+pub use events::{
+    Event, EventData, Events, Observer, SkipReason, SpanId, StepOutcome, ToolOutcome,
+};
 pub use executor::{RunOptions, execute, render_step};
 pub use pipeline::{
     Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepNode, StepOutput,

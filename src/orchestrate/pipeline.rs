@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::events::{EventKind, Events, SpanId};
+use super::events::{EventData, Events, ModelCall, SpanId};
 use super::inputs::{self, InputSpec};
 use crate::core::{Failure, Message, TokenUsage};
 use crate::inference::{Engine, Request, Response, TokenSink};
@@ -104,14 +104,14 @@ impl StepContext {
         self.templates.render_str(text, &self.scope)
     }
 
-    /// Calls a model and records the call as an `inference` event (model, duration, usage, plus
-    /// `extra` fields such as the attempt or round).
+    /// Calls a model and records the call as an `inference` event (model, duration, usage, and
+    /// which of the step's calls it was).
     pub async fn infer(
         &self,
         engine: &dyn Engine,
         request: Request,
         stream: Option<TokenSink>,
-        extra: Value,
+        call: ModelCall,
     ) -> Result<Response, Failure> {
         let span = self.events.new_span();
         let started = Instant::now();
@@ -120,22 +120,15 @@ impl StepContext {
             None => engine.infer(request).await?,
         };
         let info = engine.model_info();
-        let mut data = json!({
-            "model": info.name,
-            "engine": info.engine,
-            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-            "usage": response.usage,
-        });
-        if let (Value::Object(data), Value::Object(extra)) = (&mut data, extra) {
-            data.extend(extra);
-        }
-        self.events.emit(
-            EventKind::Inference,
-            Some(&self.step),
-            span,
-            Some(self.span),
-            data,
-        );
+        let data = EventData::Inference {
+            model: info.name,
+            engine: info.engine,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            usage: response.usage,
+            call,
+        };
+        self.events
+            .emit(Some(&self.step), span, Some(self.span), data);
         Ok(response)
     }
 }

@@ -16,11 +16,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use super::events::{EventKind, Events, Observer};
+use super::events::{Events, Observer};
 use super::executor::{RunOptions, execute, render_step};
 use super::pipeline::{Pipeline, Rendered};
 use super::record::{Lifecycle, RunRecord};
@@ -119,8 +119,8 @@ impl Session {
             first_run_done: AtomicBool::new(false),
             max_parallel: options.max_parallel.max(1),
         };
-        session.lifecycle(Lifecycle::Init);
-        session.lifecycle(Lifecycle::Plan);
+        session.events.lifecycle(Lifecycle::Init);
+        session.events.lifecycle(Lifecycle::Plan);
         Ok(session)
     }
 
@@ -131,13 +131,13 @@ impl Session {
 
     /// Records PREPARE, then builds (engines, corpora, tools: this may load models).
     pub fn prepare<T>(&self, build: impl FnOnce() -> T) -> T {
-        self.lifecycle(Lifecycle::Prepare);
+        self.events.lifecycle(Lifecycle::Prepare);
         build()
     }
 
     /// Records the session's own end state (a batch's, after its rows' runs ended).
     pub fn finish(&self, state: Lifecycle) {
-        self.lifecycle(state);
+        self.events.lifecycle(state);
     }
 
     /// Runs `pipeline` once on bound `inputs`, with `globals` (a chat's `history`) added to
@@ -206,16 +206,6 @@ impl Session {
         } else {
             self.events.clone()
         }
-    }
-
-    fn lifecycle(&self, state: Lifecycle) {
-        self.events.emit(
-            EventKind::Lifecycle,
-            None,
-            self.events.run_span(),
-            None,
-            json!({ "state": state }),
-        );
     }
 }
 

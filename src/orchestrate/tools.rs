@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::events::{Event, EventKind};
+use super::events::{Event, EventData, SpanId, ToolOutcome};
 use super::pipeline::StepContext;
 use crate::core::{Failure, FailureCode};
 use crate::prompt::Templates;
@@ -199,24 +199,24 @@ impl ToolRuntime {
             }
         }
         let span = ctx.events.new_span();
-        let emit = |kind, data| emit_tool_event(ctx, span, call_id, kind, data);
-        emit(
-            EventKind::ToolStart,
-            json!({ "tool": self.name, "args": args }),
-        );
+        let emit = |data| emit_tool_event(ctx, span, call_id, data);
+        emit(EventData::ToolStart {
+            tool: self.name.clone(),
+            args: args.clone(),
+        });
         let started = Instant::now();
         let result = self.execute(args, ctx).await;
-        let millis = started.elapsed().as_secs_f64() * 1000.0;
-        match &result {
-            Ok(_) => emit(
-                EventKind::ToolEnd,
-                json!({ "tool": self.name, "status": "ok", "duration_ms": millis }),
-            ),
-            Err(e) => emit(
-                EventKind::ToolEnd,
-                json!({ "tool": self.name, "status": "failed", "duration_ms": millis, "error": e }),
-            ),
-        }
+        let outcome = match &result {
+            Ok(_) => ToolOutcome::Ok,
+            Err(error) => ToolOutcome::Failed {
+                error: error.clone(),
+            },
+        };
+        emit(EventData::ToolEnd {
+            tool: self.name.clone(),
+            outcome,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        });
         result.map_err(|failure| {
             if self.idempotent {
                 failure
@@ -276,33 +276,25 @@ pub fn record_refusal(
     failure: &Failure,
 ) {
     let span = ctx.events.new_span();
-    emit_tool_event(
-        ctx,
-        span,
-        call_id,
-        EventKind::ToolStart,
-        json!({ "tool": tool, "args": args }),
-    );
-    emit_tool_event(
-        ctx,
-        span,
-        call_id,
-        EventKind::ToolEnd,
-        json!({ "tool": tool, "status": "refused", "duration_ms": 0.0, "error": failure }),
-    );
+    let start = EventData::ToolStart {
+        tool: tool.to_string(),
+        args: args.clone(),
+    };
+    emit_tool_event(ctx, span, call_id, start);
+    let end = EventData::ToolEnd {
+        tool: tool.to_string(),
+        outcome: ToolOutcome::Refused {
+            error: failure.clone(),
+        },
+        duration_ms: 0.0,
+    };
+    emit_tool_event(ctx, span, call_id, end);
 }
 
-fn emit_tool_event(
-    ctx: &StepContext,
-    span: super::events::SpanId,
-    call_id: &str,
-    kind: EventKind,
-    data: Value,
-) {
+fn emit_tool_event(ctx: &StepContext, span: SpanId, call_id: &str, data: EventData) {
     ctx.events.emit_event(Event {
         run_id: ctx.events.run_id().to_string(),
         at_ms: ctx.events.elapsed_ms(),
-        kind,
         step: Some(ctx.step.clone()),
         span,
         parent_span: Some(ctx.span),

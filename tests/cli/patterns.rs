@@ -77,6 +77,31 @@ fn majority_voting_over_a_b_a_picks_a_with_two_thirds() {
 }
 
 #[test]
+fn every_candidate_of_a_vote_is_a_recorded_model_call() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let events = dir.path().join("events.jsonl");
+    let run = pagantic(&[
+        "run",
+        "-q",
+        "-i",
+        "case=majority",
+        "--events",
+        &events.display().to_string(),
+        "tests/plans/patterns.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let text = std::fs::read_to_string(&events).expect("the events file");
+    let mut votes: Vec<u64> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+        .filter(|e| e["kind"] == "inference" && e["step"] == "majority")
+        .map(|e| e["data"]["vote"].as_u64().expect("the vote's number"))
+        .collect();
+    votes.sort_unstable();
+    assert_eq!(votes, [1, 2, 3]);
+}
+
+#[test]
 fn unanimity_with_a_differing_candidate_fails_with_no_consensus() {
     let (code, record, _) = run("unanimity");
     assert_eq!(code, 1);

@@ -20,6 +20,7 @@ use super::infer::Sampling;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::{Engine, Request};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
 
@@ -145,7 +146,7 @@ impl StepHandler for Agent {
                         self.engine.as_ref(),
                         request,
                         None,
-                        json!({ "round": round + 1 }),
+                        ModelCall::Round(round + 1),
                     )
                     .await?;
                 usage += response.usage;

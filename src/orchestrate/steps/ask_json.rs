@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::StepContext;
 
 /// What to ask and how often.
@@ -19,8 +20,8 @@ pub struct JsonQuestion<'a> {
     pub request: Request,
     /// Attempts in all (at least 1).
     pub max_attempts: u32,
-    /// Which call of the step this is, for its events (`route` makes two kinds of call).
-    pub call: Option<&'static str>,
+    /// How the events name attempt N (`route` makes two kinds of call).
+    pub call: fn(u32) -> ModelCall,
 }
 
 /// An accepted answer.
@@ -53,11 +54,9 @@ pub async fn ask_json<T>(
     let mut attempts = Vec::new();
     let mut refusal = None;
     for attempt in 1..=max_attempts.max(1) {
-        let mut extra = json!({ "attempt": attempt });
-        if let Some(call) = call {
-            extra["call"] = call.into();
-        }
-        let response = ctx.infer(engine, request.clone(), None, extra).await?;
+        let response = ctx
+            .infer(engine, request.clone(), None, call(attempt))
+            .await?;
         usage += response.usage;
         match check(&response.text) {
             Ok(value) => {
@@ -126,7 +125,7 @@ mod tests {
                 ..Request::default()
             },
             max_attempts,
-            call: Some("route"),
+            call: ModelCall::Attempt,
         }
     }
 

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Prompt;
 use crate::core::{Failure, Message};
 use crate::inference::{Engine, Grammar, Request, TokenSink};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
 /// Sampling settings of a model call.
@@ -62,7 +63,7 @@ impl StepHandler for Infer {
                     self.engine.as_ref(),
                     request,
                     self.stream.clone(),
-                    json!({}),
+                    ModelCall::Single,
                 )
                 .await?;
             Ok(StepOutput {

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::task::JoinSet;
 
 use super::Prompt;
 use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, TokenUsage};
-use crate::inference::{Engine, Request, Response};
+use crate::inference::{Engine, Request};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::voting::{VotingMethod, vote};
 
@@ -35,8 +35,9 @@ impl StepHandler for Redundant {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
             let messages = self.prompt.messages(ctx)?;
-            let mut calls = JoinSet::new();
-            for i in 0..self.n.max(1) {
+            // Asked together in this task (so an engine can batch them), each call recorded
+            // as an `inference` event like any other model call.
+            let calls = (0..self.n.max(1)).map(|i| {
                 let base = self.sampling.request(messages.clone());
                 let request = Request {
                     json_schema: self.schema.clone(),
@@ -44,15 +45,14 @@ impl StepHandler for Redundant {
                     seed: cycled(&self.seeds, i).or(base.seed),
                     ..base
                 };
-                let engine = Arc::clone(&self.engine);
-                calls.spawn(async move { (i, engine.infer(request).await) });
-            }
-            let mut responses: Vec<(usize, Result<Response, Failure>)> = calls.join_all().await;
-            responses.sort_by_key(|(i, _)| *i);
+                let vote = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                ctx.infer(self.engine.as_ref(), request, None, ModelCall::Vote(vote))
+            });
+            let responses = futures_util::future::join_all(calls).await;
             let mut usage = TokenUsage::default();
             let mut candidates = Vec::new();
             let mut rejected = Vec::new();
-            for (i, response) in responses {
+            for (i, response) in responses.into_iter().enumerate() {
                 let response = response?;
                 usage += response.usage;
                 match &self.schema {

@@ -24,6 +24,7 @@ use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request, TokenSink};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{
     Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepOutput,
 };
@@ -242,7 +243,7 @@ impl StepHandler for Route {
                 },
                 // An invalid route is retried once, with the errors: the only extra call.
                 max_attempts: 2,
-                call: Some("route"),
+                call: |attempt| ModelCall::Route { attempt },
             };
             let routed = ask_json(
                 ctx,
@@ -325,7 +326,7 @@ impl StepHandler for Route {
                     self.engine.as_ref(),
                     self.sampling.request(synthesis_messages),
                     self.stream.clone(),
-                    json!({ "call": "synthesis" }),
+                    ModelCall::Synthesis,
                 )
                 .await?;
             model_calls += 1;

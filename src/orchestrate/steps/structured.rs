@@ -17,6 +17,7 @@ use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, Message, TokenUsage};
 use crate::inference::{Engine, Request};
+use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
 /// Asks for schema-valid JSON, repairing and retrying as needed.
@@ -58,7 +59,7 @@ impl StepHandler for Structured {
                     ..self.sampling.request(messages)
                 },
                 max_attempts: self.max_attempts,
-                call: None,
+                call: ModelCall::Attempt,
             };
             let answer = ask_json(
                 ctx,
