@@ -10,6 +10,7 @@
 //! twice, a missing `root` and unbalanced brackets are reported with what is wrong, so a bad
 //! grammar is caught when the plan is checked rather than when the model runs.
 
+use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 
 use llguidance::api::{GrammarInit, ParserLimits, TopLevelGrammar};
@@ -29,54 +30,91 @@ enum Token {
     Repeat(u32, u32),
 }
 
-fn rejected(message: impl Into<String>) -> Failure {
-    Failure::new(FailureCode::ConstraintGrammarRejected, message)
-        .with_help("GBNF: rules are `name ::= body`, the start rule is `root`")
+/// A GBNF grammar that does not translate: what is wrong, and the byte range of the grammar text
+/// at fault (so `validate` can underline the token, not the whole grammar).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrammarError {
+    pub message: String,
+    pub span: Range<usize>,
+}
+
+impl From<GrammarError> for Failure {
+    fn from(error: GrammarError) -> Self {
+        Failure::new(FailureCode::ConstraintGrammarRejected, error.message)
+            .with_help("GBNF: rules are `name ::= body`, the start rule is `root`")
+    }
+}
+
+fn rejected(message: impl Into<String>, span: Range<usize>) -> GrammarError {
+    GrammarError {
+        message: message.into(),
+        span,
+    }
+}
+
+/// A token and the byte range it was read from.
+type Spanned = (Token, Range<usize>);
+
+/// One rule: its name, where the name is written, and its body.
+struct Rule {
+    name: String,
+    at: Range<usize>,
+    body: Vec<Spanned>,
 }
 
 /// Translates a GBNF grammar to Lark.
-pub fn gbnf_to_lark(gbnf: &str) -> Result<String, Failure> {
+pub fn gbnf_to_lark(gbnf: &str) -> Result<String, GrammarError> {
     let tokens = tokenize(gbnf)?;
-    let mut rules: Vec<(String, Vec<Token>)> = Vec::new();
+    let mut rules: Vec<Rule> = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
         match (&tokens[i], tokens.get(i + 1)) {
-            (Token::Name(name), Some(Token::Define)) => {
-                if rules.iter().any(|(defined, _)| defined == name) {
-                    return Err(rejected(format!("rule `{name}` is defined twice")));
+            ((Token::Name(name), at), Some((Token::Define, _))) => {
+                if rules.iter().any(|rule| rule.name == *name) {
+                    return Err(rejected(
+                        format!("rule `{name}` is defined twice"),
+                        at.clone(),
+                    ));
                 }
-                rules.push((name.clone(), Vec::new()));
+                rules.push(Rule {
+                    name: name.clone(),
+                    at: at.clone(),
+                    body: Vec::new(),
+                });
                 i += 2;
             }
-            (token, _) => {
-                let Some((_, body)) = rules.last_mut() else {
-                    return Err(rejected(format!(
-                        "the grammar must start with a rule `name ::= …`, found {token:?}"
-                    )));
+            ((token, at), _) => {
+                let Some(rule) = rules.last_mut() else {
+                    return Err(rejected(
+                        format!("the grammar must start with a rule `name ::= …`, found {token:?}"),
+                        at.clone(),
+                    ));
                 };
-                body.push(token.clone());
+                rule.body.push((token.clone(), at.clone()));
                 i += 1;
             }
         }
     }
-    if !rules.iter().any(|(name, _)| name == "root") {
-        return Err(rejected("the grammar has no `root` rule"));
+    if !rules.iter().any(|rule| rule.name == "root") {
+        return Err(rejected("the grammar has no `root` rule", 0..gbnf.len()));
     }
-    let defined: Vec<&str> = rules.iter().map(|(n, _)| n.as_str()).collect();
+    let defined: Vec<&str> = rules.iter().map(|rule| rule.name.as_str()).collect();
     let mut lark = format!("start: {}\n", rule_name("root"));
-    for (name, body) in &rules {
-        if body.is_empty() {
-            return Err(rejected(format!("rule `{name}` is empty")));
+    for rule in &rules {
+        let name = &rule.name;
+        if rule.body.is_empty() {
+            return Err(rejected(format!("rule `{name}` is empty"), rule.at.clone()));
         }
-        let mut depth = 0i32;
-        let mut parts = Vec::with_capacity(body.len());
-        for token in body {
+        let mut open: Vec<Range<usize>> = Vec::new();
+        let mut parts = Vec::with_capacity(rule.body.len());
+        for (token, at) in &rule.body {
             parts.push(match token {
                 Token::Name(n) => {
                     if !defined.contains(&n.as_str()) {
-                        return Err(rejected(format!(
-                            "rule `{name}` uses `{n}`, which is not defined"
-                        )));
+                        return Err(rejected(
+                            format!("rule `{name}` uses `{n}`, which is not defined"),
+                            at.clone(),
+                        ));
                     }
                     rule_name(n)
                 }
@@ -85,23 +123,28 @@ pub fn gbnf_to_lark(gbnf: &str) -> Result<String, Failure> {
                 Token::Any => "/./s".to_string(),
                 Token::Op(c) => {
                     match c {
-                        '(' => depth += 1,
-                        ')' => depth -= 1,
+                        '(' => open.push(at.clone()),
+                        ')' if open.pop().is_none() => {
+                            return Err(rejected(
+                                format!("rule `{name}` closes a bracket it never opened"),
+                                at.clone(),
+                            ));
+                        }
                         _ => {}
-                    }
-                    if depth < 0 {
-                        return Err(rejected(format!(
-                            "rule `{name}` closes a bracket it never opened"
-                        )));
                     }
                     c.to_string()
                 }
                 Token::Repeat(min, max) => format!("~ {min}..{max}"),
-                Token::Define => return Err(rejected(format!("rule `{name}` has a stray `::=`"))),
+                Token::Define => {
+                    return Err(rejected(
+                        format!("rule `{name}` has a stray `::=`"),
+                        at.clone(),
+                    ));
+                }
             });
         }
-        if depth != 0 {
-            return Err(rejected(format!("rule `{name}` leaves a bracket open")));
+        if let Some(at) = open.pop() {
+            return Err(rejected(format!("rule `{name}` leaves a bracket open"), at));
         }
         lark.push_str(&format!(
             "{}: {}\n",
@@ -167,109 +210,124 @@ fn rule_name(name: &str) -> String {
     out
 }
 
-fn tokenize(text: &str) -> Result<Vec<Token>, Failure> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut tokens = Vec::new();
+fn tokenize(text: &str) -> Result<Vec<Spanned>, GrammarError> {
+    // Characters with their byte offsets; `end(i)` is where character `i` ends.
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let offset = |i: usize| chars.get(i).map_or(text.len(), |(at, _)| *at);
+    let char_at = |i: usize| chars.get(i).map(|(_, c)| *c);
+    let mut tokens: Vec<Spanned> = Vec::new();
     let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
+    while let Some(c) = char_at(i) {
+        let start = i;
         match c {
             c if c.is_whitespace() => i += 1,
             '#' => {
-                while i < chars.len() && chars[i] != '\n' {
+                while char_at(i).is_some_and(|c| c != '\n') {
                     i += 1;
                 }
             }
-            ':' if chars.get(i + 1) == Some(&':') && chars.get(i + 2) == Some(&'=') => {
-                tokens.push(Token::Define);
+            ':' if char_at(i + 1) == Some(':') && char_at(i + 2) == Some('=') => {
                 i += 3;
+                tokens.push((Token::Define, offset(start)..offset(i)));
             }
-            '"' => {
-                let start = i;
+            '"' | '[' => {
+                let close = if c == '"' { '"' } else { ']' };
                 i += 1;
-                while i < chars.len() && chars[i] != '"' {
-                    i += if chars[i] == '\\' { 2 } else { 1 };
+                while char_at(i).is_some_and(|c| c != close) {
+                    i += if char_at(i) == Some('\\') { 2 } else { 1 };
                 }
                 if i >= chars.len() {
-                    return Err(rejected("a string literal is never closed"));
+                    let what = if c == '"' {
+                        "a string literal"
+                    } else {
+                        "a character class `[…]`"
+                    };
+                    return Err(rejected(
+                        format!("{what} is never closed"),
+                        offset(start)..text.len(),
+                    ));
                 }
                 i += 1;
-                tokens.push(Token::Literal(chars[start..i].iter().collect()));
-            }
-            '[' => {
-                let start = i;
-                i += 1;
-                while i < chars.len() && chars[i] != ']' {
-                    i += if chars[i] == '\\' { 2 } else { 1 };
-                }
-                if i >= chars.len() {
-                    return Err(rejected("a character class `[…]` is never closed"));
-                }
-                i += 1;
-                tokens.push(Token::Class(chars[start..i].iter().collect()));
+                let span = offset(start)..offset(i);
+                let written = text[span.clone()].to_string();
+                let token = if c == '"' {
+                    Token::Literal(written)
+                } else {
+                    Token::Class(written)
+                };
+                tokens.push((token, span));
             }
             '{' => {
-                let close = chars[i..].iter().position(|&c| c == '}').map(|p| i + p);
-                let Some(close) = close else {
-                    return Err(rejected("a repetition `{…}` is never closed"));
+                let Some(close) = (i..chars.len()).find(|&j| char_at(j) == Some('}')) else {
+                    return Err(rejected(
+                        "a repetition `{…}` is never closed",
+                        offset(start)..text.len(),
+                    ));
                 };
-                let inner: String = chars[i + 1..close].iter().collect();
+                let span = offset(start)..offset(close + 1);
+                let inner = &text[offset(start + 1)..offset(close)];
                 let bad = || {
-                    rejected(format!(
-                        "`{{{inner}}}` is not a repetition (use {{m}}, {{m,}} or {{m,n}})"
-                    ))
+                    rejected(
+                        format!("`{{{inner}}}` is not a repetition (use {{m}}, {{m,}} or {{m,n}})"),
+                        span.clone(),
+                    )
                 };
                 let number = |text: &str| text.trim().parse::<u32>().map_err(|_| bad());
                 match inner.split_once(',') {
                     None => {
-                        let n = number(&inner)?;
-                        tokens.push(Token::Repeat(n, n));
+                        let n = number(inner)?;
+                        tokens.push((Token::Repeat(n, n), span));
                     }
                     Some((m, n)) if n.trim().is_empty() => {
                         // `x{m,}` is `x ~ m..m` followed by `x*`: repeat the previous atom.
                         let m = number(m)?;
-                        let atom = previous_atom(&tokens)
-                            .ok_or_else(|| rejected("a repetition follows nothing"))?;
-                        tokens.push(Token::Repeat(m, m));
+                        let atom = previous_atom(&tokens).ok_or_else(|| {
+                            rejected("a repetition follows nothing", span.clone())
+                        })?;
+                        tokens.push((Token::Repeat(m, m), span.clone()));
                         tokens.extend(atom);
-                        tokens.push(Token::Op('*'));
+                        tokens.push((Token::Op('*'), span));
                     }
-                    Some((m, n)) => tokens.push(Token::Repeat(number(m)?, number(n)?)),
+                    Some((m, n)) => tokens.push((Token::Repeat(number(m)?, number(n)?), span)),
                 }
                 i = close + 1;
             }
             '.' => {
-                tokens.push(Token::Any);
                 i += 1;
+                tokens.push((Token::Any, offset(start)..offset(i)));
             }
             '|' | '(' | ')' | '*' | '+' | '?' => {
-                tokens.push(Token::Op(c));
                 i += 1;
+                tokens.push((Token::Op(c), offset(start)..offset(i)));
             }
             c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => {
-                let start = i;
-                while i < chars.len()
-                    && (chars[i].is_ascii_alphanumeric() || chars[i] == '-' || chars[i] == '_')
+                while char_at(i).is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
                 {
                     i += 1;
                 }
-                tokens.push(Token::Name(chars[start..i].iter().collect()));
+                let span = offset(start)..offset(i);
+                tokens.push((Token::Name(text[span.clone()].to_string()), span));
             }
-            other => return Err(rejected(format!("unexpected `{other}` in the grammar"))),
+            other => {
+                return Err(rejected(
+                    format!("unexpected `{other}` in the grammar"),
+                    offset(start)..offset(start + 1),
+                ));
+            }
         }
     }
     Ok(tokens)
 }
 
 /// The tokens of the atom just before a repetition: one terminal or name, or a bracketed group.
-fn previous_atom(tokens: &[Token]) -> Option<Vec<Token>> {
+fn previous_atom(tokens: &[Spanned]) -> Option<Vec<Spanned>> {
     let last = tokens.last()?;
-    if *last != Token::Op(')') {
+    if last.0 != Token::Op(')') {
         return Some(vec![last.clone()]);
     }
     let mut depth = 0;
     for start in (0..tokens.len()).rev() {
-        match tokens[start] {
+        match tokens[start].0 {
             Token::Op(')') => depth += 1,
             Token::Op('(') => {
                 depth -= 1;
@@ -364,7 +422,7 @@ mod tests {
             ),
         ];
         for (gbnf, expected) in cases {
-            let failure = gbnf_to_lark(gbnf).expect_err(gbnf);
+            let failure = Failure::from(gbnf_to_lark(gbnf).expect_err(gbnf));
             assert_eq!(failure.code, FailureCode::ConstraintGrammarRejected);
             assert!(
                 failure.message.contains(expected),
@@ -372,5 +430,27 @@ mod tests {
                 failure.message
             );
         }
+    }
+
+    #[test]
+    fn an_error_points_at_the_token_at_fault() {
+        let at = |gbnf: &str| {
+            let error = gbnf_to_lark(gbnf).expect_err(gbnf);
+            gbnf[error.span].to_string()
+        };
+        assert_eq!(at("root ::= yes\nno ::= \"n\""), "yes");
+        assert_eq!(at("root ::= \"a\" (\"b\""), "(");
+        assert_eq!(at("root ::= \"a\")"), ")");
+        assert_eq!(at("root ::= \"é\" @"), "@");
+        assert_eq!(at("root ::= \"a\"{x}"), "{x}");
+        assert_eq!(at("root ::= \"a\"\nroot ::= \"b\""), "root");
+        assert_eq!(
+            gbnf_to_lark("root ::= \"a\"\nroot ::= \"b\"")
+                .expect_err("twice")
+                .span,
+            13..17
+        );
+        assert_eq!(at("root ::= \"open"), "\"open");
+        assert_eq!(at("root ::=\nx ::= \"a\""), "root");
     }
 }

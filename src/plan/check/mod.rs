@@ -453,12 +453,13 @@ impl Checker<'_> {
         for (at, grammar) in &refs.gbnf {
             let span = self.span(&step_path(index, at));
             match crate::constraint::gbnf_to_lark(grammar) {
-                Err(failure) => {
+                Err(error) => {
+                    let at = self.inner_span(&span, grammar, &error.span).unwrap_or(span);
                     self.emit(
                         PlanError::InvalidGrammar {
-                            message: failure.message,
+                            message: error.message,
                         },
-                        span,
+                        at,
                         "does not translate",
                     );
                 }
