@@ -3,9 +3,9 @@
 //! The model sees the declared tools; each turn it either calls tools (several per turn are run in
 //! order, their results appended as tool messages) or gives a final answer. A tool that fails is
 //! reported to the model as an error result so it can recover. The loop fails with
-//! ORCHESTRATION_ITERATION_LIMIT after `max_tool_iterations` rounds of tool calls. Memory keeps the
-//! system message and the most recent messages; retrieved context is shown on every turn but
-//! never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
+//! ORCHESTRATION_ITERATION_LIMIT after `max_tool_iterations` rounds of tool calls. Memory (see
+//! [`Memory`]) keeps the system prompt and the task, and trims the rest by whole exchanges;
+//! retrieved context is shown on every turn but never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
 //! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
 
 use schemars::JsonSchema;
@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::Prompt;
 use super::infer::Sampling;
+use super::memory::Memory;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::{Engine, Request};
@@ -43,7 +44,7 @@ pub struct Agent {
     pub sampling: Sampling,
     pub tools: Vec<Arc<ToolRuntime>>,
     pub max_tool_iterations: u32,
-    /// Most messages kept besides the system message; None keeps all.
+    /// Most messages kept besides the system prompt and the task; None keeps all.
     pub memory: Option<usize>,
     /// Ephemeral context template, shown before the user message on every turn.
     pub context: Option<String>,
@@ -84,16 +85,6 @@ impl Agent {
         }
         json!({ "oneOf": branches })
     }
-
-    /// Trims memory to the system message plus the most recent messages.
-    fn remember(&self, messages: &mut Vec<Message>) {
-        let Some(limit) = self.memory else { return };
-        let system = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
-        let excess = messages.len().saturating_sub(system + limit);
-        if excess > 0 {
-            messages.drain(system..system + excess);
-        }
-    }
 }
 
 /// A turn's outcome.
@@ -105,16 +96,15 @@ enum Turn {
 impl StepHandler for Agent {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
-            let mut memory = self.prompt.messages(ctx)?;
             // A chat's earlier turns (`history`) go between the system prompt and this turn.
-            if let Some(Value::Array(earlier)) = ctx.scope.get("history") {
-                let earlier = earlier
+            let history = match ctx.scope.get("history") {
+                Some(Value::Array(earlier)) => earlier
                     .iter()
-                    .filter_map(|m| serde_json::from_value::<Message>(m.clone()).ok());
-                let at = memory.iter().take_while(|m| m.role == Role::System).count();
-                memory.splice(at..at, earlier);
-                self.remember(&mut memory);
-            }
+                    .filter_map(|m| serde_json::from_value::<Message>(m.clone()).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let mut memory = Memory::new(self.prompt.messages(ctx)?, history, self.memory);
             let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
             let mut usage = TokenUsage::default();
             let mut calls_made = Vec::new();
@@ -124,7 +114,7 @@ impl StepHandler for Agent {
             let mut seen = HashSet::new();
             let mut must_answer = false;
             for round in 0..=self.max_tool_iterations {
-                let mut messages = memory.clone();
+                let mut messages = memory.messages();
                 if let Some(context) = &context {
                     let at = messages
                         .iter()
@@ -176,6 +166,7 @@ impl StepHandler for Agent {
                 if repeated && !must_answer {
                     must_answer = true;
                     let last_result = memory
+                        .rounds()
                         .iter()
                         .rev()
                         .find(|m| m.role == Role::Tool)
@@ -222,7 +213,7 @@ impl StepHandler for Agent {
                     calls_made.push(made);
                     memory.push(Message::tool_result(call.id, content));
                 }
-                self.remember(&mut memory);
+                memory.trim();
             }
             Err(Failure::new(
                 FailureCode::OrchestrationIterationLimit,
@@ -268,5 +259,123 @@ fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
             FailureCode::ConstraintSchemaViolation,
             format!("the agent's turn is neither a final answer nor a tool call: {value}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::inference::{EngineFuture, ModelInfo, Response};
+    use crate::orchestrate::events::Events;
+    use crate::orchestrate::steps::PromptSource;
+    use crate::orchestrate::tools::{SideEffects, ToolAction};
+    use crate::prompt::Templates;
+    use crate::tool::Builtin;
+
+    /// Gives its replies in turn and keeps every request's messages.
+    struct Recording {
+        replies: Mutex<VecDeque<Response>>,
+        seen: Mutex<Vec<Vec<Message>>>,
+    }
+
+    impl Engine for Recording {
+        fn infer(&self, request: Request) -> EngineFuture<'_> {
+            Box::pin(async move {
+                if let Ok(mut seen) = self.seen.lock() {
+                    seen.push(request.messages);
+                }
+                let reply = self.replies.lock().ok().and_then(|mut r| r.pop_front());
+                reply.ok_or_else(|| Failure::new(FailureCode::InferenceEngineError, "no reply"))
+            })
+        }
+
+        fn model_info(&self) -> ModelInfo {
+            ModelInfo {
+                name: "recording".into(),
+                engine: "scripted",
+                constrained_decoding: false,
+            }
+        }
+    }
+
+    fn calculate(id: &str, expression: &str) -> Response {
+        Response {
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                name: "calculator".into(),
+                arguments: json!({ "expression": expression }),
+            }],
+            ..Response::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_short_memory_keeps_the_task_and_each_call_with_its_result() {
+        let engine = Arc::new(Recording {
+            replies: Mutex::new(VecDeque::from([
+                calculate("c1", "1+1"),
+                calculate("c2", "2+2"),
+                Response {
+                    text: "4".into(),
+                    ..Response::default()
+                },
+            ])),
+            seen: Mutex::new(Vec::new()),
+        });
+        let (description, parameters) = Builtin::Calculator.definition();
+        let calculator = ToolRuntime::new(
+            "calculator".into(),
+            description.into(),
+            parameters,
+            SideEffects::None,
+            true,
+            ToolAction::Builtin(Builtin::Calculator),
+        )
+        .expect("a valid tool");
+        let agent = Agent {
+            engine: engine.clone(),
+            prompt: Prompt {
+                user: PromptSource::Inline("TASK: add things".into()),
+                system: Some("You calculate.".into()),
+            },
+            sampling: Sampling::default(),
+            tools: vec![Arc::new(calculator)],
+            max_tool_iterations: 5,
+            memory: Some(2),
+            context: None,
+            tool_calls: ToolCalls::Native,
+        };
+        let events = Events::recording();
+        let ctx = StepContext {
+            scope: json!({}),
+            templates: Arc::new(Templates::new(None)),
+            events: events.clone(),
+            step: "agent".into(),
+            span: events.run_span(),
+        };
+        let output = agent.run(&ctx).await.expect("the agent answers");
+        assert_eq!(output.output, "4");
+        let seen = engine.seen.lock().expect("the requests").clone();
+        assert_eq!(seen.len(), 3);
+        let last: Vec<(Role, &str)> = seen[2]
+            .iter()
+            .map(|m| (m.role, m.content.as_str()))
+            .collect();
+        // The system prompt and the task stay; of the rounds, only the latest call and its
+        // result (two messages) fit.
+        assert_eq!(
+            last,
+            [
+                (Role::System, "You calculate."),
+                (Role::User, "TASK: add things"),
+                (Role::Assistant, ""),
+                (Role::Tool, r#"{"result":4}"#),
+            ]
+        );
+        assert_eq!(seen[2][2].tool_calls[0].id, "c2");
+        assert_eq!(seen[2][3].tool_call_id.as_deref(), Some("c2"));
     }
 }

@@ -5,6 +5,7 @@
 mod agent;
 mod ask_json;
 mod infer;
+mod memory;
 mod redundant;
 mod rerank;
 mod retrieve;

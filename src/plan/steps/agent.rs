@@ -25,7 +25,7 @@ pub struct AgentStep {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1000))]
     pub max_tool_iterations: Option<u32>,
-    /// Most messages kept in the conversation memory (the system message is always kept).
+    /// Most messages kept besides the system prompt and the task (both always kept); the oldest whole exchanges go first, an assistant's tool calls together with their results.
     #[serde(default)]
     #[schemars(range(min = 2))]
     pub memory: Option<u32>,
