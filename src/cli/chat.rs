@@ -1,7 +1,8 @@
 //! `pagantic chat PLAN`: a conversation with a plan's agent. Each line typed runs the plan with
 //! the line as its message input; the earlier turns go to the agent as `history` (bounded by the
 //! agent step's `memory`, its system prompt always kept); tool calls and their outcomes are shown
-//! on stderr as they happen. The model is loaded once, on the first turn.
+//! on stderr as they happen. The model is loaded once, on the first turn. `--save` keeps the
+//! transcript as the conversation goes and `--load` continues one (see [`transcript`]).
 
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -10,13 +11,16 @@ use serde_json::{Map, Value};
 
 use crate::core::Message;
 use crate::orchestrate::inputs::InputType;
+use crate::orchestrate::new_run_id;
 use crate::orchestrate::{Event, EventData, RunStatus, SessionOptions, ToolOutcome};
 use crate::plan::build::BuildOptions;
+use crate::plan::canonical;
 
 use super::common::{
     Exit, Outcome, PlanInputs, build, inputs_file, load_checked, open_session, print_failure,
     stderr_notice,
 };
+use super::transcript;
 use super::{EXIT_INVALID, EXIT_OK};
 
 #[derive(Debug, clap::Args)]
@@ -31,15 +35,54 @@ pub struct Args {
     /// Replace models with scripted echoes and side-effecting tools with stand-ins.
     #[arg(long)]
     dry_run: bool,
-    /// Write every event of the conversation (each turn a run of its own) to FILE as JSON Lines.
+    /// Write every event of the conversation (each turn a run of its own) to FILE as JSON Lines;
+    /// every line carries the chat's session id.
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
+    /// Append the conversation to FILE as it goes (JSON Lines: session, role, content), each turn
+    /// as soon as it is answered.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+    /// Continue the conversation in FILE (a transcript `--save` wrote): its turns are the
+    /// history, and its session id goes on.
+    #[arg(long, value_name = "FILE")]
+    load: Option<PathBuf>,
 }
 
 pub fn run(args: &Args) -> Outcome {
+    let loaded = match &args.load {
+        Some(path) => match transcript::load(path) {
+            Ok(loaded) => Some(loaded),
+            Err(error) => {
+                writeln!(io::stderr(), "error: {error}")?;
+                return Err(Exit::Code(EXIT_INVALID));
+            }
+        },
+        None => None,
+    };
+    let chat_session = loaded
+        .as_ref()
+        .map_or_else(new_run_id, |l| l.session.clone());
+    let mut history: Vec<Message> = loaded.map(|l| l.messages).unwrap_or_default();
+    let mut saved = match &args.save {
+        Some(path) => {
+            let mut writer = transcript::Writer::append(path, &chat_session)?;
+            // Saving a loaded conversation elsewhere: the new file holds it whole.
+            let same_file = args
+                .load
+                .as_ref()
+                .is_some_and(|load| canonical(load) == canonical(path));
+            if !same_file {
+                writer.write(&history)?;
+            }
+            Some(writer)
+        }
+        None => None,
+    };
     let session = open_session(SessionOptions {
         events_file: args.events.clone(),
         observer: Some(Box::new(show_tool_event)),
+        chat_session: Some(chat_session),
         ..SessionOptions::default()
     })?;
     let plan = load_checked(&args.plan, &args.given)?;
@@ -90,7 +133,6 @@ pub fn run(args: &Args) -> Outcome {
             args.plan.display()
         )?;
     }
-    let mut history: Vec<Message> = Vec::new();
     let mut lines = stdin_lines();
     loop {
         if interactive {
@@ -137,8 +179,11 @@ pub fn run(args: &Args) -> Outcome {
                     None => String::new(),
                 };
                 writeln!(io::stdout(), "{answer}")?;
-                history.push(Message::user(line));
-                history.push(Message::assistant(answer));
+                let turn = [Message::user(line), Message::assistant(answer)];
+                if let Some(writer) = &mut saved {
+                    writer.write(&turn)?;
+                }
+                history.extend(turn);
             }
             (RunStatus::Cancelled, _) => {
                 // The reply was stopped; the conversation goes on without it.

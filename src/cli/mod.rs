@@ -12,6 +12,7 @@ mod render;
 mod report;
 mod run;
 mod schema;
+mod transcript;
 mod validate;
 
 use std::io;

@@ -133,6 +133,7 @@ pub fn run(args: &Args) -> Outcome {
         events_file: args.events.clone(),
         observer,
         max_parallel: args.max_parallel,
+        chat_session: None,
     })?;
     let plan = load_checked(&args.plan, &args.given)?;
     if batch {

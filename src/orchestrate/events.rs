@@ -168,6 +168,16 @@ struct Outputs {
     sink: Option<Mutex<Box<dyn Write + Send>>>,
     kept: Option<Mutex<Vec<Event>>>,
     observer: Option<Observer>,
+    /// A chat session's id, written into every line of the events file.
+    session: Option<String>,
+}
+
+/// An event as the events file of a chat session holds it: the session id first.
+#[derive(Serialize)]
+struct InSession<'a> {
+    session: &'a str,
+    #[serde(flatten)]
+    event: &'a Event,
 }
 
 struct Inner {
@@ -188,24 +198,35 @@ pub struct Events {
 impl Events {
     /// Events for a new run, written to `sink` (one JSON object per line) if given.
     pub fn new(sink: Option<Box<dyn Write + Send>>) -> Self {
-        Self::build(sink, false, None)
+        Self::build(sink, false, None, None)
     }
 
-    /// Events written to `sink` and shown to `observer` as they happen.
-    pub fn with_observer(sink: Option<Box<dyn Write + Send>>, observer: Observer) -> Self {
-        Self::build(sink, false, Some(observer))
+    /// Events written to `sink` and shown to `observer` as they happen; with `session` (a chat
+    /// session's id), every line written carries it.
+    pub fn with_observer(
+        sink: Option<Box<dyn Write + Send>>,
+        observer: Option<Observer>,
+        session: Option<String>,
+    ) -> Self {
+        Self::build(sink, false, observer, session)
     }
 
     /// Events kept in memory (for tests).
     pub fn recording() -> Self {
-        Self::build(None, true, None)
+        Self::build(None, true, None, None)
     }
 
-    fn build(sink: Option<Box<dyn Write + Send>>, keep: bool, observer: Option<Observer>) -> Self {
+    fn build(
+        sink: Option<Box<dyn Write + Send>>,
+        keep: bool,
+        observer: Option<Observer>,
+        session: Option<String>,
+    ) -> Self {
         Self::for_outputs(Arc::new(Outputs {
             sink: sink.map(Mutex::new),
             kept: keep.then(|| Mutex::new(Vec::new())),
             observer,
+            session,
         }))
     }
 
@@ -278,9 +299,16 @@ impl Events {
         if let Some(observer) = &outputs.observer {
             observer(&event);
         }
+        let line = match &outputs.session {
+            Some(session) => serde_json::to_string(&InSession {
+                session,
+                event: &event,
+            }),
+            None => serde_json::to_string(&event),
+        };
         if let Some(sink) = &outputs.sink
             && let Ok(mut sink) = sink.lock()
-            && let Ok(line) = serde_json::to_string(&event)
+            && let Ok(line) = line
         {
             // An events file that cannot be written must not fail the run.
             let _ = writeln!(sink, "{line}");
@@ -304,8 +332,8 @@ impl Events {
     }
 }
 
-/// A run id: time and process, unique enough to tell runs apart in logs.
-fn new_run_id() -> String {
+/// A run id: time and process, unique enough to tell runs apart in logs (also a chat session's).
+pub fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

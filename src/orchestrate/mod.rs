@@ -19,7 +19,7 @@ pub mod tools;
 pub mod voting;
 
 pub use events::{
-    Event, EventData, Events, Observer, SkipReason, SpanId, StepOutcome, ToolOutcome,
+    Event, EventData, Events, Observer, SkipReason, SpanId, StepOutcome, ToolOutcome, new_run_id,
 };
 pub use executor::{RunOptions, execute, render_step};
 pub use pipeline::{

@@ -34,6 +34,8 @@ pub struct SessionOptions {
     pub observer: Option<Observer>,
     /// Most steps of one run running at once.
     pub max_parallel: usize,
+    /// A chat session's id, written into every line of the events file.
+    pub chat_session: Option<String>,
 }
 
 impl Default for SessionOptions {
@@ -42,6 +44,7 @@ impl Default for SessionOptions {
             events_file: None,
             observer: None,
             max_parallel: 4,
+            chat_session: None,
         }
     }
 }
@@ -76,10 +79,7 @@ impl Session {
             }
             None => None,
         };
-        let events = match options.observer {
-            Some(observer) => Events::with_observer(sink, observer),
-            None => Events::new(sink),
-        };
+        let events = Events::with_observer(sink, options.observer, options.chat_session);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -6,7 +6,13 @@ use std::io::Write;
 use crate::spawn;
 
 fn chat(lines: &str) -> (i32, String, String) {
-    let mut child = spawn(&["chat", "tests/plans/chat.yaml"]);
+    chat_with(&[], lines)
+}
+
+fn chat_with(flags: &[&str], lines: &str) -> (i32, String, String) {
+    let mut args = vec!["chat", "tests/plans/chat.yaml"];
+    args.extend(flags);
+    let mut child = spawn(&args);
     child
         .stdin
         .take()
@@ -55,4 +61,80 @@ fn a_plan_without_an_agent_step_is_refused() {
     let run = crate::pagantic(&["chat", "plans/quickstart.yaml"]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("no `agent` step"), "{}", run.stderr);
+}
+
+fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the file")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn a_saved_conversation_continues_where_it_stopped_under_the_same_session() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let transcript = dir.path().join("chat.jsonl");
+    let events = dir.path().join("events.jsonl");
+    let (t, e) = (
+        transcript.display().to_string(),
+        events.display().to_string(),
+    );
+    let (code, stdout, stderr) = chat_with(&["--save", &t, "--events", &e], "hello\nagain\n");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "0 earlier: hello\n2 earlier: again\n");
+    let saved = json_lines(&transcript);
+    let turns: Vec<(&str, &str)> = saved
+        .iter()
+        .map(|l| {
+            (
+                l["role"].as_str().unwrap_or(""),
+                l["content"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            ("user", "hello"),
+            ("assistant", "0 earlier: hello"),
+            ("user", "again"),
+            ("assistant", "2 earlier: again"),
+        ]
+    );
+    let session = saved[0]["session"].clone();
+    assert!(session.is_string());
+    assert!(saved.iter().all(|l| l["session"] == session));
+    let logged = json_lines(&events);
+    assert!(!logged.is_empty());
+    assert!(
+        logged.iter().all(|e| e["session"] == session),
+        "every event carries the session id"
+    );
+
+    let (code, stdout, stderr) = chat_with(&["--load", &t, "--save", &t], "third\n");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout, "4 earlier: third\n",
+        "the loaded turns are the history"
+    );
+    let saved = json_lines(&transcript);
+    assert_eq!(saved.len(), 6, "the new turn is appended, nothing repeated");
+    assert!(saved.iter().all(|l| l["session"] == session));
+}
+
+#[test]
+fn a_transcript_that_is_not_one_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let transcript = dir.path().join("chat.jsonl");
+    std::fs::write(
+        &transcript,
+        "{\"session\":\"s\",\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"assistant\"}\n",
+    )
+    .expect("written");
+    let t = transcript.display().to_string();
+    let (code, stdout, stderr) = chat_with(&["--load", &t], "hello\n");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains(&format!("{t}:2:")), "{stderr}");
 }

@@ -308,6 +308,25 @@ fn render_shows_the_exact_messages_of_a_step() {
 }
 
 #[test]
+fn render_shows_an_agent_s_ephemeral_context_where_the_model_sees_it() {
+    let run = pagantic(&[
+        "render",
+        "tests/plans/agent_context.yaml",
+        "--step",
+        "ask",
+        "-i",
+        "question=How long is shipping?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout.trim_end(),
+        "--- system ---\nYou answer questions about orders.\n\
+         --- system ---\nContext:\nShipping takes 3 days.\n\
+         --- user ---\nHow long is shipping?"
+    );
+}
+
+#[test]
 fn render_a_prompt_file_alone() {
     let run = pagantic(&[
         "render",

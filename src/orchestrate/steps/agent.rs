@@ -85,6 +85,23 @@ impl Agent {
         }
         json!({ "oneOf": branches })
     }
+
+    /// What a turn starts with: the prompt, and a chat's earlier turns (`history`) between the
+    /// system prompt and the task.
+    fn memory(&self, ctx: &StepContext) -> Result<Memory, Failure> {
+        let history = match ctx.scope.get("history") {
+            Some(Value::Array(earlier)) => earlier
+                .iter()
+                .filter_map(|m| serde_json::from_value::<Message>(m.clone()).ok())
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(Memory::new(
+            self.prompt.messages(ctx)?,
+            history,
+            self.memory,
+        ))
+    }
 }
 
 /// A turn's outcome.
@@ -96,15 +113,7 @@ enum Turn {
 impl StepHandler for Agent {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
-            // A chat's earlier turns (`history`) go between the system prompt and this turn.
-            let history = match ctx.scope.get("history") {
-                Some(Value::Array(earlier)) => earlier
-                    .iter()
-                    .filter_map(|m| serde_json::from_value::<Message>(m.clone()).ok())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let mut memory = Memory::new(self.prompt.messages(ctx)?, history, self.memory);
+            let mut memory = self.memory(ctx)?;
             let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
             let mut usage = TokenUsage::default();
             let mut calls_made = Vec::new();
@@ -114,14 +123,7 @@ impl StepHandler for Agent {
             let mut seen = HashSet::new();
             let mut must_answer = false;
             for round in 0..=self.max_tool_iterations {
-                let mut messages = memory.messages();
-                if let Some(context) = &context {
-                    let at = messages
-                        .iter()
-                        .rposition(|m| m.role == Role::User)
-                        .unwrap_or(messages.len());
-                    messages.insert(at, Message::system(format!("Context:\n{context}")));
-                }
+                let messages = with_context(memory.messages(), context.as_deref());
                 let request = Request {
                     tools: match self.tool_calls {
                         ToolCalls::Native if !must_answer => self.definitions(),
@@ -226,9 +228,28 @@ impl StepHandler for Agent {
         })
     }
 
+    /// The first round's messages, exactly: the chat's earlier turns and the ephemeral context
+    /// included.
     fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
-        self.prompt.messages(ctx).map(Rendered::Messages)
+        let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
+        Ok(Rendered::Messages(with_context(
+            self.memory(ctx)?.messages(),
+            context.as_deref(),
+        )))
     }
+}
+
+/// A round's messages: `context` (retrieved passages, rendered afresh for the turn and never
+/// stored) goes in a system message just before the last user message.
+fn with_context(mut messages: Vec<Message>, context: Option<&str>) -> Vec<Message> {
+    if let Some(context) = context {
+        let at = messages
+            .iter()
+            .rposition(|m| m.role == Role::User)
+            .unwrap_or(messages.len());
+        messages.insert(at, Message::system(format!("Context:\n{context}")));
+    }
+    messages
 }
 
 /// Reads a constrained turn: `{"final": …}` or `{"tool": …, "arguments": {…}}`. A turn cut off

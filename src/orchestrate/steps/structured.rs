@@ -90,7 +90,11 @@ impl StepHandler for Structured {
         })
     }
 
+    /// The first request's messages: the tool phase's when there is one.
     fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
-        self.prompt.messages(ctx).map(Rendered::Messages)
+        match &self.tool_phase {
+            Some(phase) => phase.render(ctx),
+            None => self.prompt.messages(ctx).map(Rendered::Messages),
+        }
     }
 }
