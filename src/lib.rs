@@ -9,9 +9,9 @@
 //! | 0 | [`core`] | messages, tool calls, usage, candidates, the failure taxonomy |
 //! | 1 | [`inference`] | the `Engine` trait, requests and responses; the local (mistral.rs), OpenAI-compatible and scripted engines; the model store |
 //! | 2 | [`constraint`] | model output to schema-valid JSON: repair, enum normalisation, schema errors |
-//! | 2 | [`context`] | corpora: loading, chunking, BM25 and keyword retrieval |
+//! | 2 | [`context`] | corpora: loading, chunking, BM25 and keyword retrieval; a retriever tool's candidates |
 //! | 2 | [`prompt`] | minijinja templates: one configuration, static analysis |
-//! | 2 | [`rerank`] | scorers behind one trait (keyword; ONNX cross- and bi-encoders) and the top_k / min_score selection |
+//! | 2 | [`rerank`] | scorers behind one trait (keyword; ONNX cross- and bi-encoders) and the selection: top_k / min_score, duplicates, a character budget |
 //! | 2 | [`tool`] | running tools: commands (no shell, process groups, timeouts, caps) and builtins |
 //! | 2 | [`validate`] | validation rules and the retry policy |
 //! | 3 | [`orchestrate`] | the run session, a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records, events |

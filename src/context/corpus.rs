@@ -66,42 +66,43 @@ impl Corpus {
         &self.passages
     }
 
-    /// At most `limit` passages sharing a word with `query`, best first; equal scores keep corpus
-    /// order. Passages scoring zero are left out, so the result may be shorter than `limit` or
-    /// empty. The cost grows with the postings of the query's words, not the corpus size.
-    pub fn search(&self, query: &str, limit: usize, scorer: LexicalScorer) -> Vec<Candidate> {
+    /// The passages sharing a word with `query`, best first; equal scores keep corpus order.
+    /// Passages scoring zero are left out, so there may be none. Lazy: a caller that takes the
+    /// first few copies only those. The cost grows with the postings of the query's words, not
+    /// the corpus size.
+    pub fn search(
+        &self,
+        query: &str,
+        scorer: LexicalScorer,
+    ) -> impl Iterator<Item = Candidate> + '_ {
         let terms = distinct_words(query);
         let scores = match scorer {
             LexicalScorer::Bm25 => bm25::scores(&self.index, &terms),
             LexicalScorer::Keyword => keyword::scores(&self.index, &terms),
         };
-        self.best(scores.into_iter().filter(|(_, score)| *score > 0.0), limit)
+        self.best(scores.into_iter().filter(|(_, score)| *score > 0.0))
     }
 
-    /// The `limit` best of `scores` (passage index, score) as candidates, best first; equal
-    /// scores keep corpus order. For scores computed outside the index (dense retrieval).
+    /// `scores` (passage index, score) as candidates, best first; equal scores keep corpus
+    /// order. For scores computed outside the index (dense retrieval). Lazy, like
+    /// [`Corpus::search`].
     pub fn best(
         &self,
         scores: impl IntoIterator<Item = (usize, f64)>,
-        limit: usize,
-    ) -> Vec<Candidate> {
+    ) -> impl Iterator<Item = Candidate> + '_ {
         // By passage index; the stable sort keeps that order among equal scores.
         let mut ranked: Vec<(usize, f64)> = scores.into_iter().collect();
         ranked.sort_by_key(|(passage, _)| *passage);
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-        ranked
-            .into_iter()
-            .take(limit)
-            .filter_map(|(passage, score)| {
-                let passage = self.passages.get(passage)?;
-                Some(Candidate {
-                    content: passage.content.clone(),
-                    source: passage.source.clone(),
-                    score,
-                    metadata: passage.metadata.clone(),
-                })
+        ranked.into_iter().filter_map(|(passage, score)| {
+            let passage = self.passages.get(passage)?;
+            Some(Candidate {
+                content: passage.content.clone(),
+                source: passage.source.clone(),
+                score,
+                metadata: passage.metadata.clone(),
             })
-            .collect()
+        })
     }
 }
 
@@ -121,6 +122,11 @@ mod tests {
             .map(|(i, text)| Document::new(*text, format!("d{i}")))
             .collect();
         Corpus::from_documents(documents, None)
+    }
+
+    /// The `limit` best passages for `query`.
+    fn search(corpus: &Corpus, query: &str, limit: usize, scorer: LexicalScorer) -> Vec<Candidate> {
+        corpus.search(query, scorer).take(limit).collect()
     }
 
     fn sources(candidates: &[Candidate]) -> Vec<&str> {
@@ -147,7 +153,7 @@ mod tests {
             ("unicorn", 10, LexicalScorer::Keyword, &[]),
         ];
         for (query, limit, scorer, expected) in cases {
-            let found = corpus.search(query, *limit, *scorer);
+            let found = search(&corpus, query, *limit, *scorer);
             assert_eq!(sources(&found), *expected, "{query:?} {limit} {scorer:?}");
             assert!(found.windows(2).all(|w| w[0].score >= w[1].score));
             assert!(found.iter().all(|c| c.score > 0.0));
@@ -158,7 +164,7 @@ mod tests {
     fn ties_keep_corpus_order() {
         let corpus = corpus(&["same words", "other", "same words", "words same"]);
         for scorer in [LexicalScorer::Bm25, LexicalScorer::Keyword] {
-            let found = corpus.search("same words", 10, scorer);
+            let found = search(&corpus, "same words", 10, scorer);
             assert_eq!(sources(&found), ["d0", "d2", "d3"], "{scorer:?}");
             assert_eq!(found[0].score, found[2].score);
         }
@@ -169,7 +175,7 @@ mod tests {
         let texts = ["alpha beta", "beta gamma delta", "gamma"];
         let corpus = corpus(&texts);
         let query = "beta gamma epsilon";
-        for candidate in corpus.search(query, 10, LexicalScorer::Keyword) {
+        for candidate in corpus.search(query, LexicalScorer::Keyword) {
             let text = corpus.passages()[candidate.source[1..].parse::<usize>().expect("index")]
                 .content
                 .clone();
@@ -188,7 +194,7 @@ mod tests {
         let corpus = Corpus::from_documents(vec![document], Some(&options));
         assert_eq!(corpus.len(), 2);
         assert!(!corpus.is_empty());
-        let found = corpus.search("four", 5, LexicalScorer::Keyword);
+        let found = search(&corpus, "four", 5, LexicalScorer::Keyword);
         assert_eq!(
             found,
             [Candidate {
@@ -250,8 +256,8 @@ mod tests {
             ]
         );
         for scorer in [LexicalScorer::Bm25, LexicalScorer::Keyword] {
-            let a = first.search("rust ownership", 4, scorer);
-            let b = second.search("rust ownership", 4, scorer);
+            let a = search(&first, "rust ownership", 4, scorer);
+            let b = search(&second, "rust ownership", 4, scorer);
             assert_eq!(a, b, "{scorer:?}");
             assert_eq!(a.len(), 4);
         }

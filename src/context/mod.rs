@@ -1,4 +1,5 @@
-//! Layer 2: corpora and lexical retrieval — the data behind `retrieve` steps.
+//! Layer 2: corpora and lexical retrieval — the data behind `retrieve` steps — and the
+//! candidates a custom retriever (a tool) returns in a corpus's place.
 //!
 //! A corpus is built once, before any step runs: its documents are read (glob patterns of text
 //! files, a JSON Lines file, documents written inline), cut into passages ([`ChunkOptions`]) and
@@ -20,11 +21,13 @@
 //! | `bm25.rs` | Okapi BM25 scoring over the index |
 //! | `keyword.rs` | keyword scores from the index (the share of query words a passage holds) |
 //! | `corpus.rs` | [`Corpus`]: load, search |
+//! | `external.rs` | [`external_candidates`]: a retriever tool's output, checked, as candidates |
 
 mod bm25;
 mod chunk;
 mod corpus;
 mod document;
+mod external;
 mod index;
 mod jsonl;
 mod keyword;
@@ -33,6 +36,7 @@ mod load;
 pub use chunk::{ChunkBy, ChunkOptions};
 pub use corpus::{Corpus, LexicalScorer};
 pub use document::Document;
+pub use external::external_candidates;
 pub use jsonl::JsonlOptions;
 
 pub use load::{CorpusSource, matches as matching_files};

@@ -87,6 +87,8 @@ failure_codes! {
     ToolExecutionFailed = "TOOL_EXECUTION_FAILED", Tool, true;
     /// A policy forbids calling this tool.
     ToolNotAllowed = "TOOL_NOT_ALLOWED", Tool, false;
+    /// The tool ran, but its output does not have the shape its caller needs (a retriever tool's candidates).
+    ToolBadOutput = "TOOL_BAD_OUTPUT", Tool, false;
     /// The output is not JSON, even after repair.
     ConstraintJsonInvalid = "CONSTRAINT_JSON_INVALID", Constraint, true;
     /// The JSON does not validate against the schema.

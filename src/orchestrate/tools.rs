@@ -36,7 +36,8 @@ pub enum SideEffects {
 /// A command tool before its argv is rendered.
 #[derive(Debug, Clone)]
 pub struct CommandTemplate {
-    /// argv templates; each sees `args`.
+    /// argv templates; each sees `args`, and `results` (the earlier agents' results when the
+    /// tool runs as an agent of a sequential route, else an empty list).
     pub argv: Vec<String>,
     pub timeout: Duration,
     pub max_output_bytes: usize,
@@ -47,17 +48,18 @@ pub struct CommandTemplate {
 }
 
 impl CommandTemplate {
-    /// The argv for a call: every element rendered with `args` in scope. A templated element
-    /// that renders to something starting with `-` would reach the program as an option the
-    /// model chose (`sort` given `--output=file` writes a file), so it is refused unless the
-    /// tool allows it or a literal `--` comes before it in argv.
+    /// The argv for a call: every element rendered with `args` and `results` in scope. A
+    /// templated element that renders to something starting with `-` would reach the program as
+    /// an option the model chose (`sort` given `--output=file` writes a file), so it is refused
+    /// unless the tool allows it or a literal `--` comes before it in argv.
     pub fn render(
         &self,
         tool: &str,
         templates: &Templates,
         args: &Value,
+        results: &[Value],
     ) -> Result<Vec<String>, Failure> {
-        let scope = json!({ "args": args });
+        let scope = json!({ "args": args, "results": results });
         let mut options_ended = false;
         let mut argv = Vec::with_capacity(self.argv.len());
         for (index, part) in self.argv.iter().enumerate() {
@@ -180,6 +182,18 @@ impl ToolRuntime {
         call_id: &str,
         ctx: &StepContext,
     ) -> Result<Value, Failure> {
+        self.call_after(args, &[], call_id, ctx).await
+    }
+
+    /// [`call`](Self::call) for an agent of a sequential route: a command's argv templates see
+    /// `results`, the results of the agents that ran before it.
+    pub async fn call_after(
+        &self,
+        args: &Value,
+        results: &[Value],
+        call_id: &str,
+        ctx: &StepContext,
+    ) -> Result<Value, Failure> {
         if let Some(validator) = &self.validator {
             let errors: Vec<String> = validator
                 .iter_errors(args)
@@ -205,7 +219,7 @@ impl ToolRuntime {
             args: args.clone(),
         });
         let started = Instant::now();
-        let result = self.execute(args, ctx).await;
+        let result = self.execute(args, results, ctx).await;
         let outcome = match &result {
             Ok(_) => ToolOutcome::Ok,
             Err(error) => ToolOutcome::Failed {
@@ -226,7 +240,12 @@ impl ToolRuntime {
         })
     }
 
-    async fn execute(&self, args: &Value, ctx: &StepContext) -> Result<Value, Failure> {
+    async fn execute(
+        &self,
+        args: &Value,
+        results: &[Value],
+        ctx: &StepContext,
+    ) -> Result<Value, Failure> {
         match &self.action {
             ToolAction::Builtin(builtin) => {
                 // Builtins do blocking file I/O and arithmetic: on a thread of their own, so no
@@ -244,7 +263,7 @@ impl ToolRuntime {
             }
             ToolAction::DryRun => Ok(json!({ "dry_run": true, "tool": self.name, "args": args })),
             ToolAction::Command(command) => {
-                let argv = command.render(&self.name, &ctx.templates, args)?;
+                let argv = command.render(&self.name, &ctx.templates, args, results)?;
                 let spec = CommandSpec {
                     argv,
                     timeout: command.timeout,
@@ -338,7 +357,7 @@ mod tests {
         let sort = template(&["sort", "{{ args.file }}"], false);
         let attack = json!({ "file": "--output=/tmp/pwned" });
         let failure = sort
-            .render("sort", &templates, &attack)
+            .render("sort", &templates, &attack, &[])
             .expect_err("refused");
         assert_eq!(failure.code, FailureCode::ToolInvalidArguments);
         assert!(
@@ -347,22 +366,47 @@ mod tests {
             failure.message
         );
         assert_eq!(
-            sort.render("sort", &templates, &json!({ "file": "notes.txt" })),
+            sort.render("sort", &templates, &json!({ "file": "notes.txt" }), &[]),
             Ok(vec!["sort".to_string(), "notes.txt".to_string()])
         );
         // A literal option in the plan is the author's, not the model's.
         let reverse = template(&["sort", "-r", "{{ args.file }}"], false);
         assert!(
             reverse
-                .render("sort", &templates, &json!({ "file": "a" }))
+                .render("sort", &templates, &json!({ "file": "a" }), &[])
                 .is_ok()
         );
         // After a literal `--`, or when the tool allows it, a dash value goes through.
         let ended = template(&["grep", "--", "{{ args.pattern }}"], false);
         let dash = json!({ "pattern": "-v" });
-        assert!(ended.render("grep", &templates, &dash).is_ok());
+        assert!(ended.render("grep", &templates, &dash, &[]).is_ok());
         let allowed = template(&["calc", "{{ args.pattern }}"], true);
-        assert!(allowed.render("calc", &templates, &dash).is_ok());
+        assert!(allowed.render("calc", &templates, &dash, &[]).is_ok());
+    }
+
+    #[test]
+    fn argv_templates_see_the_earlier_results_and_an_empty_list_without_them() {
+        let templates = Templates::new(None);
+        let echo = template(
+            &[
+                "echo",
+                "{{ args.n }}",
+                "{{ results | length }}",
+                "{% for r in results %}{{ r.agent }}={{ r.output }} {% endfor %}",
+            ],
+            false,
+        );
+        let earlier = [json!({ "agent": "search", "output": "aero-14" })];
+        assert_eq!(
+            echo.render("echo", &templates, &json!({ "n": 1 }), &earlier),
+            Ok(["echo", "1", "1", "search=aero-14 "]
+                .map(String::from)
+                .to_vec())
+        );
+        assert_eq!(
+            echo.render("echo", &templates, &json!({ "n": 2 }), &[]),
+            Ok(["echo", "2", "0", ""].map(String::from).to_vec())
+        );
     }
 
     #[test]

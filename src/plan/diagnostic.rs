@@ -453,6 +453,16 @@ pub enum PlanError {
     )]
     GrammarUnsupported { model: String, reason: String },
 
+    /// A retrieve step that calls a tool has no corpus for `model` or `scorer` to search.
+    #[error("`{field}` searches a corpus; this step retrieves with a `tool`")]
+    #[diagnostic(
+        code(plan::retrieve_corpus_only),
+        help(
+            "remove it (a retriever tool ranks its own results), or retrieve from a `corpus` instead of the tool; a `rerank` step after it can re-score the tool's candidates"
+        )
+    )]
+    RetrieveCorpusOnly { field: String },
+
     /// A `template` agent has no model to send its template to.
     #[error("agent `{name}` has a `template` but no `model` to send it to")]
     #[diagnostic(

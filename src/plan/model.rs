@@ -130,10 +130,10 @@ pub struct AgentSpec {
     /// Runs this tool (by its name in `tools:`) with the agent's arguments.
     #[serde(default)]
     pub tool: Option<String>,
-    /// Runs this plan file (relative to this one) with the agent's arguments as inputs.
+    /// Runs this plan file (relative to this one) with the agent's arguments as inputs; a plan that declares an input `results` (type array, e.g. `{ type: array, default: [] }`) receives in it the earlier agents' results of a sequential route (an empty list otherwise).
     #[serde(default)]
     pub plan: Option<String>,
-    /// Renders this inline template (it sees `args`) and sends it to `model`.
+    /// Renders this inline template and sends it to `model`. It sees `args`, `inputs`, `vars`, and `results`: the earlier agents' results of a sequential route (`[{agent, arguments, output}]`; an empty list otherwise).
     #[serde(default)]
     pub template: Option<String>,
     /// The model for `template` agents.

@@ -2,7 +2,8 @@
 //!
 //! A [`Scorer`] scores passages for a query; the keyword scorer lives here and the ONNX cross- and
 //! bi-encoders plug in through the same trait. [`select`] applies a rerank step's policy: best
-//! first, keep scores `>= min_score` (inclusive), at most `top_k`.
+//! first, keep scores `>= min_score` (inclusive), then [`Keep`]'s limits (duplicates, `top_k`,
+//! a character budget), which a retrieve step applies to its own ranking too.
 //!
 //! | file | owns |
 //! | --- | --- |
@@ -11,17 +12,22 @@
 //! | `onnx.rs` | [`OnnxModel`]: a model loaded on first use, running one batch |
 //! | `cross_encoder.rs` | [`CrossEncoder`]: one logit per (query, passage) pair |
 //! | `bi_encoder.rs` | [`BiEncoder`]: mean-pooled embeddings, cosine, the dense retrieval cache |
+//! | `keep.rs` | [`Keep`]: what is passed on — distinct passages, a count, a character budget |
 
 mod bi_encoder;
 mod cross_encoder;
 mod encoding;
+mod keep;
 mod onnx;
 mod runtime;
 
 pub use bi_encoder::BiEncoder;
 pub use cross_encoder::CrossEncoder;
+pub use keep::Keep;
 pub use onnx::{OnnxConfig, OnnxModel, OnnxSource};
 pub use runtime::LIBRARY_VARIABLE;
+
+use serde_json::Value;
 
 use crate::core::{Candidate, Failure, text};
 
@@ -50,39 +56,44 @@ impl Scorer for KeywordScorer {
     }
 }
 
-/// Re-scores `candidates` with `scorer` and applies the selection policy.
+/// Re-scores `candidates` with `scorer` and applies the selection policy. The score each
+/// candidate came with is kept as `metadata.retrieval_score` (a second rerank leaves the first's
+/// there: it is the retrieval's score).
 pub fn rerank(
     scorer: &dyn Scorer,
     query: &str,
     candidates: Vec<Candidate>,
-    top_k: Option<usize>,
     min_score: Option<f64>,
+    keep: Keep,
 ) -> Result<Vec<Candidate>, Failure> {
     let passages: Vec<&str> = candidates.iter().map(|c| c.content.as_str()).collect();
     let scores = scorer.score(query, &passages)?;
     let rescored = candidates
         .into_iter()
         .zip(scores)
-        .map(|(candidate, score)| Candidate { score, ..candidate })
+        .map(|(mut candidate, score)| {
+            candidate
+                .metadata
+                .entry("retrieval_score")
+                .or_insert(Value::from(candidate.score));
+            Candidate { score, ..candidate }
+        })
         .collect();
-    Ok(select(rescored, top_k, min_score))
+    Ok(select(rescored, min_score, keep))
 }
 
 /// Best first (ties keep their order), scores below `min_score` dropped (a score equal to it is
-/// kept), at most `top_k`.
+/// kept), then `keep`'s limits.
 pub fn select(
     mut candidates: Vec<Candidate>,
-    top_k: Option<usize>,
     min_score: Option<f64>,
+    keep: Keep,
 ) -> Vec<Candidate> {
     candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
     if let Some(min) = min_score {
         candidates.retain(|c| c.score >= min);
     }
-    if let Some(k) = top_k {
-        candidates.truncate(k);
-    }
-    candidates
+    keep.apply(candidates)
 }
 
 #[cfg(test)]
@@ -107,8 +118,11 @@ mod tests {
                 candidate("c", 0.5),
                 candidate("d", 0.5),
             ],
-            Some(3),
             Some(0.5),
+            Keep {
+                limit: Some(3),
+                ..Keep::default()
+            },
         );
         let names: Vec<&str> = picked.iter().map(|c| c.content.as_str()).collect();
         assert_eq!(
@@ -124,9 +138,23 @@ mod tests {
             candidate("the weather is nice", 9.0),
             candidate("validate plans in CI", 0.0),
         ];
+        let keep = Keep {
+            limit: Some(1),
+            ..Keep::default()
+        };
         let ranked =
-            rerank(&KeywordScorer, "validate plans", candidates, Some(1), None).expect("scores");
+            rerank(&KeywordScorer, "validate plans", candidates, None, keep).expect("scores");
+        assert_eq!(ranked.len(), 1);
         assert_eq!(ranked[0].content, "validate plans in CI");
         assert_eq!(ranked[0].score, 1.0);
+        assert_eq!(
+            ranked[0].metadata["retrieval_score"], 0.0,
+            "the score it came with"
+        );
+        let again = rerank(&KeywordScorer, "plans", ranked, None, keep).expect("scores");
+        assert_eq!(
+            again[0].metadata["retrieval_score"], 0.0,
+            "a second rerank keeps the retrieval's score"
+        );
     }
 }

@@ -14,6 +14,7 @@ mod invalid_corpus;
 mod onnx;
 mod patterns;
 mod real_model;
+mod retrieval;
 mod robustness;
 mod route;
 mod run;

@@ -193,3 +193,30 @@ fn a_failed_agent_becomes_its_result_and_stops_the_sequence_after_it() {
     assert_eq!(record["output"], "Here is what I found.");
     assert_eq!(model_calls(&events), 2);
 }
+
+#[test]
+fn every_kind_of_sequential_agent_reads_the_earlier_results() {
+    let run = pagantic(&["run", "--format", "json", "tests/plans/route-results.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("a run record");
+    let outputs: Vec<&str> = record["steps"][0]["detail"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["output"].as_str().expect("text output"))
+        .collect();
+    assert_eq!(
+        outputs,
+        [
+            // `search`, a tool agent, runs first and sees no result.
+            "{\"id\": \"aero-14\", \"name\": \"Aero 14 laptop\", \"price\": 949, \"rating\": 4.5, \"stock\": 12}\n",
+            // `stock`, a tool agent, reads the search's output in its argv.
+            "stock of aero-14 is 12 (after 1 result)\n",
+            // `note`, a template agent, reads both.
+            "Note: stock of aero-14 is 12 (after 1 result) (search ran first)",
+            // `summary`, a plan agent, gets them as its `results` input.
+            "Aero after 3 agents: search; stock; note; ",
+        ]
+    );
+    assert_eq!(record["output"], "All four agents ran.");
+}

@@ -19,7 +19,7 @@ pub use agent::{Agent, ToolCalls};
 pub use infer::{Infer, Sampling};
 pub use redundant::Redundant;
 pub use rerank::Rerank;
-pub use retrieve::Retrieve;
+pub use retrieve::{Retrieve, RetrieveSource};
 pub use route::{AgentAction, Route, RouteAgent};
 pub use structured::Structured;
 pub use template::Template;

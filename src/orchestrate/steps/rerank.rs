@@ -1,19 +1,21 @@
-//! `rerank`: re-score the upstream candidates and keep the best.
+//! `rerank`: re-score the upstream candidates and keep the best (the score each came with is kept
+//! as `metadata.retrieval_score`).
 
 use std::sync::Arc;
 
 use super::{blocking, candidates_output};
 use crate::core::{Candidate, Failure, FailureCode};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler};
-use crate::rerank::{Scorer, rerank};
+use crate::rerank::{Keep, Scorer, rerank};
 
-/// Re-scores the candidates in `input` against the query; keeps `top_k` scoring `>= min_score`.
-/// The record's detail names the scorer and how many candidates it scored.
+/// Re-scores the candidates in `input` against the query; keeps those scoring `>= min_score`,
+/// as `keep` allows (`top_k`, duplicates, a character budget). The record's detail names the
+/// scorer and how many candidates it scored.
 pub struct Rerank {
     pub scorer: Arc<dyn Scorer>,
     pub query: String,
-    pub top_k: Option<usize>,
     pub min_score: Option<f64>,
+    pub keep: Keep,
 }
 
 impl StepHandler for Rerank {
@@ -30,10 +32,10 @@ impl StepHandler for Rerank {
                         ),
                     )
                 })?;
-            let (scorer, top_k, min_score) = (Arc::clone(&self.scorer), self.top_k, self.min_score);
+            let (scorer, min_score, keep) = (Arc::clone(&self.scorer), self.min_score, self.keep);
             let scored = candidates.len();
             let kept =
-                blocking(move || rerank(scorer.as_ref(), &query, candidates, top_k, min_score))
+                blocking(move || rerank(scorer.as_ref(), &query, candidates, min_score, keep))
                     .await?;
             let mut output = candidates_output(kept)?;
             output.detail = Some(serde_json::json!({

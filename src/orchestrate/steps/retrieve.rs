@@ -1,34 +1,64 @@
-//! `retrieve`: the best passages of a corpus for a query, by lexical search or, with a
-//! bi-encoder, by embedding similarity.
+//! `retrieve`: the best passages for a query — from a corpus, by lexical search or, with a
+//! bi-encoder, by embedding similarity; or from a custom retriever, a tool whose output is
+//! checked and becomes the candidates. Either way the step passes on what [`Keep`] allows.
 
 use std::sync::Arc;
 
+use serde_json::{Value, json};
+
 use super::{blocking, candidates_output};
-use crate::context::{Corpus, LexicalScorer};
+use crate::context::{Corpus, LexicalScorer, external_candidates};
 use crate::core::{Candidate, Failure};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler};
-use crate::rerank::BiEncoder;
+use crate::orchestrate::tools::{ToolAction, ToolRuntime};
+use crate::rerank::{BiEncoder, Keep};
 
-/// Searches a loaded corpus; the output is a list of `{content, source, score, metadata}`.
+/// Where a retrieve step's candidates come from.
+pub enum RetrieveSource {
+    /// A loaded corpus, searched with `scorer`, or by cosine similarity of embeddings when
+    /// `dense` is set.
+    Corpus {
+        corpus: Arc<Corpus>,
+        scorer: LexicalScorer,
+        dense: Option<Arc<BiEncoder>>,
+    },
+    /// A tool called with `{query, limit}`, returning the candidates best first.
+    Tool(Arc<ToolRuntime>),
+}
+
+/// Retrieves for the rendered query; the output is a list of `{content, source, score,
+/// metadata}`, best first.
 pub struct Retrieve {
-    pub corpus: Arc<Corpus>,
+    pub source: RetrieveSource,
     pub query: String,
-    pub limit: usize,
-    pub scorer: LexicalScorer,
-    /// Dense retrieval: cosine similarity of embeddings instead of `scorer`.
-    pub dense: Option<Arc<BiEncoder>>,
+    /// What is passed on; its `limit` is also what a retriever tool is asked for.
+    pub keep: Keep,
 }
 
 impl StepHandler for Retrieve {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
             let query = ctx.render(&self.query)?;
-            let found = match &self.dense {
-                None => self.corpus.search(&query, self.limit, self.scorer),
-                Some(encoder) => {
-                    let (encoder, corpus, limit) =
-                        (Arc::clone(encoder), Arc::clone(&self.corpus), self.limit);
-                    blocking(move || dense_search(&encoder, &corpus, &query, limit)).await?
+            let keep = self.keep;
+            let found = match &self.source {
+                RetrieveSource::Corpus {
+                    corpus,
+                    scorer,
+                    dense: None,
+                } => keep.apply(corpus.search(&query, *scorer)),
+                RetrieveSource::Corpus {
+                    corpus,
+                    dense: Some(encoder),
+                    ..
+                } => {
+                    let (encoder, corpus) = (Arc::clone(encoder), Arc::clone(corpus));
+                    blocking(move || dense_search(&encoder, &corpus, &query, keep)).await?
+                }
+                RetrieveSource::Tool(tool) => {
+                    let args = json!({ "query": query, "limit": keep.limit });
+                    let call_id = format!("call_{}", ctx.events.new_span());
+                    let output = tool.call(&args, &call_id, ctx).await?;
+                    keep.apply(retrieved(tool, &args, &output)?)
                 }
             };
             candidates_output(found)
@@ -40,12 +70,30 @@ impl StepHandler for Retrieve {
     }
 }
 
-/// The `limit` passages most similar to `query`; each passage is embedded once per run.
+/// The candidates a retriever tool returned. Under `--dry-run` a tool with side effects is a
+/// stand-in that reports the call; that report becomes one candidate saying what would have
+/// been asked, so the steps after it still run.
+fn retrieved(tool: &ToolRuntime, args: &Value, output: &Value) -> Result<Vec<Candidate>, Failure> {
+    if matches!(tool.action, ToolAction::DryRun) {
+        return Ok(vec![Candidate {
+            content: format!(
+                "(dry run) retriever tool `{}` called with {args}",
+                tool.name
+            ),
+            source: tool.name.clone(),
+            score: 0.0,
+            metadata: serde_json::Map::new(),
+        }]);
+    }
+    external_candidates(&tool.name, output)
+}
+
+/// The passages most similar to `query`, as `keep` allows; each passage is embedded once per run.
 fn dense_search(
     encoder: &BiEncoder,
     corpus: &Corpus,
     query: &str,
-    limit: usize,
+    keep: Keep,
 ) -> Result<Vec<Candidate>, Failure> {
     let passages: Vec<&str> = corpus
         .passages()
@@ -53,5 +101,42 @@ fn dense_search(
         .map(|p| p.content.as_str())
         .collect();
     let scores = encoder.score_cached(query, &passages)?;
-    Ok(corpus.best(scores.into_iter().enumerate(), limit))
+    Ok(keep.apply(corpus.best(scores.into_iter().enumerate())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::FailureCode;
+    use crate::orchestrate::tools::SideEffects;
+
+    fn tool(action: ToolAction) -> ToolRuntime {
+        ToolRuntime::new(
+            "search".into(),
+            "Search.".into(),
+            Value::Null,
+            SideEffects::External,
+            true,
+            action,
+        )
+        .expect("a tool")
+    }
+
+    #[test]
+    fn a_dry_run_stand_in_becomes_one_candidate_saying_what_would_be_asked() {
+        let args = json!({ "query": "aero", "limit": 3 });
+        let report = json!({ "dry_run": true, "tool": "search", "args": args });
+        let found = retrieved(&tool(ToolAction::DryRun), &args, &report).expect("a stand-in");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].source, "search");
+        assert!(
+            found[0].content.contains("\"query\":\"aero\""),
+            "{}",
+            found[0].content
+        );
+        // The same report from a real tool is a bad shape.
+        let real = tool(ToolAction::Builtin(crate::tool::Builtin::CurrentTime));
+        let failure = retrieved(&real, &args, &report).expect_err("not a list");
+        assert_eq!(failure.code, FailureCode::ToolBadOutput);
+    }
 }

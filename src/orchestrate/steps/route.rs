@@ -5,8 +5,10 @@
 //!    and the limits before anything runs; an invalid route is retried once with the errors, then
 //!    fails with ORCHESTRATION_STEP_MISMATCH (the retry is the only extra call there can be).
 //! 2. **Execute** with no model deciding anything: parallel agents run concurrently, sequential
-//!    ones in order, each seeing the results before it. A failed agent's error becomes its
-//!    result; in a sequence, the agents after it are not run.
+//!    ones in order, each seeing the results before it as `results` — a template agent's template
+//!    and a tool agent's argv templates read it, and a plan agent gets it as its input `results`
+//!    when its plan declares one. A failed agent's error becomes its result; in a sequence, the
+//!    agents after it are not run.
 //! 3. **Synthesise**: one call turns the results into the answer.
 //!
 //! An agent runs a tool, another plan file, or a template sent to a model (the last two may call
@@ -33,7 +35,7 @@ use crate::orchestrate::{RunOptions, RunStatus, execute};
 
 /// What an agent runs.
 pub enum AgentAction {
-    /// A declared tool, called with the agent's arguments.
+    /// A declared tool, called with the agent's arguments (a command's argv sees `results`).
     Tool(Arc<ToolRuntime>),
     /// A template (seeing `args` and `results`) sent to a model.
     Model {
@@ -41,7 +43,8 @@ pub enum AgentAction {
         engine: Arc<dyn Engine>,
     },
     /// Another plan, run with the agent's arguments as its inputs (checked against its declared
-    /// inputs, defaults filled); the result is that plan's output.
+    /// inputs, defaults filled), plus `results` when it declares that input; the result is that
+    /// plan's output.
     Plan(Arc<Pipeline>),
 }
 
@@ -167,7 +170,8 @@ impl Route {
         match &agent.action {
             AgentAction::Tool(tool) => {
                 let call_id = format!("call_{}", ctx.events.new_span());
-                Ok((tool.call(args, &call_id, ctx).await?, TokenUsage::default()))
+                let output = tool.call_after(args, results, &call_id, ctx).await?;
+                Ok((output, TokenUsage::default()))
             }
             AgentAction::Model { template, engine } => {
                 let scope = json!({ "args": args, "results": results, "inputs": ctx.scope["inputs"], "vars": ctx.scope["vars"] });
@@ -181,7 +185,7 @@ impl Route {
                 Ok((Value::String(response.text), response.usage))
             }
             AgentAction::Plan(pipeline) => {
-                let inputs = pipeline.bind_object(args)?;
+                let inputs = pipeline.bind_object(&with_results(pipeline, args, results))?;
                 let record = execute(pipeline, inputs, RunOptions::new(4), &ctx.events).await;
                 match record.status {
                     RunStatus::Complete => Ok((record.output.unwrap_or(Value::Null), record.usage)),
@@ -195,6 +199,18 @@ impl Route {
             }
         }
     }
+}
+
+/// A plan agent's inputs: its arguments, and the earlier agents' results as `results` when its
+/// plan declares that input (set here, whatever the router sent under that name).
+fn with_results(pipeline: &Pipeline, args: &Value, results: &[Value]) -> Value {
+    let mut inputs = args.clone();
+    if pipeline.inputs.contains_key("results")
+        && let Value::Object(fields) = &mut inputs
+    {
+        fields.insert("results".into(), Value::Array(results.to_vec()));
+    }
+    inputs
 }
 
 /// One agent's entry in the results the synthesis sees. A failed agent does not fail the

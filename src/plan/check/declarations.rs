@@ -96,7 +96,7 @@ impl Checker<'_> {
                 step: None,
                 upstream: Some(BTreeSet::new()),
                 has_input: false,
-                extra: &["args"],
+                extra: &["args", "results"],
                 plan_context: false,
             };
             for (at, template) in tool.templates() {
@@ -155,7 +155,7 @@ impl Checker<'_> {
                     step: None,
                     upstream: Some(BTreeSet::new()),
                     has_input: false,
-                    extra: &["args"],
+                    extra: &["args", "results"],
                     plan_context: true,
                 };
                 let at = [base.clone(), vec!["template".into()]].concat();

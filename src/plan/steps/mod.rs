@@ -25,7 +25,7 @@ use crate::inference::{Engine, TokenSink};
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::{Prompt, PromptSource, RouteAgent};
 use crate::orchestrate::tools::ToolRuntime;
-use crate::rerank::{BiEncoder, Scorer};
+use crate::rerank::{BiEncoder, Keep, Scorer};
 
 mod agent;
 mod infer;
@@ -120,7 +120,7 @@ steps! {
     Redundant(RedundantStep) = "redundant",
     /// A tool-calling loop: the model calls declared tools until it gives a final answer.
     Agent(AgentStep) = "agent",
-    /// Find the passages of a corpus that best match a query.
+    /// Find the passages that best match a query: from a corpus, or from a custom retriever (a tool).
     Retrieve(RetrieveStep) = "retrieve",
     /// Re-score candidates (by default the previous step's output) and keep the best.
     Rerank(RerankStep) = "rerank",
@@ -274,6 +274,34 @@ pub struct Sampling {
     /// Stop generating at any of these strings.
     #[serde(default)]
     pub stop: Option<Vec<String>>,
+}
+
+/// What a `retrieve` or `rerank` step passes on besides its count (`limit`, `top_k`): distinct
+/// passages, within a character budget. Written at the step's top level.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct KeepSpec {
+    /// Drop duplicate passages, keeping the best-ranked: the same text (whitespace aside), or the same `source` and `metadata.chunk`. Default true; duplicates are dropped before `limit` / `top_k` count.
+    #[serde(default = "dedup_by_default")]
+    pub dedup: bool,
+    /// Most characters of passage text passed on, all candidates together (about 4 characters make a token of English text). Candidates go best first; the one that crosses the budget is cut to the characters left and marked `metadata.truncated: true`; the rest are dropped.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_chars: Option<u32>,
+}
+
+fn dedup_by_default() -> bool {
+    true
+}
+
+impl KeepSpec {
+    /// The run-time limits, with the step's count.
+    pub fn keep(&self, limit: Option<usize>) -> Keep {
+        Keep {
+            limit,
+            dedup: self.dedup,
+            max_chars: self.max_chars.map(|m| m as usize),
+        }
+    }
 }
 
 /// A JSON Schema given inline, or as a path to a `.json` file relative to the plan.

@@ -8,16 +8,18 @@ use crate::orchestrate::steps::Rerank;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, ModelRole, References, StepCommon, StepConfig, TemplateSource};
+use super::{
+    BuildContext, KeepSpec, ModelRole, References, StepCommon, StepConfig, TemplateSource,
+};
 
-/// Re-score candidates (the previous step's output unless `candidates` says otherwise) and keep the
-/// best `top_k` whose score is at least `min_score`.
+/// Re-score candidates (the previous step's output) and keep the best `top_k` whose score is at
+/// least `min_score`. Each candidate's earlier score is kept as `metadata.retrieval_score`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RerankStep {
     #[serde(flatten)]
     pub common: StepCommon,
-    /// A scorer model (from `models:`, kind onnx); without one the keyword scorer is used.
+    /// A scorer model (from `models:`, kind onnx); without one the keyword scorer is used. Scores: keyword 0 to 1 (the share of query words present); bi-encoder −1 to 1 (cosine similarity); cross-encoder 0 to 1 (the logit's sigmoid), or the raw, unbounded logit with `sigmoid: false`.
     #[serde(default)]
     pub model: Option<String>,
     /// The query to score against, a template; defaults to the query of the retrieve step upstream.
@@ -30,6 +32,8 @@ pub struct RerankStep {
     /// Drop candidates scoring below this (inclusive: a score equal to it is kept).
     #[serde(default)]
     pub min_score: Option<f64>,
+    #[serde(flatten)]
+    pub keep: KeepSpec,
 }
 
 impl StepConfig for RerankStep {
@@ -55,8 +59,8 @@ impl StepConfig for RerankStep {
         Ok(Arc::new(Rerank {
             scorer: context.scorer(self.model.as_deref())?,
             query,
-            top_k: self.top_k.map(|k| k as usize),
             min_score: self.min_score,
+            keep: self.keep.keep(self.top_k.map(|k| k as usize)),
         }))
     }
 }

@@ -23,7 +23,7 @@ const DEFAULT_TOOL_OUTPUT: usize = 64 * 1024;
 pub struct CommandTool {
     /// What the tool does, for the model.
     pub description: String,
-    /// The program and its arguments; each element is a template that sees `args`.
+    /// The program and its arguments; each element is a template that sees `args` (the call's arguments) and `results` (when the tool runs as an agent of a sequential route, the earlier agents' results — `[{agent, arguments, output}]`; an empty list elsewhere).
     #[schemars(length(min = 1))]
     pub argv: Vec<String>,
     /// JSON Schema of the arguments; calls are validated against it before running.

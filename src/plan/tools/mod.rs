@@ -66,7 +66,7 @@ pub trait ToolKind {
     fn parameters(&self) -> Option<&Value> {
         None
     }
-    /// Templates the tool renders with the call's `args`, and where each is written.
+    /// Templates the tool renders with the call's `args` (and `results`), and where each is written.
     fn templates(&self) -> Vec<(FieldPath, &str)> {
         Vec::new()
     }
