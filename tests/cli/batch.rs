@@ -368,3 +368,92 @@ fn fail_fast_stops_at_the_first_failure_and_the_summary_says_so() {
     assert_eq!(summary["rows_failed"], 1);
     assert!(summary["steps"]["label"]["p50_ms"].is_number(), "{summary}");
 }
+
+#[test]
+fn rows_come_from_stdin_with_a_dash() {
+    let out = scratch("stdin.out.jsonl");
+    let mut child = crate::spawn(&[
+        "run",
+        "-q",
+        "tests/plans/batch.yaml",
+        "--batch",
+        "-",
+        "--out",
+        s(&out),
+    ]);
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(
+                b"{\"id\": \"s1\", \"text\": \"one\"}\n{\"id\": \"s2\", \"text\": \"two\"}\n",
+            )
+            .expect("rows written");
+    }
+    let status = child.wait_with_output().expect("pagantic ends");
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let mut outputs: Vec<String> = lines(&out)
+        .iter()
+        .map(|l| l["output"].as_str().unwrap_or_default().to_string())
+        .collect();
+    outputs.sort();
+    assert_eq!(
+        outputs,
+        ["one (3 stars, row s1)", "two (3 stars, row s2)"],
+        "each stdin line is a row"
+    );
+}
+
+#[test]
+fn a_glob_makes_one_row_per_matching_file() {
+    let dir = scratch("docs");
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (name, text) in [
+        ("a.txt", "alpha"),
+        ("b.txt", "beta"),
+        ("c.md", "not matched"),
+    ] {
+        std::fs::write(dir.join(name), text).expect("file");
+    }
+    let out = scratch("glob.out.jsonl");
+    let pattern = format!("{}/*.txt", s(&dir));
+    let run = pagantic(&[
+        "run",
+        "-q",
+        "tests/plans/batch-files.yaml",
+        "--batch",
+        &pattern,
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut rows: Vec<(String, String)> = lines(&out)
+        .iter()
+        .map(|l| {
+            let id = l["row"].as_str().unwrap_or_default();
+            let file = std::path::Path::new(id)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (file, l["output"].as_str().unwrap_or_default().to_string())
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(rows.len(), 2, "the .md file is not a row: {rows:?}");
+    assert_eq!(rows[0].0, "a.txt");
+    let path_length = |file: &str| dir.join(file).display().to_string().chars().count();
+    assert_eq!(
+        rows[0].1,
+        format!("alpha ({} characters of path)", path_length("a.txt"))
+    );
+    assert_eq!(rows[1].0, "b.txt");
+    assert_eq!(
+        rows[1].1,
+        format!("beta ({} characters of path)", path_length("b.txt"))
+    );
+}

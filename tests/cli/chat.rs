@@ -10,7 +10,11 @@ fn chat(lines: &str) -> (i32, String, String) {
 }
 
 fn chat_with(flags: &[&str], lines: &str) -> (i32, String, String) {
-    let mut args = vec!["chat", "tests/plans/chat.yaml"];
+    chat_plan("tests/plans/chat.yaml", flags, lines)
+}
+
+fn chat_plan(plan: &str, flags: &[&str], lines: &str) -> (i32, String, String) {
+    let mut args = vec!["chat", plan];
     args.extend(flags);
     let mut child = spawn(&args);
     child
@@ -137,4 +141,21 @@ fn a_transcript_that_is_not_one_is_refused_with_its_line() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stdout.is_empty());
     assert!(stderr.contains(&format!("{t}:2:")), "{stderr}");
+}
+
+#[test]
+fn message_input_names_the_input_each_line_goes_to() {
+    let plan = "tests/plans/chat-persona.yaml";
+    let (code, stdout, stderr) = chat_plan(plan, &["--message-input", "message"], "ahoy\n");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "pirate hears: ahoy\n");
+    // Without it, the line goes to the first string input (`persona`) and `message` is missing:
+    // the turn fails, the conversation does not.
+    let (code, stdout, stderr) = chat_plan(plan, &[], "ahoy\n");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("message"), "{stderr}");
+    let (code, _, stderr) = chat_plan(plan, &["--message-input", "nope"], "ahoy\n");
+    assert_eq!(code, 2);
+    assert!(stderr.contains("no input `nope`"), "{stderr}");
 }
