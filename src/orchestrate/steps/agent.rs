@@ -7,6 +7,8 @@
 //! system message and the most recent messages; retrieved context is shown on every turn but
 //! never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
 //! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
+//! Each turn's `inference` event lists the ids of the tool calls it made, and those calls' tool
+//! events are children of its span.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,7 +21,7 @@ use super::Prompt;
 use super::infer::Sampling;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
-use crate::inference::{Engine, Request};
+use crate::inference::{Engine, Request, Response};
 use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
@@ -96,12 +98,6 @@ impl Agent {
     }
 }
 
-/// A turn's outcome.
-enum Turn {
-    Final(String),
-    Calls(Vec<ToolCall>),
-}
-
 impl StepHandler for Agent {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
@@ -141,32 +137,28 @@ impl StepHandler for Agent {
                         .then(|| self.turn_schema(!must_answer)),
                     ..self.sampling.request(messages)
                 };
-                let response = ctx
-                    .infer(
+                // A constrained turn is read into its tool call (or final text) before the
+                // call's event is written, so the event lists the call's id like a native one.
+                let (response, turn_span) = ctx
+                    .infer_turn(
                         self.engine.as_ref(),
                         request,
-                        None,
                         ModelCall::Round(round + 1),
+                        |response| match self.tool_calls {
+                            ToolCalls::Native => Ok(response),
+                            ToolCalls::Constrained => constrained_turn(response, ctx),
+                        },
                     )
                     .await?;
                 usage += response.usage;
-                let turn = match self.tool_calls {
-                    ToolCalls::Native if response.tool_calls.is_empty() => {
-                        Turn::Final(response.text.clone())
-                    }
-                    ToolCalls::Native => Turn::Calls(response.tool_calls.clone()),
-                    ToolCalls::Constrained => constrained_turn(&response.text, ctx)?,
-                };
-                let calls = match turn {
-                    Turn::Final(answer) => {
-                        return Ok(StepOutput {
-                            output: Value::String(answer),
-                            usage,
-                            detail: Some(json!({ "rounds": round + 1, "tool_calls": calls_made })),
-                        });
-                    }
-                    Turn::Calls(calls) => calls,
-                };
+                if response.tool_calls.is_empty() {
+                    return Ok(StepOutput {
+                        output: Value::String(response.text),
+                        usage,
+                        detail: Some(json!({ "rounds": round + 1, "tool_calls": calls_made })),
+                    });
+                }
+                let calls = response.tool_calls.clone();
                 if round == self.max_tool_iterations {
                     break;
                 }
@@ -199,13 +191,14 @@ impl StepHandler for Agent {
                 });
                 for call in calls {
                     let result = match self.tools.iter().find(|t| t.name == call.name) {
-                        Some(tool) => tool.call(&call.arguments, &call.id, ctx).await,
+                        Some(tool) => tool.call(&call.arguments, &call.id, ctx, turn_span).await,
                         None => {
                             let failure = Failure::new(
                                 FailureCode::ToolNotFound,
                                 format!("there is no tool `{}`", call.name),
                             );
-                            record_refusal(ctx, &call.id, &call.name, &call.arguments, &failure);
+                            let (id, name, args) = (&call.id, &call.name, &call.arguments);
+                            record_refusal(ctx, turn_span, id, name, args, &failure);
                             Err(failure)
                         }
                     };
@@ -240,11 +233,12 @@ impl StepHandler for Agent {
     }
 }
 
-/// Reads a constrained turn: `{"final": …}` or `{"tool": …, "arguments": {…}}`. A turn cut off
-/// by `max_tokens` (the grammar holds until then) is closed by the JSON repair, so a long final
+/// Reads a constrained turn — `{"final": …}` or `{"tool": …, "arguments": {…}}` — into the
+/// response a native turn would have been: the final text, or one tool call. A turn cut off by
+/// `max_tokens` (the grammar holds until then) is closed by the JSON repair, so a long final
 /// answer arrives truncated rather than lost.
-fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
-    let value = parse_json_lenient(text.trim())
+fn constrained_turn(response: Response, ctx: &StepContext) -> Result<Response, Failure> {
+    let value = parse_json_lenient(response.text.trim())
         .map_err(|failure| {
             Failure::new(
                 FailureCode::ConstraintJsonInvalid,
@@ -253,17 +247,24 @@ fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
         })?
         .value;
     if let Some(answer) = value.get("final").and_then(Value::as_str) {
-        return Ok(Turn::Final(answer.to_string()));
+        return Ok(Response {
+            text: answer.to_string(),
+            tool_calls: Vec::new(),
+            ..response
+        });
     }
     match (
         value.get("tool").and_then(Value::as_str),
         value.get("arguments"),
     ) {
-        (Some(tool), Some(arguments)) => Ok(Turn::Calls(vec![ToolCall {
-            id: format!("call_{}", ctx.events.new_span()),
-            name: tool.to_string(),
-            arguments: arguments.clone(),
-        }])),
+        (Some(tool), Some(arguments)) => Ok(Response {
+            tool_calls: vec![ToolCall {
+                id: format!("call_{}", ctx.events.new_span()),
+                name: tool.to_string(),
+                arguments: arguments.clone(),
+            }],
+            ..response
+        }),
         _ => Err(Failure::new(
             FailureCode::ConstraintSchemaViolation,
             format!("the agent's turn is neither a final answer nor a tool call: {value}"),
