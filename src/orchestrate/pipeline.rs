@@ -286,3 +286,154 @@ pub trait StepHandler: Send + Sync {
     /// What the step would send, without sending it.
     fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure>;
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::{Price, ToolCall};
+    use crate::inference::{Priced, ScriptedConfig, ScriptedEngine, ScriptedReply};
+
+    /// One unit per prompt token, two per completion token.
+    const PRICE: Price = Price {
+        prompt_per_million: 1e6,
+        completion_per_million: 2e6,
+    };
+
+    fn context(events: &Events, max_cost: Option<f64>) -> StepContext {
+        StepContext {
+            scope: json!({}),
+            templates: Arc::new(Templates::new(None)),
+            events: events.clone(),
+            step: "ask".into(),
+            span: events.run_span(),
+            ledger: Arc::new(StepLedger::new(max_cost.map(Cost::from_amount))),
+        }
+    }
+
+    fn priced(replies: &[&str]) -> Priced {
+        let engine = ScriptedEngine::new(ScriptedConfig {
+            replies: replies
+                .iter()
+                .map(|r| ScriptedReply::Text(r.to_string()))
+                .collect(),
+            ..ScriptedConfig::default()
+        });
+        Priced::new(Arc::new(engine), PRICE)
+    }
+
+    fn request(text: &str) -> Request {
+        Request {
+            messages: vec![Message::system("be brief"), Message::user(text)],
+            json_schema: Some(json!({ "type": "string" })),
+            temperature: Some(0.3),
+            ..Request::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_s_event_says_what_was_sent_and_what_it_cost_and_the_ledger_adds_it_up() {
+        let events = Events::recording();
+        let ctx = context(&events, None);
+        let engine = priced(&["one two three"]);
+        for _ in 0..2 {
+            // "be brief" + "hello there": 4 prompt tokens, 3 completion tokens: 4 + 6 = 10.
+            ctx.infer(&engine, request("hello there"), None, ModelCall::Single)
+                .await
+                .expect("answers");
+        }
+        let event = events
+            .recorded()
+            .into_iter()
+            .find(|e| matches!(e.data, EventData::Inference { .. }))
+            .expect("an inference event");
+        let data = serde_json::to_value(&event.data).expect("json")["data"].clone();
+        assert_eq!(data["messages"], 2);
+        assert_eq!(data["tools"], 0);
+        assert_eq!(data["constraint"], "json_schema");
+        assert_eq!(
+            data["constrained"], false,
+            "the scripted engine only checks"
+        );
+        assert_eq!(data["temperature"], 0.3);
+        assert_eq!(data["cost"], 10.0);
+        assert_eq!(event.parent_span, Some(ctx.span));
+        assert_eq!(ctx.ledger.cost().map(Cost::amount), Some(20.0));
+        assert_eq!(events.cost().map(Cost::amount), Some(20.0));
+    }
+
+    #[tokio::test]
+    async fn the_call_that_takes_the_run_over_max_cost_fails_and_no_call_follows() {
+        let events = Events::recording();
+        let ctx = context(&events, Some(15.0));
+        let engine = priced(&["one two three"]);
+        ctx.infer(&engine, request("hello there"), None, ModelCall::Round(1))
+            .await
+            .expect("10 of 15");
+        let over = ctx
+            .infer(&engine, request("hello there"), None, ModelCall::Round(2))
+            .await
+            .expect_err("20 > 15");
+        assert_eq!(over.code, FailureCode::OrchestrationCostExceeded);
+        assert_eq!(
+            over.message,
+            "the run's model calls have cost 20, over its max_cost of 15"
+        );
+        // Another step of the same run is refused before it calls at all.
+        let other = context(&events, Some(15.0));
+        let refused = other
+            .infer(&engine, request("hi"), None, ModelCall::Single)
+            .await
+            .expect_err("the budget is spent");
+        assert_eq!(refused.code, FailureCode::OrchestrationCostExceeded);
+        assert_eq!(events.model_calls(), 2);
+        assert_eq!(other.ledger.cost(), None, "it spent nothing");
+    }
+
+    #[tokio::test]
+    async fn a_turn_read_into_tool_calls_lists_their_ids_and_returns_its_span() {
+        let events = Events::recording();
+        let ctx = context(&events, None);
+        let engine = ScriptedEngine::new(ScriptedConfig::echo());
+        let (response, span) = ctx
+            .infer_turn(&engine, request("go"), ModelCall::Round(1), |response| {
+                Ok(Response {
+                    tool_calls: vec![ToolCall {
+                        id: "call_7".into(),
+                        name: "calc".into(),
+                        arguments: json!({}),
+                    }],
+                    ..response
+                })
+            })
+            .await
+            .expect("answers");
+        assert_eq!(response.tool_calls.len(), 1);
+        let event = events.recorded().pop().expect("the inference event");
+        assert_eq!(event.span, span);
+        match event.data {
+            EventData::Inference {
+                tool_call_ids,
+                cost,
+                ..
+            } => {
+                assert_eq!(tool_call_ids, ["call_7"]);
+                assert_eq!(cost, None, "an unpriced model");
+            }
+            other => panic!("not an inference event: {other:?}"),
+        }
+        // A turn that cannot be read still leaves its event.
+        let failed = ctx
+            .infer_turn(&engine, request("go"), ModelCall::Round(2), |_| {
+                Err(Failure::new(
+                    FailureCode::ConstraintJsonInvalid,
+                    "not a turn",
+                ))
+            })
+            .await
+            .expect_err("unreadable");
+        assert_eq!(failed.code, FailureCode::ConstraintJsonInvalid);
+        assert_eq!(events.model_calls(), 2);
+    }
+}

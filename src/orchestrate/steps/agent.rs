@@ -271,3 +271,54 @@ fn constrained_turn(response: Response, ctx: &StepContext) -> Result<Response, F
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::orchestrate::events::Events;
+    use crate::orchestrate::pipeline::StepLedger;
+    use crate::prompt::Templates;
+
+    fn context() -> StepContext {
+        let events = Events::recording();
+        StepContext {
+            scope: json!({}),
+            templates: Arc::new(Templates::new(None)),
+            span: events.run_span(),
+            events,
+            step: "agent".into(),
+            ledger: Arc::new(StepLedger::default()),
+        }
+    }
+
+    fn turn(text: &str) -> Response {
+        Response {
+            text: text.into(),
+            ..Response::default()
+        }
+    }
+
+    #[test]
+    fn a_constrained_turn_reads_as_the_native_turn_it_stands_for() {
+        let ctx = context();
+        let call = constrained_turn(
+            turn(r#"{"tool": "calc", "arguments": {"expression": "1+1"}}"#),
+            &ctx,
+        )
+        .expect("a call");
+        assert_eq!(call.tool_calls.len(), 1);
+        assert_eq!(call.tool_calls[0].name, "calc");
+        assert_eq!(call.tool_calls[0].arguments, json!({ "expression": "1+1" }));
+        assert!(call.tool_calls[0].id.starts_with("call_"));
+        assert!(
+            call.text.contains("\"tool\""),
+            "the raw turn stays in memory"
+        );
+        let last = constrained_turn(turn(r#"{"final": "2"}"#), &ctx).expect("an answer");
+        assert_eq!((last.text.as_str(), last.tool_calls.len()), ("2", 0));
+        let neither = constrained_turn(turn(r#"{"thought": "hm"}"#), &ctx).expect_err("neither");
+        assert_eq!(neither.code, FailureCode::ConstraintSchemaViolation);
+    }
+}

@@ -208,3 +208,105 @@ impl StepHandler for Redundant {
 fn cycled<T: Copy>(values: &[T], i: usize) -> Option<T> {
     (!values.is_empty()).then(|| values[i % values.len()])
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::Message;
+    use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
+    use crate::orchestrate::events::Events;
+    use crate::orchestrate::pipeline::StepLedger;
+    use crate::orchestrate::steps::PromptSource;
+    use crate::prompt::Templates;
+
+    fn redundant(fail_first: u32, replies: &[&str], n: usize, quorum: usize) -> Redundant {
+        let engine = ScriptedEngine::new(ScriptedConfig {
+            fail_first,
+            replies: replies
+                .iter()
+                .map(|r| ScriptedReply::Text(r.to_string()))
+                .collect(),
+            ..ScriptedConfig::default()
+        });
+        Redundant {
+            engine: Arc::new(engine),
+            prompt: Prompt {
+                user: PromptSource::Inline("pick".into()),
+                system: None,
+            },
+            sampling: Sampling::default(),
+            n,
+            min_candidates: quorum,
+            temperatures: Vec::new(),
+            seeds: Vec::new(),
+            schema: Some(json!({ "enum": ["a", "b"] })),
+            method: VotingMethod::Majority,
+            min_confidence: None,
+            fallback: None,
+        }
+    }
+
+    fn context() -> StepContext {
+        let events = Events::recording();
+        StepContext {
+            scope: json!({}),
+            templates: Arc::new(Templates::new(None)),
+            span: events.run_span(),
+            events,
+            step: "vote".into(),
+            ledger: Arc::new(StepLedger::default()),
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_and_invalid_candidates_drop_out_and_the_rest_vote() {
+        let ctx = context();
+        // 1 fails, 2 is not valid for the schema, 3 and 5 say "b", 4 says "a".
+        let step = redundant(1, &["-", "\"c\"", "\"b\"", "\"a\"", "\"b\""], 5, 3);
+        let output = step.run(&ctx).await.expect("3 voted, the quorum");
+        assert_eq!(output.output["value"], "b");
+        assert_eq!(output.output["candidates"], json!(["b", "a", "b"]));
+        let detail = output.detail.expect("the dropped candidates");
+        assert_eq!(detail["failed"][0]["candidate"], 1);
+        assert_eq!(detail["rejected"][0]["candidate"], 2);
+        let vote = ctx.ledger.last_vote().expect("the vote is recorded");
+        assert_eq!(vote.winner, Some(3), "numbered as asked, not as voted");
+        assert_eq!((vote.asked, vote.voted), (5, 3));
+        assert!((vote.confidence - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(vote.answered_by, AnsweredBy::Vote);
+    }
+
+    #[tokio::test]
+    async fn below_the_quorum_the_first_failed_call_s_code_wins_over_an_invalid_answer() {
+        let ctx = context();
+        let step = redundant(1, &["-", "\"c\"", "\"b\""], 3, 2);
+        let failure = step.run(&ctx).await.expect_err("only one voted");
+        assert_eq!(failure.code, FailureCode::InferenceEngineError);
+        assert!(failure.retryable, "the engine failure's retry rule is kept");
+        assert!(
+            failure.message.starts_with(
+                "only 1 of the 3 candidates could vote, fewer than min_candidates 2 (candidate 1: INFERENCE_ENGINE_ERROR"
+            ) && failure.message.contains("; candidate 2: CONSTRAINT_"),
+            "{}",
+            failure.message
+        );
+        assert_eq!(ctx.ledger.last_vote(), None);
+        let invalid_only = redundant(0, &["\"c\"", "\"d\"", "\"a\""], 3, 2);
+        let failure = invalid_only.run(&context()).await.expect_err("one valid");
+        assert_eq!(
+            failure.code.category(),
+            crate::core::FailureCategory::Constraint
+        );
+    }
+
+    #[test]
+    fn the_prompt_is_what_render_shows() {
+        let step = redundant(0, &[], 3, 2);
+        assert_eq!(
+            step.render(&context()),
+            Ok(Rendered::Messages(vec![Message::user("pick")]))
+        );
+    }
+}
