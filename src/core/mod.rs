@@ -1,5 +1,6 @@
 //! Layer 0: the vocabulary every other layer shares — messages, tool calls, token usage, prices
-//! and costs, retrieval candidates, and the failure taxonomy. Nothing here does I/O or depends on another module.
+//! and costs, retrieval candidates, and the failure taxonomy. Nothing here does I/O or depends on
+//! another module.
 
 pub mod cost;
 pub mod failure;

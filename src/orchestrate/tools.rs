@@ -2,8 +2,9 @@
 //!
 //! The plan layer builds one [`ToolRuntime`] per declared tool. A call validates its arguments
 //! against the tool's JSON Schema before anything runs, emits `tool_start`/`tool_end` events
-//! carrying the `tool_call_id` that caused them, and marks failures of non-idempotent tools as not
-//! retryable, so the executor never repeats a side effect on its own.
+//! carrying the `tool_call_id` that caused them (children of the model call that asked for it),
+//! and marks failures of non-idempotent tools as not retryable, so the executor never repeats a
+//! side effect on its own.
 
 use schemars::JsonSchema;
 use std::path::PathBuf;

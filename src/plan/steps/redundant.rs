@@ -148,6 +148,12 @@ mod tests {
         serde_json::from_value(step).expect("a redundant step")
     }
 
+    fn references_of(step: &RedundantStep) -> References<'_> {
+        let mut refs = References::default();
+        step.references(&mut refs);
+        refs
+    }
+
     #[test]
     fn the_quorum_defaults_to_a_majority_of_n() {
         assert_eq!(step(None, None).min_candidates(), 2);
@@ -160,19 +166,11 @@ mod tests {
     #[test]
     fn a_quorum_above_n_is_reported_at_min_candidates() {
         let over = step(Some(3), Some(4));
-        let refs = over.references_of();
+        let refs = references_of(&over);
         assert_eq!(refs.problems.len(), 1);
         let (at, error, _) = &refs.problems[0];
         assert_eq!(at, &["voting", "min_candidates"]);
         assert!(matches!(error, PlanError::MinCandidates { min: 4, n: 3 }));
-        assert!(step(Some(3), Some(3)).references_of().problems.is_empty());
-    }
-
-    impl RedundantStep {
-        fn references_of(&self) -> References<'_> {
-            let mut refs = References::default();
-            self.references(&mut refs);
-            refs
-        }
+        assert!(references_of(&step(Some(3), Some(3))).problems.is_empty());
     }
 }
