@@ -6,7 +6,7 @@
 //!
 //! | layer | module | owns |
 //! | --- | --- | --- |
-//! | 0 | [`core`] | messages, tool calls, usage, candidates, the failure taxonomy |
+//! | 0 | [`core`] | messages, tool calls, usage, prices and costs, candidates, the failure taxonomy |
 //! | 1 | [`inference`] | the `Engine` trait, requests and responses; the local (mistral.rs), OpenAI-compatible and scripted engines; the model store |
 //! | 2 | [`constraint`] | model output to schema-valid JSON: repair, enum normalisation, schema errors |
 //! | 2 | [`context`] | corpora: loading, chunking, BM25 and keyword retrieval; a retriever tool's candidates |

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::task::JoinSet;
 
-use crate::core::{Failure, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 use crate::orchestrate::{
     Events, Pipeline, Rendered, RunRecord, RunStatus, Session, execute, render_step,
 };
@@ -94,6 +94,8 @@ pub struct Summary {
     pub rows_skipped: usize,
     pub cancelled: bool,
     pub usage: TokenUsage,
+    /// What the rows' model calls cost at the models' declared prices; null when none was priced.
+    pub cost: Option<Cost>,
     /// Model calls over all rows (in a `--dry-run`, what the real run would make, before retries).
     pub model_calls: u64,
     pub wall_ms: f64,
@@ -135,6 +137,7 @@ pub async fn run(
     let mut counts = Progress::default();
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut usage = TokenUsage::default();
+    let mut cost = None;
     let mut running: JoinSet<(usize, Value, RunRecord, u64)> = JoinSet::new();
     let mut waiting_lines: BTreeMap<usize, Value> = BTreeMap::new();
     let (mut next_sequence, mut next_to_write) = (0usize, 0usize);
@@ -255,6 +258,7 @@ pub async fn run(
                 }
                 counts.tokens += record.usage.total();
                 usage += record.usage;
+                cost = Cost::sum(cost, record.cost);
                 let ok = record.status == RunStatus::Complete;
                 if ok { counts.ok += 1 } else { counts.failed += 1 }
                 stop |= !ok && options.fail_fast;
@@ -283,6 +287,7 @@ pub async fn run(
         rows_skipped: counts.skipped,
         cancelled: cancelled && *cancel.borrow(),
         usage,
+        cost,
         model_calls: counts.model_calls,
         wall_ms: wall.as_secs_f64() * 1000.0,
         rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
@@ -408,7 +413,7 @@ fn row_json(row: &Row) -> Value {
     json!({ "row": row.id, "index": row.index, "input": row.data })
 }
 
-/// One output line: the row, its status, output or error, usage and timings per step.
+/// One output line: the row, its status, output or error, usage, cost and timings per step.
 fn line_for(mut row: Value, record: &RunRecord) -> Value {
     let status = match record.status {
         RunStatus::Complete => "ok",
@@ -418,7 +423,7 @@ fn line_for(mut row: Value, record: &RunRecord) -> Value {
     let steps: Vec<Value> = record
         .steps
         .iter()
-        .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage }))
+        .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage, "cost": s.cost }))
         .collect();
     if let Value::Object(map) = &mut row {
         map.insert("run_id".into(), json!(record.run_id));
@@ -431,6 +436,7 @@ fn line_for(mut row: Value, record: &RunRecord) -> Value {
             map.insert("error".into(), json!(error));
         }
         map.insert("usage".into(), json!(record.usage));
+        map.insert("cost".into(), json!(record.cost));
         map.insert("duration_ms".into(), json!(record.duration_ms));
         map.insert("steps".into(), Value::Array(steps));
     }

@@ -238,13 +238,17 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         let mut stderr = io::stderr().lock();
         writeln!(
             stderr,
-            "{} rows ok, {} failed, {} skipped in {:.1} s ({:.1} rows/s, {} tokens){}",
+            "{} rows ok, {} failed, {} skipped in {:.1} s ({:.1} rows/s, {} tokens{}){}",
             summary.rows_ok,
             summary.rows_failed,
             summary.rows_skipped,
             summary.wall_ms / 1000.0,
             summary.rows_per_s,
             summary.usage.total(),
+            summary
+                .cost
+                .map(|cost| format!(", cost {cost}"))
+                .unwrap_or_default(),
             if summary.cancelled {
                 " — cancelled; --resume continues"
             } else {

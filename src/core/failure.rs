@@ -107,6 +107,8 @@ failure_codes! {
     OrchestrationStepTimeout = "ORCHESTRATION_STEP_TIMEOUT", Orchestration, true;
     /// A step could not run because a step it needs failed.
     OrchestrationDependencyFailed = "ORCHESTRATION_DEPENDENCY_FAILED", Orchestration, false;
+    /// The run's model calls cost more than the policy's `max_cost`.
+    OrchestrationCostExceeded = "ORCHESTRATION_COST_EXCEEDED", Orchestration, false;
     /// A model the plan uses has no engine.
     ConfigNoEngine = "CONFIG_NO_ENGINE", Configuration, false;
     /// A required input is missing or has the wrong type.

@@ -1,9 +1,12 @@
-//! Layer 0: the vocabulary every other layer shares — messages, tool calls, token usage, retrieval
-//! candidates, and the failure taxonomy. Nothing here does I/O or depends on another module.
+//! Layer 0: the vocabulary every other layer shares — messages, tool calls, token usage, prices
+//! and costs, retrieval candidates, and the failure taxonomy. Nothing here does I/O or depends on
+//! another module.
 
+pub mod cost;
 pub mod failure;
 pub mod message;
 pub mod text;
 
+pub use cost::{Cost, Price};
 pub use failure::{Failure, FailureCategory, FailureCode};
 pub use message::{Candidate, Message, Role, TokenUsage, ToolCall, ToolDefinition};

@@ -425,6 +425,7 @@ impl Engine for LocalEngine {
             name: self.name.clone(),
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
+            price: None,
         }
     }
 }
@@ -612,6 +613,7 @@ impl Engine for LocalModel {
             name: self.source.describe(),
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
+            price: None,
         }
     }
 }

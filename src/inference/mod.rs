@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::{Failure, Message, TokenUsage, ToolCall, ToolDefinition};
+use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition};
 
 pub use example::example_for_schema;
 pub use local::{
@@ -88,6 +88,8 @@ pub struct ModelInfo {
     pub engine: &'static str,
     /// Whether `json_schema` and `grammar` are enforced while decoding.
     pub constrained_decoding: bool,
+    /// What its calls cost, when the plan declares a price ([`Priced`]); None: unpriced.
+    pub price: Option<Price>,
 }
 
 /// A boxed future, so engines can be used as trait objects.
@@ -113,4 +115,63 @@ pub trait Engine: Send + Sync {
 
     /// What this engine is.
     fn model_info(&self) -> ModelInfo;
+}
+
+/// An engine with a declared price: answers as the engine it wraps, and says what its calls cost
+/// in its [`ModelInfo`].
+pub struct Priced {
+    engine: Arc<dyn Engine>,
+    price: Price,
+}
+
+impl Priced {
+    pub fn new(engine: Arc<dyn Engine>, price: Price) -> Self {
+        Priced { engine, price }
+    }
+}
+
+impl Engine for Priced {
+    fn infer(&self, request: Request) -> EngineFuture<'_> {
+        self.engine.infer(request)
+    }
+
+    fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
+        self.engine.infer_streaming(request, sink)
+    }
+
+    fn model_info(&self) -> ModelInfo {
+        ModelInfo {
+            price: Some(self.price),
+            ..self.engine.model_info()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_priced_engine_answers_as_its_engine_and_states_its_price() {
+        let price = Price {
+            prompt_per_million: 1.0,
+            completion_per_million: 2.0,
+        };
+        let inner: Arc<dyn Engine> = Arc::new(ScriptedEngine::new(ScriptedConfig::echo()));
+        let priced = Priced::new(Arc::clone(&inner), price);
+        let request = Request {
+            messages: vec![Message::user("hello there")],
+            ..Request::default()
+        };
+        let answer = priced.infer(request.clone()).await.expect("answers");
+        assert_eq!(answer, inner.infer(request).await.expect("answers"));
+        assert_eq!(inner.model_info().price, None);
+        assert_eq!(
+            priced.model_info(),
+            ModelInfo {
+                price: Some(price),
+                ..inner.model_info()
+            }
+        );
+    }
 }

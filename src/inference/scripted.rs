@@ -169,6 +169,7 @@ impl Engine for ScriptedEngine {
             name: "scripted".into(),
             engine: "scripted",
             constrained_decoding: false,
+            price: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use serde::ser::SerializeMap;
 use serde_json::Value;
 
 use super::record::Lifecycle;
-use crate::core::{Failure, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +66,13 @@ pub enum EventData {
         usage: TokenUsage,
         #[serde(flatten)]
         call: ModelCall,
+        #[serde(flatten)]
+        sent: Sent,
+        /// What the call cost at the model's declared price; null for an unpriced model.
+        cost: Option<Cost>,
+        /// The ids of the tool calls the answer made (their tool events carry them as
+        /// `tool_call_id`, and are children of this call's span).
+        tool_call_ids: Vec<String>,
     },
     /// A tool call started.
     ToolStart { tool: String, args: Value },
@@ -108,7 +115,7 @@ pub enum SkipReason {
 
 /// Which of a step's model calls an `inference` event records; written into its data as
 /// `attempt`, `round` or `call` (nothing for a step's only call).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelCall {
     /// The step's only call (`infer`).
     Single,
@@ -122,24 +129,45 @@ pub enum ModelCall {
     Route { attempt: u32 },
     /// The answer written from the routed agents' results.
     Synthesis,
+    /// A routed `template` agent's call, by the agent's name.
+    Agent(String),
 }
 
 impl Serialize for ModelCall {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
-        match *self {
+        match self {
             ModelCall::Single => {}
-            ModelCall::Attempt(attempt) => map.serialize_entry("attempt", &attempt)?,
-            ModelCall::Round(round) => map.serialize_entry("round", &round)?,
-            ModelCall::Vote(vote) => map.serialize_entry("vote", &vote)?,
+            ModelCall::Attempt(attempt) => map.serialize_entry("attempt", attempt)?,
+            ModelCall::Round(round) => map.serialize_entry("round", round)?,
+            ModelCall::Vote(vote) => map.serialize_entry("vote", vote)?,
             ModelCall::Route { attempt } => {
                 map.serialize_entry("call", "route")?;
-                map.serialize_entry("attempt", &attempt)?;
+                map.serialize_entry("attempt", attempt)?;
             }
             ModelCall::Synthesis => map.serialize_entry("call", "synthesis")?,
+            ModelCall::Agent(name) => {
+                map.serialize_entry("call", "agent")?;
+                map.serialize_entry("agent", name)?;
+            }
         }
         map.end()
     }
+}
+
+/// What a model call sent, as its `inference` event records it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sent {
+    /// Messages in the request.
+    pub messages: usize,
+    /// Tool definitions offered.
+    pub tools: usize,
+    /// The decoding constraint the request carried — `json_schema`, `regex` or `lark` — or null.
+    pub constraint: Option<&'static str>,
+    /// Whether the engine enforced that constraint while decoding (false: checked afterwards,
+    /// or no constraint).
+    pub constrained: bool,
+    pub temperature: Option<f64>,
 }
 
 /// One event.
@@ -186,6 +214,8 @@ struct Inner {
     next_span: AtomicU64,
     /// Model calls recorded in this run so far.
     model_calls: AtomicU64,
+    /// What they cost, where priced; None while no priced model answered.
+    cost: Mutex<Option<Cost>>,
     outputs: Arc<Outputs>,
 }
 
@@ -237,6 +267,7 @@ impl Events {
                 started: Instant::now(),
                 next_span: AtomicU64::new(1),
                 model_calls: AtomicU64::new(0),
+                cost: Mutex::new(None),
                 outputs,
             }),
         }
@@ -255,6 +286,12 @@ impl Events {
     /// Model calls this run has made so far (every attempt, vote and tool round).
     pub fn model_calls(&self) -> u64 {
         self.inner.model_calls.load(Ordering::Relaxed)
+    }
+
+    /// What this run's model calls have cost so far (sub-plans run by its agents included);
+    /// None while no priced model has answered.
+    pub fn cost(&self) -> Option<Cost> {
+        self.inner.cost.lock().ok().and_then(|cost| *cost)
     }
 
     /// The run's own span.
@@ -292,8 +329,11 @@ impl Events {
 
     /// Records a fully built event (tool events set `tool_call_id`).
     pub fn emit_event(&self, event: Event) {
-        if matches!(event.data, EventData::Inference { .. }) {
+        if let EventData::Inference { cost, .. } = &event.data {
             self.inner.model_calls.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut total) = self.inner.cost.lock() {
+                *total = Cost::sum(*total, *cost);
+            }
         }
         let outputs = &self.inner.outputs;
         if let Some(observer) = &outputs.observer {
@@ -400,20 +440,52 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_inference_event_says_which_call_it_was() {
-        let inference = |call| EventData::Inference {
+    fn sent() -> Sent {
+        Sent {
+            messages: 2,
+            tools: 0,
+            constraint: None,
+            constrained: false,
+            temperature: None,
+        }
+    }
+
+    fn inference(call: ModelCall) -> EventData {
+        inference_with(call, sent(), None, Vec::new())
+    }
+
+    fn inference_with(
+        call: ModelCall,
+        sent: Sent,
+        cost: Option<Cost>,
+        tool_call_ids: Vec<String>,
+    ) -> EventData {
+        EventData::Inference {
             model: "m".into(),
             engine: "scripted",
             duration_ms: 4.0,
             usage: TokenUsage::default(),
             call,
-        };
+            sent,
+            cost,
+            tool_call_ids,
+        }
+    }
+
+    #[test]
+    fn an_inference_event_says_which_call_it_was() {
         let base = json!({
             "model": "m",
             "engine": "scripted",
             "duration_ms": 4.0,
             "usage": { "prompt_tokens": 0, "completion_tokens": 0 },
+            "messages": 2,
+            "tools": 0,
+            "constraint": null,
+            "constrained": false,
+            "temperature": null,
+            "cost": null,
+            "tool_call_ids": [],
         });
         let with = |extra: Value| {
             let mut data = base.clone();
@@ -432,15 +504,44 @@ mod tests {
                 with(json!({ "call": "route", "attempt": 1 })),
             ),
             (ModelCall::Synthesis, with(json!({ "call": "synthesis" }))),
+            (
+                ModelCall::Agent("lookup".into()),
+                with(json!({ "call": "agent", "agent": "lookup" })),
+            ),
         ] {
-            let line = wire(inference(call));
+            let line = wire(inference(call.clone()));
             assert_eq!(line["kind"], "inference");
             assert_eq!(line["data"], expected, "{call:?}");
         }
         let attempt = serde_json::to_string(&inference(ModelCall::Attempt(2))).expect("json");
         assert_eq!(
             attempt,
-            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2}}"#
+            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2,"messages":2,"tools":0,"constraint":null,"constrained":false,"temperature":null,"cost":null,"tool_call_ids":[]}}"#
+        );
+    }
+
+    #[test]
+    fn an_inference_event_says_what_was_sent_what_it_cost_and_which_tools_it_called() {
+        let sent = Sent {
+            messages: 3,
+            tools: 2,
+            constraint: Some("json_schema"),
+            constrained: true,
+            temperature: Some(0.7),
+        };
+        let cost = Some(Cost::from_amount(0.00045));
+        let ids = vec!["call_1".into(), "call_2".into()];
+        let data = inference_with(ModelCall::Round(1), sent, cost, ids);
+        let line = wire(data);
+        assert_eq!(
+            line["data"],
+            json!({
+                "model": "m", "engine": "scripted", "duration_ms": 4.0,
+                "usage": { "prompt_tokens": 0, "completion_tokens": 0 },
+                "round": 1,
+                "messages": 3, "tools": 2, "constraint": "json_schema", "constrained": true,
+                "temperature": 0.7, "cost": 0.00045, "tool_call_ids": ["call_1", "call_2"],
+            })
         );
     }
 
@@ -519,7 +620,7 @@ mod tests {
     }
 
     #[test]
-    fn only_inference_events_count_as_model_calls() {
+    fn only_inference_events_count_as_model_calls_and_costs() {
         let events = Events::recording();
         events.lifecycle(Lifecycle::Execute);
         events.emit(
@@ -529,17 +630,13 @@ mod tests {
             EventData::StepStart { attempt: 1 },
         );
         assert_eq!(events.model_calls(), 0);
-        for call in [ModelCall::Single, ModelCall::Round(1)] {
-            let data = EventData::Inference {
-                model: "m".into(),
-                engine: "scripted",
-                duration_ms: 1.0,
-                usage: TokenUsage::default(),
-                call,
-            };
+        assert_eq!(events.cost(), None);
+        for (call, cost) in [(ModelCall::Single, None), (ModelCall::Round(1), Some(0.25))] {
+            let data = inference_with(call, sent(), cost.map(Cost::from_amount), Vec::new());
             events.emit(Some("ask"), events.new_span(), None, data);
         }
         assert_eq!(events.model_calls(), 2);
+        assert_eq!(events.cost().map(Cost::amount), Some(0.25));
         assert_eq!(events.recorded().len(), 4);
     }
 }

@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::events::{EventData, Events, SkipReason, StepOutcome};
-use super::pipeline::{Pipeline, Rendered, StepContext, StepOutput};
+use super::pipeline::{Pipeline, Rendered, StepContext, StepLedger, StepOutput};
 use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
-use crate::core::{Failure, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 
 /// How to run a pipeline.
 #[derive(Clone)]
@@ -76,9 +76,15 @@ pub async fn execute(
             duration_ms: 0.0,
             output: None,
             usage: TokenUsage::default(),
+            cost: None,
+            vote: None,
             detail: None,
             error: None,
         })
+        .collect();
+    // Kept here, not in the step's task, so a step cancelled mid-call still shows what it spent.
+    let ledgers: Vec<Arc<StepLedger>> = (0..count)
+        .map(|_| Arc::new(StepLedger::new(pipeline.max_cost)))
         .collect();
     let mut waiting: Vec<usize> = pipeline.steps.iter().map(|s| s.needs.len()).collect();
     let mut successors: Vec<Vec<usize>> = vec![Vec::new(); count];
@@ -114,6 +120,7 @@ pub async fn execute(
                 events: events.clone(),
                 step: step.name.clone(),
                 span: run_span,
+                ledger: Arc::clone(&ledgers[index]),
             };
             let timeout = step.timeout.or(pipeline.step_timeout);
             let task = StepTask {
@@ -196,10 +203,17 @@ pub async fn execute(
     }
 
     mark_not_run(pipeline, &mut records, failure.is_some());
+    for (record, ledger) in records.iter_mut().zip(&ledgers) {
+        record.cost = ledger.cost();
+        record.vote = ledger.last_vote();
+    }
     let usage = records.iter().fold(TokenUsage::default(), |mut total, r| {
         total += r.usage;
         total
     });
+    let cost = records
+        .iter()
+        .fold(None, |total, r| Cost::sum(total, r.cost));
     let (status, error, output) = if cancelled {
         let error = Failure::new(FailureCode::CancelledSignal, "the run was cancelled");
         (RunStatus::Cancelled, Some(error), None)
@@ -228,6 +242,7 @@ pub async fn execute(
         output,
         steps: records,
         usage,
+        cost,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         error,
     }
@@ -259,6 +274,7 @@ pub async fn render_step(
         events: events.clone(),
         step: step.name.clone(),
         span: events.run_span(),
+        ledger: Arc::default(),
     };
     step.handler.render(&ctx)
 }
@@ -600,6 +616,7 @@ mod tests {
             templates: Arc::new(Templates::new(None)),
             inputs: IndexMap::new(),
             step_timeout: None,
+            max_cost: None,
         }
     }
 
@@ -645,6 +662,7 @@ mod tests {
             templates,
             inputs: IndexMap::new(),
             step_timeout: None,
+            max_cost: None,
         };
         let record = execute(
             &pipeline,

@@ -19,11 +19,12 @@ pub mod tools;
 pub mod voting;
 
 pub use events::{
-    Event, EventData, Events, Observer, SkipReason, SpanId, StepOutcome, ToolOutcome, new_run_id,
+    Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome,
+    new_run_id,
 };
 pub use executor::{RunOptions, execute, render_step};
 pub use pipeline::{
-    Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepNode, StepOutput,
+    Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepLedger, StepNode, StepOutput,
 };
-pub use record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
+pub use record::{AnsweredBy, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord};
 pub use session::{Session, SessionOptions};

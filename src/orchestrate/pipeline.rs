@@ -1,20 +1,25 @@
 //! What the executor runs: steps with their handlers, dependencies and execution settings, and
-//! the contract a run is held to — the inputs it declares and the policy's step timeout — so that
-//! every command that starts a run (one run, a batch row, a chat turn, a sub-plan agent) binds
-//! and times it the same way without reaching back into the plan file.
+//! the contract a run is held to — the inputs it declares, the policy's step timeout and cost
+//! limit — so that every command that starts a run (one run, a batch row, a chat turn, a sub-plan
+//! agent) binds, times and bounds it the same way without reaching back into the plan file.
+//!
+//! Every model call a step makes goes through [`StepContext::infer`] (or its tool-loop form,
+//! [`StepContext::infer_turn`]), which records it as an `inference` event, adds its cost to the
+//! step's [`StepLedger`], and holds the run to its cost limit.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::events::{EventData, Events, ModelCall, SpanId};
+use super::events::{EventData, Events, ModelCall, Sent, SpanId};
 use super::inputs::{self, InputSpec};
-use crate::core::{Failure, Message, TokenUsage};
-use crate::inference::{Engine, Request, Response, TokenSink};
+use super::record::VoteRecord;
+use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
+use crate::inference::{Engine, Grammar, Request, Response, TokenSink};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
 
@@ -31,6 +36,8 @@ pub struct Pipeline {
     pub inputs: IndexMap<String, InputSpec>,
     /// The timeout of steps that set none: the policy's `timeout_per_step`.
     pub step_timeout: Option<Duration>,
+    /// Most a run's model calls may cost: the policy's `max_cost`.
+    pub max_cost: Option<Cost>,
 }
 
 impl Pipeline {
@@ -82,6 +89,69 @@ pub struct StepNode {
     pub standby_for: Option<String>,
 }
 
+/// What a step accrues besides its output, over all its attempts (and the tasks they spawn):
+/// what its model calls cost, and how its last vote went. It outlives a step cancelled or timed
+/// out mid-call, so the record still shows what was spent.
+#[derive(Debug, Default)]
+pub struct StepLedger {
+    /// The run's cost limit (the policy's `max_cost`).
+    max_cost: Option<Cost>,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    cost: Option<Cost>,
+    vote: Option<VoteRecord>,
+}
+
+impl StepLedger {
+    /// A ledger for a step of a run held to `max_cost`.
+    pub fn new(max_cost: Option<Cost>) -> Self {
+        StepLedger {
+            max_cost,
+            entries: Mutex::default(),
+        }
+    }
+
+    /// Adds what a model call (or a sub-plan run by an agent) cost; None: it was not priced.
+    pub fn spend(&self, cost: Option<Cost>) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.cost = Cost::sum(entries.cost, cost);
+        }
+    }
+
+    /// Records how a vote went (a later attempt's vote replaces an earlier one's).
+    pub fn vote(&self, vote: VoteRecord) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.vote = Some(vote);
+        }
+    }
+
+    /// What the step's model calls cost; None when none was priced.
+    pub fn cost(&self) -> Option<Cost> {
+        self.entries.lock().ok().and_then(|e| e.cost)
+    }
+
+    /// How the step's last vote went, if it voted.
+    pub fn last_vote(&self) -> Option<VoteRecord> {
+        self.entries.lock().ok().and_then(|e| e.vote.clone())
+    }
+
+    /// Fails when the run has spent more than its limit: before a call (the budget is gone) and
+    /// after one (that call took the run over it).
+    fn check_budget(&self, events: &Events) -> Result<(), Failure> {
+        match (self.max_cost, events.cost()) {
+            (Some(max), Some(spent)) if spent > max => Err(Failure::new(
+                FailureCode::OrchestrationCostExceeded,
+                format!("the run's model calls have cost {spent}, over its max_cost of {max}"),
+            )
+            .with_help("raise the policy's max_cost, lower max_tokens, or use a cheaper model")),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a handler sees while it runs.
 pub struct StepContext {
     /// The template context: `inputs`, `vars`, `steps`, and `input` when the step has one.
@@ -91,6 +161,8 @@ pub struct StepContext {
     pub step: String,
     /// This attempt's span; events the handler emits are its children.
     pub span: SpanId,
+    /// What the step has spent and how it voted, shared by its attempts.
+    pub ledger: Arc<StepLedger>,
 }
 
 impl StepContext {
@@ -104,8 +176,8 @@ impl StepContext {
         self.templates.render_str(text, &self.scope)
     }
 
-    /// Calls a model and records the call as an `inference` event (model, duration, usage, and
-    /// which of the step's calls it was).
+    /// Calls a model and records the call as an `inference` event (model, duration, usage,
+    /// which of the step's calls it was, what was sent, what it cost, the tool calls it made).
     pub async fn infer(
         &self,
         engine: &dyn Engine,
@@ -113,23 +185,76 @@ impl StepContext {
         stream: Option<TokenSink>,
         call: ModelCall,
     ) -> Result<Response, Failure> {
+        let (response, _) = self.call_model(engine, request, stream, call, Ok).await?;
+        Ok(response)
+    }
+
+    /// [`infer`](Self::infer) for one turn of a tool loop: `read` turns the answer into what the
+    /// step acts on (a constrained turn's JSON into its tool call or its final text) before the
+    /// event is written, so the event lists the ids of the tool calls the turn made. The call's
+    /// span comes back with the answer: those tool calls' events are its children.
+    pub async fn infer_turn(
+        &self,
+        engine: &dyn Engine,
+        request: Request,
+        call: ModelCall,
+        read: impl FnOnce(Response) -> Result<Response, Failure>,
+    ) -> Result<(Response, SpanId), Failure> {
+        self.call_model(engine, request, None, call, read).await
+    }
+
+    async fn call_model(
+        &self,
+        engine: &dyn Engine,
+        request: Request,
+        stream: Option<TokenSink>,
+        call: ModelCall,
+        read: impl FnOnce(Response) -> Result<Response, Failure>,
+    ) -> Result<(Response, SpanId), Failure> {
+        self.ledger.check_budget(&self.events)?;
+        let info = engine.model_info();
+        let constraint = match (&request.json_schema, &request.grammar) {
+            (Some(_), _) => Some("json_schema"),
+            (None, Some(Grammar::Regex(_))) => Some("regex"),
+            (None, Some(Grammar::Lark(_))) => Some("lark"),
+            (None, None) => None,
+        };
+        let sent = Sent {
+            messages: request.messages.len(),
+            tools: request.tools.len(),
+            constraint,
+            constrained: constraint.is_some() && info.constrained_decoding,
+            temperature: request.temperature,
+        };
         let span = self.events.new_span();
         let started = Instant::now();
         let response = match stream {
             Some(sink) => engine.infer_streaming(request, sink).await?,
             None => engine.infer(request).await?,
         };
-        let info = engine.model_info();
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let usage = response.usage;
+        let cost = info.price.map(|price| price.cost(usage));
+        let read = read(response);
+        let tool_call_ids = match &read {
+            Ok(response) => response.tool_calls.iter().map(|c| c.id.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
         let data = EventData::Inference {
             model: info.name,
             engine: info.engine,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            usage: response.usage,
+            duration_ms,
+            usage,
             call,
+            sent,
+            cost,
+            tool_call_ids,
         };
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);
-        Ok(response)
+        self.ledger.spend(cost);
+        self.ledger.check_budget(&self.events)?;
+        read.map(|response| (response, span))
     }
 }
 
@@ -160,4 +285,155 @@ pub trait StepHandler: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a>;
     /// What the step would send, without sending it.
     fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure>;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::{Price, ToolCall};
+    use crate::inference::{Priced, ScriptedConfig, ScriptedEngine, ScriptedReply};
+
+    /// One unit per prompt token, two per completion token.
+    const PRICE: Price = Price {
+        prompt_per_million: 1e6,
+        completion_per_million: 2e6,
+    };
+
+    fn context(events: &Events, max_cost: Option<f64>) -> StepContext {
+        StepContext {
+            scope: json!({}),
+            templates: Arc::new(Templates::new(None)),
+            events: events.clone(),
+            step: "ask".into(),
+            span: events.run_span(),
+            ledger: Arc::new(StepLedger::new(max_cost.map(Cost::from_amount))),
+        }
+    }
+
+    fn priced(replies: &[&str]) -> Priced {
+        let engine = ScriptedEngine::new(ScriptedConfig {
+            replies: replies
+                .iter()
+                .map(|r| ScriptedReply::Text(r.to_string()))
+                .collect(),
+            ..ScriptedConfig::default()
+        });
+        Priced::new(Arc::new(engine), PRICE)
+    }
+
+    fn request(text: &str) -> Request {
+        Request {
+            messages: vec![Message::system("be brief"), Message::user(text)],
+            json_schema: Some(json!({ "type": "string" })),
+            temperature: Some(0.3),
+            ..Request::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_s_event_says_what_was_sent_and_what_it_cost_and_the_ledger_adds_it_up() {
+        let events = Events::recording();
+        let ctx = context(&events, None);
+        let engine = priced(&["one two three"]);
+        for _ in 0..2 {
+            // "be brief" + "hello there": 4 prompt tokens, 3 completion tokens: 4 + 6 = 10.
+            ctx.infer(&engine, request("hello there"), None, ModelCall::Single)
+                .await
+                .expect("answers");
+        }
+        let event = events
+            .recorded()
+            .into_iter()
+            .find(|e| matches!(e.data, EventData::Inference { .. }))
+            .expect("an inference event");
+        let data = serde_json::to_value(&event.data).expect("json")["data"].clone();
+        assert_eq!(data["messages"], 2);
+        assert_eq!(data["tools"], 0);
+        assert_eq!(data["constraint"], "json_schema");
+        assert_eq!(
+            data["constrained"], false,
+            "the scripted engine only checks"
+        );
+        assert_eq!(data["temperature"], 0.3);
+        assert_eq!(data["cost"], 10.0);
+        assert_eq!(event.parent_span, Some(ctx.span));
+        assert_eq!(ctx.ledger.cost().map(Cost::amount), Some(20.0));
+        assert_eq!(events.cost().map(Cost::amount), Some(20.0));
+    }
+
+    #[tokio::test]
+    async fn the_call_that_takes_the_run_over_max_cost_fails_and_no_call_follows() {
+        let events = Events::recording();
+        let ctx = context(&events, Some(15.0));
+        let engine = priced(&["one two three"]);
+        ctx.infer(&engine, request("hello there"), None, ModelCall::Round(1))
+            .await
+            .expect("10 of 15");
+        let over = ctx
+            .infer(&engine, request("hello there"), None, ModelCall::Round(2))
+            .await
+            .expect_err("20 > 15");
+        assert_eq!(over.code, FailureCode::OrchestrationCostExceeded);
+        assert_eq!(
+            over.message,
+            "the run's model calls have cost 20, over its max_cost of 15"
+        );
+        // Another step of the same run is refused before it calls at all.
+        let other = context(&events, Some(15.0));
+        let refused = other
+            .infer(&engine, request("hi"), None, ModelCall::Single)
+            .await
+            .expect_err("the budget is spent");
+        assert_eq!(refused.code, FailureCode::OrchestrationCostExceeded);
+        assert_eq!(events.model_calls(), 2);
+        assert_eq!(other.ledger.cost(), None, "it spent nothing");
+    }
+
+    #[tokio::test]
+    async fn a_turn_read_into_tool_calls_lists_their_ids_and_returns_its_span() {
+        let events = Events::recording();
+        let ctx = context(&events, None);
+        let engine = ScriptedEngine::new(ScriptedConfig::echo());
+        let (response, span) = ctx
+            .infer_turn(&engine, request("go"), ModelCall::Round(1), |response| {
+                Ok(Response {
+                    tool_calls: vec![ToolCall {
+                        id: "call_7".into(),
+                        name: "calc".into(),
+                        arguments: json!({}),
+                    }],
+                    ..response
+                })
+            })
+            .await
+            .expect("answers");
+        assert_eq!(response.tool_calls.len(), 1);
+        let event = events.recorded().pop().expect("the inference event");
+        assert_eq!(event.span, span);
+        match event.data {
+            EventData::Inference {
+                tool_call_ids,
+                cost,
+                ..
+            } => {
+                assert_eq!(tool_call_ids, ["call_7"]);
+                assert_eq!(cost, None, "an unpriced model");
+            }
+            other => panic!("not an inference event: {other:?}"),
+        }
+        // A turn that cannot be read still leaves its event.
+        let failed = ctx
+            .infer_turn(&engine, request("go"), ModelCall::Round(2), |_| {
+                Err(Failure::new(
+                    FailureCode::ConstraintJsonInvalid,
+                    "not a turn",
+                ))
+            })
+            .await
+            .expect_err("unreadable");
+        assert_eq!(failed.code, FailureCode::ConstraintJsonInvalid);
+        assert_eq!(events.model_calls(), 2);
+    }
 }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::{Failure, TokenUsage};
+use crate::core::{Cost, Failure, TokenUsage};
 
 /// The lifecycle of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,11 +56,46 @@ pub struct StepRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     pub usage: TokenUsage,
+    /// What its model calls cost over all its attempts, at the models' declared prices; null
+    /// when none of them was priced.
+    pub cost: Option<Cost>,
+    /// How a voting step decided, when it voted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vote: Option<VoteRecord>,
     /// How the output was obtained (attempts, repairs, votes…), when the step says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,
+}
+
+/// How a voting (`redundant`) step's vote went, in its step entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VoteRecord {
+    /// The winning answer's confidence, between 0 and 1.
+    pub confidence: f64,
+    /// The candidate (numbered from 1, in the order they were asked) whose answer won; null
+    /// when none did as a whole (a `field_majority` answer assembled from several) or when the
+    /// fallback answered.
+    pub winner: Option<u32>,
+    /// Who answered: `vote`, or `fallback` when confidence was below `min_confidence` and the
+    /// fallback step answered instead.
+    pub answered_by: AnsweredBy,
+    /// The fallback step, when it answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// Candidates asked.
+    pub asked: u32,
+    /// Candidates that voted: those that answered (and, with a schema, validly).
+    pub voted: u32,
+}
+
+/// Who gave a voting step's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnsweredBy {
+    Vote,
+    Fallback,
 }
 
 /// The whole record of a run.
@@ -73,6 +108,8 @@ pub struct RunRecord {
     pub output: Option<Value>,
     pub steps: Vec<StepRecord>,
     pub usage: TokenUsage,
+    /// What the run's model calls cost (the sum of its steps'); null when none was priced.
+    pub cost: Option<Cost>,
     pub duration_ms: f64,
     /// The failure that ended the run, if any.
     #[serde(skip_serializing_if = "Option::is_none")]

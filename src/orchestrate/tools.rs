@@ -2,8 +2,9 @@
 //!
 //! The plan layer builds one [`ToolRuntime`] per declared tool. A call validates its arguments
 //! against the tool's JSON Schema before anything runs, emits `tool_start`/`tool_end` events
-//! carrying the `tool_call_id` that caused them, and marks failures of non-idempotent tools as not
-//! retryable, so the executor never repeats a side effect on its own.
+//! carrying the `tool_call_id` that caused them (children of the model call that asked for it),
+//! and marks failures of non-idempotent tools as not retryable, so the executor never repeats a
+//! side effect on its own.
 
 use schemars::JsonSchema;
 use std::path::PathBuf;
@@ -175,14 +176,16 @@ impl ToolRuntime {
         })
     }
 
-    /// Validates `args`, runs the tool, and reports it as events under `call_id`.
+    /// Validates `args`, runs the tool, and reports it as events under `call_id`, children of
+    /// `parent`: the model call that asked for it, or the step's span when no model did.
     pub async fn call(
         &self,
         args: &Value,
         call_id: &str,
         ctx: &StepContext,
+        parent: SpanId,
     ) -> Result<Value, Failure> {
-        self.call_after(args, &[], call_id, ctx).await
+        self.call_after(args, &[], call_id, ctx, parent).await
     }
 
     /// [`call`](Self::call) for an agent of a sequential route: a command's argv templates see
@@ -193,6 +196,7 @@ impl ToolRuntime {
         results: &[Value],
         call_id: &str,
         ctx: &StepContext,
+        parent: SpanId,
     ) -> Result<Value, Failure> {
         if let Some(validator) = &self.validator {
             let errors: Vec<String> = validator
@@ -208,12 +212,12 @@ impl ToolRuntime {
                         errors.join("; ")
                     ),
                 );
-                record_refusal(ctx, call_id, &self.name, args, &failure);
+                record_refusal(ctx, parent, call_id, &self.name, args, &failure);
                 return Err(failure);
             }
         }
         let span = ctx.events.new_span();
-        let emit = |data| emit_tool_event(ctx, span, call_id, data);
+        let emit = |data| emit_tool_event(ctx, span, parent, call_id, data);
         emit(EventData::ToolStart {
             tool: self.name.clone(),
             args: args.clone(),
@@ -286,37 +290,44 @@ impl ToolRuntime {
 }
 
 /// Records a tool call that never ran — an unknown tool, arguments its schema refuses — as a
-/// start and an end with status `refused` and the failure, so events show every call a model made.
+/// start and an end with status `refused` and the failure, children of `parent` (the model call
+/// that asked for it), so events show every call a model made.
 pub fn record_refusal(
     ctx: &StepContext,
+    parent: SpanId,
     call_id: &str,
     tool: &str,
     args: &Value,
     failure: &Failure,
 ) {
     let span = ctx.events.new_span();
-    let start = EventData::ToolStart {
+    let emit = |data| emit_tool_event(ctx, span, parent, call_id, data);
+    emit(EventData::ToolStart {
         tool: tool.to_string(),
         args: args.clone(),
-    };
-    emit_tool_event(ctx, span, call_id, start);
-    let end = EventData::ToolEnd {
+    });
+    emit(EventData::ToolEnd {
         tool: tool.to_string(),
         outcome: ToolOutcome::Refused {
             error: failure.clone(),
         },
         duration_ms: 0.0,
-    };
-    emit_tool_event(ctx, span, call_id, end);
+    });
 }
 
-fn emit_tool_event(ctx: &StepContext, span: SpanId, call_id: &str, data: EventData) {
+fn emit_tool_event(
+    ctx: &StepContext,
+    span: SpanId,
+    parent: SpanId,
+    call_id: &str,
+    data: EventData,
+) {
     ctx.events.emit_event(Event {
         run_id: ctx.events.run_id().to_string(),
         at_ms: ctx.events.elapsed_ms(),
         step: Some(ctx.step.clone()),
         span,
-        parent_span: Some(ctx.span),
+        parent_span: Some(parent),
         tool_call_id: Some(call_id.to_string()),
         data,
     });

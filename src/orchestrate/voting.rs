@@ -31,6 +31,9 @@ pub enum VotingMethod {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vote {
     pub value: Value,
+    /// The candidate (an index into those voted on) whose answer is the value; None when the
+    /// value was assembled from several (`field_majority` with no candidate equal to it).
+    pub winner: Option<usize>,
     pub confidence: f64,
     /// How the vote went (counts per answer, similarity scores, or counts per field).
     pub votes: Value,
@@ -88,6 +91,7 @@ fn majority(candidates: &[Value]) -> Vote {
         .collect();
     Vote {
         value: candidates[first].clone(),
+        winner: Some(first),
         confidence: count as f64 / candidates.len() as f64,
         votes: Value::Array(votes),
     }
@@ -108,6 +112,7 @@ fn unanimity(candidates: &[Value]) -> Result<Vote, Failure> {
     }
     Ok(Vote {
         value: candidates[0].clone(),
+        winner: Some(0),
         confidence: 1.0,
         votes: json!([{ "value": candidates[0], "count": candidates.len() }]),
     })
@@ -140,6 +145,7 @@ fn similarity(candidates: &[Value]) -> Vote {
     if n == 1 {
         return Vote {
             value: candidates[0].clone(),
+            winner: Some(0),
             confidence: 1.0,
             votes: json!([1.0]),
         };
@@ -161,6 +167,7 @@ fn similarity(candidates: &[Value]) -> Vote {
         .map_or(0, |(i, _)| i);
     Vote {
         value: candidates[best].clone(),
+        winner: Some(best),
         confidence: scores[best],
         votes: json!(scores),
     }
@@ -210,8 +217,10 @@ fn field_majority(candidates: &[Value]) -> Result<Vote, Failure> {
     } else {
         confidence_sum / fields.len() as f64
     };
+    let winner = objects.iter().position(|object| *object == value);
     Ok(Vote {
         value: Value::Object(value),
+        winner,
         confidence,
         votes: Value::Object(votes),
     })
@@ -229,6 +238,7 @@ mod tests {
     fn majority_picks_the_most_frequent_with_its_share() {
         let vote = vote(VotingMethod::Majority, &strings(&["a", "b", "a"])).expect("vote");
         assert_eq!(vote.value, json!("a"));
+        assert_eq!(vote.winner, Some(0));
         assert!((vote.confidence - 2.0 / 3.0).abs() < 1e-9);
         assert_eq!(
             vote.votes,
@@ -289,7 +299,30 @@ mod tests {
         ];
         let vote = vote(VotingMethod::FieldMajority, &candidates).expect("vote");
         assert_eq!(vote.value, json!({ "label": "bug", "priority": 2 }));
+        assert_eq!(
+            vote.winner,
+            Some(1),
+            "the candidate equal to the assembled answer"
+        );
         assert!((vote.confidence - 2.0 / 3.0).abs() < 1e-9);
+        let tied = vec![
+            json!({ "label": "bug", "priority": 1 }),
+            json!({ "label": "feature", "priority": 2 }),
+        ];
+        let assembled = super::vote(VotingMethod::FieldMajority, &tied).expect("vote");
+        assert_eq!(assembled.winner, Some(0), "ties go to the first seen");
+        let none_equal = vec![
+            json!({ "label": "bug", "priority": 1 }),
+            json!({ "label": "feature", "priority": 2 }),
+            json!({ "label": "bug", "priority": 3, "extra": true }),
+            json!({ "label": "other", "priority": 2 }),
+        ];
+        let assembled = super::vote(VotingMethod::FieldMajority, &none_equal).expect("vote");
+        assert_eq!(
+            assembled.value,
+            json!({ "label": "bug", "priority": 2, "extra": true })
+        );
+        assert_eq!(assembled.winner, None, "assembled from several candidates");
         let failure = super::vote(VotingMethod::FieldMajority, &strings(&["not json"]))
             .expect_err("objects only");
         assert_eq!(failure.code, FailureCode::ConstraintJsonInvalid);

@@ -5,7 +5,8 @@
 //! created on first use and shared (one engine or ONNX session per model for every step and batch
 //! row of the run), and nothing a plan declares but never uses is loaded. `--dry-run` swaps every
 //! model for a scripted echo, every ONNX scorer for the keyword scorer (dense retrieval for
-//! lexical search), and every tool with side effects for a stand-in that reports the call.
+//! lexical search), and every tool with side effects for a stand-in that reports the call. A
+//! language model with a declared `price` is wrapped so that its calls say what they cost.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,8 @@ use super::models::{BuiltModel, ModelEnv};
 use super::steps::{BuildContext, ModelRole, SchemaSource, StepFacts};
 use super::tools::ToolEnv;
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
-use crate::core::{Failure, FailureCode};
-use crate::inference::{Engine, Notice, ScriptedConfig, ScriptedEngine, TokenSink};
+use crate::core::{Cost, Failure, FailureCode};
+use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
 use crate::orchestrate::tools::ToolRuntime;
 use crate::orchestrate::{Pipeline, StepHandler, StepNode};
@@ -117,6 +118,11 @@ impl Plan {
             templates,
             inputs: self.raw.inputs.clone(),
             step_timeout: self.policy.timeout_per_step.as_ref().map(|l| l.value.get()),
+            max_cost: self
+                .policy
+                .max_cost
+                .as_ref()
+                .map(|l| Cost::from_amount(l.value)),
         })
     }
 
@@ -145,6 +151,14 @@ impl Builder<'_> {
             BuiltModel::Language(Arc::new(ScriptedEngine::new(ScriptedConfig::echo())))
         } else {
             spec.kind().build(&self.model_env(name))?
+        };
+        // A declared price stays with the model in a dry run too: the stand-in's usage then
+        // gives a (rough) cost, and `max_cost` is exercised as in the real run.
+        let model = match (model, spec.kind().price()) {
+            (BuiltModel::Language(engine), Some(price)) => {
+                BuiltModel::Language(Arc::new(Priced::new(engine, price)))
+            }
+            (model, _) => model,
         };
         self.models.insert(name.to_string(), model.clone());
         Ok(model)

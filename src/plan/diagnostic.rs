@@ -481,6 +481,14 @@ pub enum PlanError {
     )]
     FieldMajoritySchema,
 
+    /// A vote's quorum larger than the candidates asked for can never be met.
+    #[error("`min_candidates` is {min}, but the step asks for only {n} candidates")]
+    #[diagnostic(
+        code(plan::min_candidates),
+        help("lower `voting.min_candidates` to at most `n`, or raise `n`")
+    )]
+    MinCandidates { min: u32, n: u32 },
+
     /// A parameters schema requires a property it does not declare, so no call can satisfy it
     /// in a way the model was told about.
     #[error("`{name}` is required but not declared in `properties`")]
@@ -547,6 +555,25 @@ pub enum PlanError {
     MaxTokensExceed {
         found: u64,
         max: u64,
+        origin: String,
+    },
+
+    /// A step whose completion tokens alone (its `max_tokens` at its model's price) may cost
+    /// more than the policy's whole cost budget.
+    #[error(
+        "this step's {tokens} completion tokens may cost {cost} on model `{model}`; the max_cost set by the {origin} is {max}"
+    )]
+    #[diagnostic(
+        code(policy::max_cost_exceed),
+        help(
+            "lower max_tokens (for redundant steps, max_tokens × n counts), use a cheaper model, or raise max_cost"
+        )
+    )]
+    MaxCostExceed {
+        tokens: u64,
+        cost: String,
+        model: String,
+        max: f64,
         origin: String,
     },
 }

@@ -40,6 +40,13 @@ pub struct PlanPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens: Option<u64>,
+    /// Most one run's model calls may cost, in the currency of the models' `price`s. `validate`
+    /// rejects a step whose `max_tokens` alone could cost more (completion tokens at its model's
+    /// price); at run time the run fails with ORCHESTRATION_COST_EXCEEDED at the call that takes
+    /// it over. Unpriced models cost nothing against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub max_cost: Option<f64>,
 }
 
 /// Where a policy came from.
@@ -68,6 +75,7 @@ pub struct EffectivePolicy {
     pub allowed_tools: Option<Limit<Vec<String>>>,
     pub max_tool_iterations: Option<Limit<u32>>,
     pub max_tokens: Option<Limit<u64>>,
+    pub max_cost: Option<Limit<f64>>,
 }
 
 impl EffectivePolicy {
@@ -88,6 +96,7 @@ impl EffectivePolicy {
                 |a, b| b < a,
             ),
             max_tokens: stricter(plan.max_tokens, file.max_tokens, |a, b| b < a),
+            max_cost: stricter(plan.max_cost, file.max_cost, |a, b| b < a),
         }
     }
 }
@@ -107,6 +116,7 @@ impl EffectivePolicy {
             allowed_tools: value(&self.allowed_tools),
             max_tool_iterations: value(&self.max_tool_iterations),
             max_tokens: value(&self.max_tokens),
+            max_cost: value(&self.max_cost),
         }
     }
 }
@@ -245,10 +255,12 @@ mod tests {
         let plan = PlanPolicy {
             allowed_tools: Some(vec!["calc".into(), "search".into()]),
             max_tokens: Some(500),
+            max_cost: Some(0.5),
             ..policy(Some(20), Some(vec![StepType::Infer]), None)
         };
         let file = PlanPolicy {
             allowed_tools: Some(vec!["calc".into()]),
+            max_cost: Some(0.05),
             ..policy(Some(5), None, Some(true))
         };
         let handed = EffectivePolicy::combine(Some(&plan), Some(&file)).handed_down();
@@ -257,6 +269,7 @@ mod tests {
             PlanPolicy {
                 allowed_tools: Some(vec!["calc".into()]),
                 max_tokens: Some(500),
+                max_cost: Some(0.05),
                 ..policy(Some(5), Some(vec![StepType::Infer]), Some(true))
             }
         );

@@ -8,6 +8,7 @@
 mod architecture;
 mod batch;
 mod chat;
+mod cost;
 mod docs;
 mod graph;
 mod invalid_corpus;

@@ -1,5 +1,6 @@
-//! The orchestration patterns on scripted models: structured output with repair and retries, voting,
-//! and the agent tool loop (iteration limit, recovering from a tool error).
+//! The orchestration patterns on scripted models: structured output with repair and retries, voting
+//! (failed and invalid candidates, the quorum, the vote in the record), and the agent tool loop
+//! (iteration limit, recovering from a tool error, tool events under the model call that asked).
 
 use serde_json::Value;
 
@@ -74,6 +75,52 @@ fn majority_voting_over_a_b_a_picks_a_with_two_thirds() {
     let confidence = output["confidence"].as_f64().expect("confidence");
     assert!((confidence - 0.667).abs() < 0.001, "{confidence}");
     assert_eq!(output["candidates"].as_array().map(Vec::len), Some(3));
+    let vote = &step(&record, "majority")["vote"];
+    assert_eq!(vote["winner"], 1, "{vote}");
+    assert_eq!(vote["answered_by"], "vote");
+    assert_eq!(
+        (vote["asked"].as_u64(), vote["voted"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(vote["confidence"], output["confidence"]);
+}
+
+#[test]
+fn a_vote_goes_on_without_failed_and_invalid_candidates() {
+    let (code, record, stderr) = run("replicas");
+    assert_eq!(code, 0, "{stderr}");
+    let replicas = step(&record, "replicas");
+    assert_eq!(
+        replicas["output"]["value"],
+        serde_json::json!({ "label": "bug" })
+    );
+    assert_eq!(replicas["output"]["confidence"], 1.0);
+    // Candidate 1's call failed and candidate 2's answer was not JSON: neither voted.
+    let detail = &replicas["detail"];
+    assert_eq!(detail["failed"][0]["candidate"], 1, "{detail}");
+    assert_eq!(
+        detail["failed"][0]["error"]["code"],
+        "INFERENCE_ENGINE_ERROR"
+    );
+    assert_eq!(detail["rejected"][0]["candidate"], 2, "{detail}");
+    assert_eq!(
+        replicas["vote"],
+        serde_json::json!({ "confidence": 1.0, "winner": 3, "answered_by": "vote", "asked": 4, "voted": 2 })
+    );
+}
+
+#[test]
+fn a_vote_below_its_quorum_fails_with_the_candidates_failure() {
+    let (code, record, _) = run("quorum");
+    assert_eq!(code, 1);
+    assert_eq!(record["error"]["code"], "INFERENCE_ENGINE_ERROR");
+    let message = record["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("only 1 of the 3 candidates could vote, fewer than min_candidates 2")
+            && message.contains("candidate 1: INFERENCE_ENGINE_ERROR")
+            && message.contains("candidate 2: INFERENCE_ENGINE_ERROR"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -129,6 +176,11 @@ fn a_vote_below_min_confidence_hands_over_to_its_standby_fallback_step() {
     );
     // …and never ran on its own.
     assert_eq!(step(&record, "escalate")["status"], "skipped");
+    let vote = &voted["vote"];
+    assert_eq!(vote["answered_by"], "fallback", "{voted}");
+    assert_eq!(vote["fallback"], "escalate");
+    assert_eq!(vote["winner"], serde_json::Value::Null);
+    assert_eq!(vote["confidence"], voted["detail"]["vote"]["confidence"]);
 }
 
 #[test]
@@ -151,6 +203,52 @@ fn an_agent_sees_a_tool_error_and_recovers() {
         "the first call failed and the model saw it"
     );
     assert_eq!(calls[1]["ok"], true);
+}
+
+#[test]
+fn a_tool_call_is_a_child_of_the_model_call_that_asked_for_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let events = dir.path().join("events.jsonl");
+    let run = pagantic(&[
+        "run",
+        "-q",
+        "-i",
+        "case=recover",
+        "--events",
+        &events.display().to_string(),
+        "tests/plans/patterns.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let events: Vec<Value> = std::fs::read_to_string(&events)
+        .expect("the events file")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let rounds: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "inference" && e["step"] == "recover")
+        .collect();
+    assert_eq!(rounds.len(), 3, "two tool rounds and the answer");
+    for round in &rounds {
+        let data = &round["data"];
+        assert_eq!(data["tools"], 1, "the calculator was offered: {data}");
+        assert!(data["messages"].as_u64().is_some_and(|m| m >= 1), "{data}");
+        assert_eq!(data["constraint"], Value::Null);
+        assert_eq!(data["cost"], Value::Null, "an unpriced model");
+    }
+    assert_eq!(rounds[2]["data"]["tool_call_ids"], serde_json::json!([]));
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_start")
+        .collect();
+    assert_eq!(starts.len(), 2);
+    for (start, round) in starts.iter().zip(&rounds) {
+        assert_eq!(start["parent_span"], round["span"], "{start}");
+        assert_eq!(
+            round["data"]["tool_call_ids"],
+            serde_json::json!([start["tool_call_id"]])
+        );
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The `route` step on a scripted router: each route shape, rejection before anything runs, and
-//! exactly two model calls per request.
+//! exactly two model calls per request of its own (a template agent makes one more, recorded too).
 
 use serde_json::Value;
 
@@ -159,6 +159,24 @@ fn a_plan_agent_runs_its_plan_with_the_route_arguments_as_inputs() {
         "{result}"
     );
     assert_eq!(model_calls(&events), 2);
+}
+
+#[test]
+fn a_template_agent_s_model_call_is_recorded_like_the_step_s_own() {
+    let (code, record, events) = route("a blurb for the aero, please");
+    assert_eq!(code, 0, "{record}");
+    let result = &record["steps"][0]["detail"]["results"][0];
+    assert_eq!(result["agent"], "blurb");
+    assert_eq!(result["output"], "A light, fast laptop.");
+    let calls: Vec<&Value> = events.iter().filter(|e| e["kind"] == "inference").collect();
+    assert_eq!(calls.len(), 3, "route, the agent's call, synthesis");
+    let agent_call = calls
+        .iter()
+        .find(|e| e["data"]["call"] == "agent")
+        .expect("the agent's call");
+    assert_eq!(agent_call["step"], "assist");
+    assert_eq!(agent_call["data"]["agent"], "blurb");
+    assert_eq!(agent_call["data"]["messages"], 1);
 }
 
 #[test]

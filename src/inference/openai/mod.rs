@@ -267,6 +267,7 @@ impl Engine for OpenAiEngine {
             name: self.config.model.clone(),
             engine: "openai",
             constrained_decoding: true,
+            price: None,
         }
     }
 }

@@ -666,7 +666,8 @@ fn model_info_names_the_model() {
         ModelInfo {
             name: "qwen".into(),
             engine: "openai",
-            constrained_decoding: true
+            constrained_decoding: true,
+            price: None,
         }
     );
 }

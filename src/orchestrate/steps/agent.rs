@@ -7,6 +7,8 @@
 //! [`Memory`]) keeps the system prompt and the task, and trims the rest by whole exchanges;
 //! retrieved context is shown on every turn but never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
 //! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
+//! Each turn's `inference` event lists the ids of the tool calls it made, and those calls' tool
+//! events are children of its span.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,7 +22,7 @@ use super::infer::Sampling;
 use super::memory::Memory;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
-use crate::inference::{Engine, Request};
+use crate::inference::{Engine, Request, Response};
 use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
@@ -104,12 +106,6 @@ impl Agent {
     }
 }
 
-/// A turn's outcome.
-enum Turn {
-    Final(String),
-    Calls(Vec<ToolCall>),
-}
-
 impl StepHandler for Agent {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
@@ -133,32 +129,28 @@ impl StepHandler for Agent {
                         .then(|| self.turn_schema(!must_answer)),
                     ..self.sampling.request(messages)
                 };
-                let response = ctx
-                    .infer(
+                // A constrained turn is read into its tool call (or final text) before the
+                // call's event is written, so the event lists the call's id like a native one.
+                let (response, turn_span) = ctx
+                    .infer_turn(
                         self.engine.as_ref(),
                         request,
-                        None,
                         ModelCall::Round(round + 1),
+                        |response| match self.tool_calls {
+                            ToolCalls::Native => Ok(response),
+                            ToolCalls::Constrained => constrained_turn(response, ctx),
+                        },
                     )
                     .await?;
                 usage += response.usage;
-                let turn = match self.tool_calls {
-                    ToolCalls::Native if response.tool_calls.is_empty() => {
-                        Turn::Final(response.text.clone())
-                    }
-                    ToolCalls::Native => Turn::Calls(response.tool_calls.clone()),
-                    ToolCalls::Constrained => constrained_turn(&response.text, ctx)?,
-                };
-                let calls = match turn {
-                    Turn::Final(answer) => {
-                        return Ok(StepOutput {
-                            output: Value::String(answer),
-                            usage,
-                            detail: Some(json!({ "rounds": round + 1, "tool_calls": calls_made })),
-                        });
-                    }
-                    Turn::Calls(calls) => calls,
-                };
+                if response.tool_calls.is_empty() {
+                    return Ok(StepOutput {
+                        output: Value::String(response.text),
+                        usage,
+                        detail: Some(json!({ "rounds": round + 1, "tool_calls": calls_made })),
+                    });
+                }
+                let calls = response.tool_calls.clone();
                 if round == self.max_tool_iterations {
                     break;
                 }
@@ -192,13 +184,14 @@ impl StepHandler for Agent {
                 });
                 for call in calls {
                     let result = match self.tools.iter().find(|t| t.name == call.name) {
-                        Some(tool) => tool.call(&call.arguments, &call.id, ctx).await,
+                        Some(tool) => tool.call(&call.arguments, &call.id, ctx, turn_span).await,
                         None => {
                             let failure = Failure::new(
                                 FailureCode::ToolNotFound,
                                 format!("there is no tool `{}`", call.name),
                             );
-                            record_refusal(ctx, &call.id, &call.name, &call.arguments, &failure);
+                            let (id, name, args) = (&call.id, &call.name, &call.arguments);
+                            record_refusal(ctx, turn_span, id, name, args, &failure);
                             Err(failure)
                         }
                     };
@@ -252,11 +245,12 @@ fn with_context(mut messages: Vec<Message>, context: Option<&str>) -> Vec<Messag
     messages
 }
 
-/// Reads a constrained turn: `{"final": …}` or `{"tool": …, "arguments": {…}}`. A turn cut off
-/// by `max_tokens` (the grammar holds until then) is closed by the JSON repair, so a long final
+/// Reads a constrained turn — `{"final": …}` or `{"tool": …, "arguments": {…}}` — into the
+/// response a native turn would have been: the final text, or one tool call. A turn cut off by
+/// `max_tokens` (the grammar holds until then) is closed by the JSON repair, so a long final
 /// answer arrives truncated rather than lost.
-fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
-    let value = parse_json_lenient(text.trim())
+fn constrained_turn(response: Response, ctx: &StepContext) -> Result<Response, Failure> {
+    let value = parse_json_lenient(response.text.trim())
         .map_err(|failure| {
             Failure::new(
                 FailureCode::ConstraintJsonInvalid,
@@ -265,17 +259,24 @@ fn constrained_turn(text: &str, ctx: &StepContext) -> Result<Turn, Failure> {
         })?
         .value;
     if let Some(answer) = value.get("final").and_then(Value::as_str) {
-        return Ok(Turn::Final(answer.to_string()));
+        return Ok(Response {
+            text: answer.to_string(),
+            tool_calls: Vec::new(),
+            ..response
+        });
     }
     match (
         value.get("tool").and_then(Value::as_str),
         value.get("arguments"),
     ) {
-        (Some(tool), Some(arguments)) => Ok(Turn::Calls(vec![ToolCall {
-            id: format!("call_{}", ctx.events.new_span()),
-            name: tool.to_string(),
-            arguments: arguments.clone(),
-        }])),
+        (Some(tool), Some(arguments)) => Ok(Response {
+            tool_calls: vec![ToolCall {
+                id: format!("call_{}", ctx.events.new_span()),
+                name: tool.to_string(),
+                arguments: arguments.clone(),
+            }],
+            ..response
+        }),
         _ => Err(Failure::new(
             FailureCode::ConstraintSchemaViolation,
             format!("the agent's turn is neither a final answer nor a tool call: {value}"),
@@ -288,13 +289,57 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
+    use serde_json::json;
+
     use super::*;
-    use crate::inference::{EngineFuture, ModelInfo, Response};
+    use crate::inference::{EngineFuture, ModelInfo};
     use crate::orchestrate::events::Events;
+    use crate::orchestrate::pipeline::StepLedger;
     use crate::orchestrate::steps::PromptSource;
     use crate::orchestrate::tools::{SideEffects, ToolAction};
     use crate::prompt::Templates;
     use crate::tool::Builtin;
+
+    fn context() -> StepContext {
+        let events = Events::recording();
+        StepContext {
+            scope: json!({}),
+            templates: Arc::new(Templates::new(None)),
+            span: events.run_span(),
+            events,
+            step: "agent".into(),
+            ledger: Arc::new(StepLedger::default()),
+        }
+    }
+
+    fn turn(text: &str) -> Response {
+        Response {
+            text: text.into(),
+            ..Response::default()
+        }
+    }
+
+    #[test]
+    fn a_constrained_turn_reads_as_the_native_turn_it_stands_for() {
+        let ctx = context();
+        let call = constrained_turn(
+            turn(r#"{"tool": "calc", "arguments": {"expression": "1+1"}}"#),
+            &ctx,
+        )
+        .expect("a call");
+        assert_eq!(call.tool_calls.len(), 1);
+        assert_eq!(call.tool_calls[0].name, "calc");
+        assert_eq!(call.tool_calls[0].arguments, json!({ "expression": "1+1" }));
+        assert!(call.tool_calls[0].id.starts_with("call_"));
+        assert!(
+            call.text.contains("\"tool\""),
+            "the raw turn stays in memory"
+        );
+        let last = constrained_turn(turn(r#"{"final": "2"}"#), &ctx).expect("an answer");
+        assert_eq!((last.text.as_str(), last.tool_calls.len()), ("2", 0));
+        let neither = constrained_turn(turn(r#"{"thought": "hm"}"#), &ctx).expect_err("neither");
+        assert_eq!(neither.code, FailureCode::ConstraintSchemaViolation);
+    }
 
     /// Gives its replies in turn and keeps every request's messages.
     struct Recording {
@@ -318,6 +363,7 @@ mod tests {
                 name: "recording".into(),
                 engine: "scripted",
                 constrained_decoding: false,
+                price: None,
             }
         }
     }
@@ -369,14 +415,7 @@ mod tests {
             context: None,
             tool_calls: ToolCalls::Native,
         };
-        let events = Events::recording();
-        let ctx = StepContext {
-            scope: json!({}),
-            templates: Arc::new(Templates::new(None)),
-            events: events.clone(),
-            step: "agent".into(),
-            span: events.run_span(),
-        };
+        let ctx = context();
         let output = agent.run(&ctx).await.expect("the agent answers");
         assert_eq!(output.output, "4");
         let seen = engine.seen.lock().expect("the requests").clone();

@@ -57,7 +57,7 @@ impl StepHandler for Retrieve {
                 RetrieveSource::Tool(tool) => {
                     let args = json!({ "query": query, "limit": keep.limit });
                     let call_id = format!("call_{}", ctx.events.new_span());
-                    let output = tool.call(&args, &call_id, ctx).await?;
+                    let output = tool.call(&args, &call_id, ctx, ctx.span).await?;
                     keep.apply(retrieved(tool, &args, &output)?)
                 }
             };

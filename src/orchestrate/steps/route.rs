@@ -12,7 +12,7 @@
 //! 3. **Synthesise**: one call turns the results into the answer.
 //!
 //! An agent runs a tool, another plan file, or a template sent to a model (the last two may call
-//! models themselves). The route decision is kept in the run record (the step's detail) as a
+//! models themselves; a template agent's call is recorded like the step's own, as `call: agent`). The route decision is kept in the run record (the step's detail) as a
 //! plan trace.
 
 use std::sync::Arc;
@@ -170,23 +170,28 @@ impl Route {
         match &agent.action {
             AgentAction::Tool(tool) => {
                 let call_id = format!("call_{}", ctx.events.new_span());
-                let output = tool.call_after(args, results, &call_id, ctx).await?;
+                let output = tool
+                    .call_after(args, results, &call_id, ctx, ctx.span)
+                    .await?;
                 Ok((output, TokenUsage::default()))
             }
             AgentAction::Model { template, engine } => {
                 let scope = json!({ "args": args, "results": results, "inputs": ctx.scope["inputs"], "vars": ctx.scope["vars"] });
                 let prompt = ctx.templates.render_str(template, &scope)?;
-                let response = engine
-                    .infer(Request {
-                        messages: vec![Message::user(prompt)],
-                        ..Request::default()
-                    })
-                    .await?;
+                let request = Request {
+                    messages: vec![Message::user(prompt)],
+                    ..Request::default()
+                };
+                let call = ModelCall::Agent(agent.name.clone());
+                let response = ctx.infer(engine.as_ref(), request, None, call).await?;
                 Ok((Value::String(response.text), response.usage))
             }
             AgentAction::Plan(pipeline) => {
                 let inputs = pipeline.bind_object(&with_results(pipeline, args, results))?;
                 let record = execute(pipeline, inputs, RunOptions::new(4), &ctx.events).await;
+                // The sub-plan's calls were held to the run's limit as they were made (they
+                // share its events); what they cost is this step's.
+                ctx.ledger.spend(record.cost);
                 match record.status {
                     RunStatus::Complete => Ok((record.output.unwrap_or(Value::Null), record.usage)),
                     _ => Err(record.error.unwrap_or_else(|| {
@@ -306,6 +311,7 @@ impl StepHandler for Route {
                         events: ctx.events.clone(),
                         step: ctx.step.clone(),
                         span: ctx.span,
+                        ledger: Arc::clone(&ctx.ledger),
                     };
                     running.spawn(async move {
                         let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;

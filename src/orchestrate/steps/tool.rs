@@ -34,7 +34,7 @@ impl StepHandler for ToolStep {
         Box::pin(async move {
             let args = self.arguments(ctx)?;
             let call_id = format!("call_{}", ctx.events.new_span());
-            let output = self.tool.call(&args, &call_id, ctx).await?;
+            let output = self.tool.call(&args, &call_id, ctx, ctx.span).await?;
             Ok(StepOutput {
                 output,
                 ..StepOutput::default()

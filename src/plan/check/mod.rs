@@ -510,7 +510,20 @@ impl Checker<'_> {
             )
             .hint = Some(hint);
         }
-        self.step_policy(index, &refs.max_tokens, &refs.max_tool_iterations);
+        let priced_model = refs
+            .models
+            .iter()
+            .filter(|(_, role)| *role == ModelRole::Llm)
+            .find_map(|(named, _)| {
+                let price = self.plan.models.get(named.name)?.kind().price()?;
+                Some((named.name, price))
+            });
+        self.step_policy(
+            index,
+            &refs.max_tokens,
+            &refs.max_tool_iterations,
+            priced_model,
+        );
     }
 }
 

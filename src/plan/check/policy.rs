@@ -1,7 +1,8 @@
-//! Checks against the policy in force: step types, tools, timeouts, token budgets, tool
+//! Checks against the policy in force: step types, tools, timeouts, token and cost budgets, tool
 //! iterations, step count and linearity, each naming the policy that set the limit.
 
 use super::*;
+use crate::core::{Price, TokenUsage};
 
 impl Checker<'_> {
     pub(super) fn origin_name(&self, origin: PolicyOrigin) -> String {
@@ -47,6 +48,7 @@ impl Checker<'_> {
         index: usize,
         max_tokens: &Option<(FieldPath, u64)>,
         iterations: &Option<(FieldPath, u32)>,
+        priced_model: Option<(&str, Price)>,
     ) {
         let step = &self.plan.steps[index];
         if let Some(Limit {
@@ -110,6 +112,31 @@ impl Checker<'_> {
                 span,
                 "over budget",
             );
+        }
+        // Only completion tokens are known before the run (the prompt's size is not), so a
+        // step is refused when they alone could cost more than the run may.
+        if let (Some(Limit { value: max, origin }), Some((at, tokens)), Some((model, price))) =
+            (&self.policy.max_cost, max_tokens, priced_model)
+        {
+            let cost = price.cost(TokenUsage {
+                prompt_tokens: 0,
+                completion_tokens: *tokens,
+            });
+            if cost.amount() > *max {
+                let span = self.span(&step_path(index, at));
+                let origin = self.origin_name(*origin);
+                self.emit(
+                    PlanError::MaxCostExceed {
+                        tokens: *tokens,
+                        cost: cost.to_string(),
+                        model: model.to_string(),
+                        max: *max,
+                        origin,
+                    },
+                    span,
+                    "may cost too much",
+                );
+            }
         }
         if let (Some(Limit { value: max, origin }), Some((at, found))) =
             (&self.policy.max_tool_iterations, iterations)

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{BuiltModel, ModelEnv, ModelKind};
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{LocalModel, LocalSettings, LocalSource, store};
 use crate::plan::steps::ModelRole;
 
@@ -27,6 +27,11 @@ pub struct MistralrsModel {
     /// constraints are refused — for comparing the two.
     #[serde(default)]
     pub decoder_constraints: Option<bool>,
+    /// What calls to this model cost, per million prompt and completion tokens; the run record,
+    /// events and batch summary then carry costs, and the policy's `max_cost` can bound them.
+    /// Without it the model's calls have no cost (null in the record).
+    #[serde(default)]
+    pub price: Option<Price>,
 }
 
 impl ModelKind for MistralrsModel {
@@ -36,6 +41,10 @@ impl ModelKind for MistralrsModel {
 
     fn described(&self) -> &'static str {
         "a mistralrs"
+    }
+
+    fn price(&self) -> Option<Price> {
+        self.price
     }
 
     fn grammar_refusal(&self) -> Option<&'static str> {

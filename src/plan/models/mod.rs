@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::diagnostic::PlanError;
 use super::steps::{FieldPath, ModelRole};
-use crate::core::Failure;
+use crate::core::{Failure, Price};
 use crate::inference::{Engine, Notice};
 use crate::rerank::{BiEncoder, CrossEncoder};
 
@@ -97,6 +97,10 @@ pub trait ModelKind {
     fn described(&self) -> &'static str;
     /// Why it cannot enforce a grammar (regex, Lark, GBNF) while decoding, when it cannot.
     fn grammar_refusal(&self) -> Option<&'static str> {
+        None
+    }
+    /// What its calls cost, when its config declares a `price` (language models only).
+    fn price(&self) -> Option<Price> {
         None
     }
     /// Mistakes in its own settings that `validate` reports; `name` is the model's name.

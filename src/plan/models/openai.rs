@@ -5,7 +5,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 use super::{BuiltModel, ModelEnv, ModelKind};
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{OpenAiConfig, OpenAiEngine};
 use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
@@ -24,6 +24,11 @@ pub struct OpenaiModel {
     /// Longest one request may take.
     #[serde(default)]
     pub timeout: Option<DurationSpec>,
+    /// What calls to this model cost, per million prompt and completion tokens; the run record,
+    /// events and batch summary then carry costs, and the policy's `max_cost` can bound them.
+    /// Without it the model's calls have no cost (null in the record).
+    #[serde(default)]
+    pub price: Option<Price>,
 }
 
 impl ModelKind for OpenaiModel {
@@ -33,6 +38,10 @@ impl ModelKind for OpenaiModel {
 
     fn described(&self) -> &'static str {
         "an openai"
+    }
+
+    fn price(&self) -> Option<Price> {
+        self.price
     }
 
     fn grammar_refusal(&self) -> Option<&'static str> {

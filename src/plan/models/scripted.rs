@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem};
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
 use crate::plan::diagnostic::{PlanError, regex_reason};
 use crate::plan::duration::DurationSpec;
@@ -32,6 +32,11 @@ pub struct ScriptedModel {
     /// Wait this long before answering, to exercise timeouts.
     #[serde(default)]
     pub stall: Option<DurationSpec>,
+    /// What calls to this model cost, per million prompt and completion tokens; the run record,
+    /// events and batch summary then carry costs, and the policy's `max_cost` can bound them.
+    /// Without it the model's calls have no cost (null in the record).
+    #[serde(default)]
+    pub price: Option<Price>,
 }
 
 /// A scripted engine rule.
@@ -92,6 +97,10 @@ impl ModelKind for ScriptedModel {
 
     fn described(&self) -> &'static str {
         "a scripted"
+    }
+
+    fn price(&self) -> Option<Price> {
+        self.price
     }
 
     fn problems(&self, _name: &str) -> Vec<Problem> {

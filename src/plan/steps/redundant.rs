@@ -45,6 +45,12 @@ pub struct Voting {
     /// The voting method (default `majority`).
     #[serde(default)]
     pub method: VotingMethod,
+    /// The fewest candidates that must vote (default: a majority of `n`). Candidates whose call
+    /// failed, and with a `schema` those whose answer is not valid for it, do not vote; the vote
+    /// goes on over the rest, and the step fails only when fewer than this many are left.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
+    pub min_candidates: Option<u32>,
     /// Fail (or hand over to `fallback`) when the winner's confidence is below this share.
     #[serde(default)]
     #[schemars(range(min = 0.0, max = 1.0))]
@@ -53,6 +59,18 @@ pub struct Voting {
     /// (it does not run on its own) and its output becomes this step's.
     #[serde(default)]
     pub fallback: Option<String>,
+}
+
+impl RedundantStep {
+    /// Candidates asked for.
+    fn n(&self) -> u32 {
+        self.n.unwrap_or(3)
+    }
+
+    /// The quorum: `min_candidates`, else a majority of `n`.
+    fn min_candidates(&self) -> u32 {
+        self.voting.min_candidates.unwrap_or(self.n() / 2 + 1)
+    }
 }
 
 impl StepConfig for RedundantStep {
@@ -71,9 +89,18 @@ impl StepConfig for RedundantStep {
         if let Some(fallback) = &self.voting.fallback {
             refs.step(&["voting", "fallback"], fallback);
         }
+        let n = self.n();
+        if let Some(min) = self.voting.min_candidates
+            && min > n
+        {
+            refs.problem(
+                &["voting", "min_candidates"],
+                PlanError::MinCandidates { min, n },
+                "more than the candidates asked for",
+            );
+        }
         if let Some(max) = self.call.sampling.max_tokens {
-            let n = u64::from(self.n.unwrap_or(3));
-            refs.max_tokens = Some((vec!["max_tokens".into()], u64::from(max) * n));
+            refs.max_tokens = Some((vec!["max_tokens".into()], u64::from(max) * u64::from(n)));
         }
     }
 
@@ -82,7 +109,8 @@ impl StepConfig for RedundantStep {
             engine: context.engine(&self.call.model)?,
             prompt: self.call.prompt(),
             sampling: self.call.sampling(),
-            n: self.n.unwrap_or(3) as usize,
+            n: self.n() as usize,
+            min_candidates: self.min_candidates() as usize,
             temperatures: self.temperatures.clone().unwrap_or_default(),
             seeds: self.seeds.clone().unwrap_or_default(),
             schema: self
@@ -99,5 +127,50 @@ impl StepConfig for RedundantStep {
                 .map(|name| Ok::<_, Failure>((name.clone(), context.fallback(name)?)))
                 .transpose()?,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(n: Option<u32>, min_candidates: Option<u32>) -> RedundantStep {
+        let mut step = serde_json::json!({
+            "name": "vote", "model": "m", "template": "q",
+            "voting": { "method": "majority" }
+        });
+        if let Some(n) = n {
+            step["n"] = n.into();
+        }
+        if let Some(min) = min_candidates {
+            step["voting"]["min_candidates"] = min.into();
+        }
+        serde_json::from_value(step).expect("a redundant step")
+    }
+
+    fn references_of(step: &RedundantStep) -> References<'_> {
+        let mut refs = References::default();
+        step.references(&mut refs);
+        refs
+    }
+
+    #[test]
+    fn the_quorum_defaults_to_a_majority_of_n() {
+        assert_eq!(step(None, None).min_candidates(), 2);
+        assert_eq!(step(Some(4), None).min_candidates(), 3);
+        assert_eq!(step(Some(5), None).min_candidates(), 3);
+        assert_eq!(step(Some(1), None).min_candidates(), 1);
+        assert_eq!(step(Some(5), Some(1)).min_candidates(), 1);
+    }
+
+    #[test]
+    fn a_quorum_above_n_is_reported_at_min_candidates() {
+        let over = step(Some(3), Some(4));
+        let refs = references_of(&over);
+        assert_eq!(refs.problems.len(), 1);
+        let (at, error, _) = &refs.problems[0];
+        assert_eq!(at, &["voting", "min_candidates"]);
+        assert!(matches!(error, PlanError::MinCandidates { min: 4, n: 3 }));
+        assert!(references_of(&step(Some(3), Some(3))).problems.is_empty());
     }
 }
