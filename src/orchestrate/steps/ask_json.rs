@@ -100,6 +100,7 @@ mod tests {
             events: events.clone(),
             step: "ask".into(),
             span: events.run_span(),
+            feedback: Vec::new(),
         }
     }
 

@@ -290,6 +290,7 @@ impl StepHandler for Route {
                         events: ctx.events.clone(),
                         step: ctx.step.clone(),
                         span: ctx.span,
+                        feedback: ctx.feedback.clone(),
                     };
                     running.spawn(async move {
                         let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;
