@@ -85,8 +85,8 @@ pub fn run(args: &Args) -> Outcome {
         chat_session: Some(chat_session),
         ..SessionOptions::default()
     })?;
-    let plan = load_checked(&args.plan, &args.given)?;
-    let file = inputs_file(&args.given)?;
+    let plan = load_checked(&session, &args.plan, &args.given)?;
+    let file = inputs_file(&session, &args.given)?;
     let pipeline = build(
         &session,
         &plan,
@@ -211,7 +211,7 @@ fn stdin_lines() -> tokio::sync::mpsc::Receiver<io::Result<String>> {
     receiver
 }
 
-/// `→ tool {arguments}` when a tool starts, `← tool ok|failed|refused (ms)` when it ends.
+/// `→ tool {arguments}` when a tool starts, `← tool ok|failed|refused|cancelled (ms)` when it ends.
 fn show_tool_event(event: &Event) {
     let line = match &event.data {
         EventData::ToolStart { tool, args } => format!("  → {tool} {args}"),
@@ -224,6 +224,7 @@ fn show_tool_event(event: &Event) {
                 ToolOutcome::Ok => ("ok", None),
                 ToolOutcome::Failed { error } => ("failed", Some(error)),
                 ToolOutcome::Refused { error } => ("refused", Some(error)),
+                ToolOutcome::Cancelled => ("cancelled", None),
             };
             let reason = error
                 .map(|e| format!(": {}", e.message))

@@ -1,6 +1,8 @@
 //! What the commands that run plans share: the input flags, loading and checking a plan, opening
 //! a session, building and binding inputs, and printing failures. Each helper prints its own
-//! problem and returns [`Exit`] with the code to leave with, so commands chain them with `?`.
+//! problem and returns [`Exit`] with the code to leave with, so commands chain them with `?`; a
+//! helper that stops a session's run before it starts ends the session's lifecycle with ERROR, so
+//! an events file never stops silently at PLAN or PREPARE.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -10,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
-use crate::orchestrate::{Pipeline, Session, SessionOptions};
+use crate::orchestrate::{Lifecycle, Pipeline, Session, SessionOptions};
 use crate::plan::build::BuildOptions;
 use crate::plan::yaml::{self, YamlError};
 use crate::plan::{self, Plan};
@@ -80,25 +82,28 @@ pub fn invalid<T>(failure: &Failure) -> Outcome<T> {
     Err(Exit::Code(EXIT_INVALID))
 }
 
+/// Ends `session` with ERROR, prints `failure` and stops with exit 2: nothing ran.
+fn refuse<T>(session: &Session, failure: &Failure) -> Outcome<T> {
+    session.finish(Lifecycle::Error);
+    invalid(failure)
+}
+
 /// Opens the session every run goes through (exit 2 when its events file cannot be written).
 pub fn open_session(options: SessionOptions) -> Outcome<Session> {
     Session::open(options).or_else(|failure| invalid(&failure))
 }
 
-/// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics when
-/// invalid).
-pub fn load_checked(path: &Path, given: &PlanInputs) -> Outcome<Plan> {
-    let policy = match &given.policy {
-        Some(path) => match plan::load_policy(path) {
-            Ok(policy) => Some(policy),
-            Err(diagnostics) => {
-                report::print(&diagnostics, Format::Human)?;
-                return Err(Exit::Code(EXIT_INVALID));
-            }
-        },
-        None => None,
+/// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics, and the
+/// session ended with ERROR, when invalid).
+pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outcome<Plan> {
+    let loaded = match &given.policy {
+        Some(policy) => {
+            plan::load_policy(policy).and_then(|policy| plan::load_plan(path, Some(&policy)))
+        }
+        None => plan::load_plan(path, None),
     };
-    plan::load_plan(path, policy.as_ref()).or_else(|diagnostics| {
+    loaded.or_else(|diagnostics| {
+        session.finish(Lifecycle::Error);
         report::print(&diagnostics, Format::Human)?;
         Err(Exit::Code(EXIT_INVALID))
     })
@@ -109,25 +114,25 @@ pub fn load_checked(path: &Path, given: &PlanInputs) -> Outcome<Plan> {
 pub fn build(session: &Session, plan: &Plan, options: BuildOptions) -> Outcome<Pipeline> {
     session
         .prepare(|| plan.build(options))
-        .or_else(|failure| invalid(&failure))
+        .or_else(|failure| refuse(session, &failure))
 }
 
 /// The object of `--inputs-file`, if given (exit 2 when it cannot be read).
-pub fn inputs_file(given: &PlanInputs) -> Outcome<Option<Map<String, Value>>> {
+pub fn inputs_file(session: &Session, given: &PlanInputs) -> Outcome<Option<Map<String, Value>>> {
     match &given.inputs_file {
         Some(path) => read_inputs_file(path)
             .map(Some)
-            .or_else(|failure| invalid(&failure)),
+            .or_else(|failure| refuse(session, &failure)),
         None => Ok(None),
     }
 }
 
 /// The run's inputs from `-i` pairs and `--inputs-file` (exit 2 when they do not fit the plan).
-pub fn bind(pipeline: &Pipeline, given: &PlanInputs) -> Outcome<Value> {
-    let file = inputs_file(given)?;
+pub fn bind(session: &Session, pipeline: &Pipeline, given: &PlanInputs) -> Outcome<Value> {
+    let file = inputs_file(session, given)?;
     pipeline
         .bind(&given.inputs, file)
-        .or_else(|failure| invalid(&failure))
+        .or_else(|failure| refuse(session, &failure))
 }
 
 fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {

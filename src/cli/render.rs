@@ -81,7 +81,7 @@ fn render_plan_step(args: &Args) -> Outcome {
         return Err(Exit::Code(EXIT_INVALID));
     };
     let session = open_session(SessionOptions::default())?;
-    let plan = load_checked(&args.file, &args.given)?;
+    let plan = load_checked(&session, &args.file, &args.given)?;
     let pipeline = build(
         &session,
         &plan,
@@ -101,7 +101,7 @@ fn render_plan_step(args: &Args) -> Outcome {
         )?;
         return Err(Exit::Code(EXIT_INVALID));
     };
-    let inputs = bind(&pipeline, &args.given)?;
+    let inputs = bind(&session, &pipeline, &args.given)?;
     let rendered = session.render(&pipeline, target, inputs);
     let mut stdout = io::stdout().lock();
     match rendered {

@@ -135,7 +135,7 @@ pub fn run(args: &Args) -> Outcome {
         max_parallel: args.max_parallel,
         chat_session: None,
     })?;
-    let plan = load_checked(&args.plan, &args.given)?;
+    let plan = load_checked(&session, &args.plan, &args.given)?;
     if batch {
         return run_batch(args, &session, &plan);
     }
@@ -161,7 +161,7 @@ pub fn run(args: &Args) -> Outcome {
             stream,
         },
     )?;
-    let inputs = bind(&pipeline, &args.given)?;
+    let inputs = bind(&session, &pipeline, &args.given)?;
     let record = session.run(&pipeline, inputs, Map::new());
     if streamed.load(Ordering::Relaxed) {
         // The answer is already on stdout; end its line.
@@ -341,7 +341,8 @@ fn short(value: &Value) -> String {
     }
 }
 
-/// One line on stderr per finished, skipped or retried step.
+/// One line on stderr per finished, skipped or retried step, and per check that sends the run
+/// back to a model step.
 fn progress(event: &Event) {
     let step = event.step.as_deref().unwrap_or("");
     let line = match &event.data {
@@ -354,6 +355,18 @@ fn progress(event: &Event) {
             outcome: StepOutcome::Failed { error },
             ..
         } => format!("  ✗ {step}: {}: {}", error.code, error.message),
+        EventData::StepEnd {
+            outcome: StepOutcome::Cancelled,
+            ..
+        } => format!("  ✗ {step}: cancelled"),
+        EventData::StepFeedback {
+            to,
+            next_attempt,
+            max_attempts,
+            ..
+        } => format!(
+            "  ↺ {step}: back to `{to}` with what failed (check {next_attempt} of {max_attempts})"
+        ),
         EventData::StepRetry {
             next_attempt,
             delay_ms,

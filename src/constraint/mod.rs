@@ -62,10 +62,14 @@ pub fn conform(text: &str, schema: &Value) -> Result<Conformed, Failure> {
         message.push_str("\n- ");
         message.push_str(&error.to_string());
     }
-    Err(Failure::new(
-        FailureCode::ConstraintSchemaViolation,
-        message,
-    ))
+    let details: Vec<Value> = errors
+        .iter()
+        .map(|e| serde_json::json!({ "path": e.path, "message": e.message }))
+        .collect();
+    Err(
+        Failure::new(FailureCode::ConstraintSchemaViolation, message)
+            .with_details(serde_json::json!({ "schema_errors": details })),
+    )
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 
 use std::fmt;
 
+use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
+use serde_json::Value;
 
 /// The seven kinds of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -136,15 +138,39 @@ impl Serialize for FailureCode {
 }
 
 /// A failure: its code, what happened, and (when known) what to do.
-#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+///
+/// As JSON (run records, events, batch lines) it is `code`, `category` (derived from the code),
+/// `message`, `help` when known, `retryable`, and `details` when the failure has structured facts
+/// to give (the broken rules, the schema errors, a tool's exit status).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct Failure {
     pub code: FailureCode,
     pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub help: Option<String>,
     /// Whether retrying may help; starts as the code's default.
     pub retryable: bool,
+    /// Structured facts about the failure, for programs reading the record (boxed: most
+    /// failures have none, and a failure travels in every `Result`).
+    pub details: Option<Box<Value>>,
+}
+
+impl Serialize for Failure {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = 4 + usize::from(self.help.is_some()) + usize::from(self.details.is_some());
+        let mut out = serializer.serialize_struct("Failure", fields)?;
+        out.serialize_field("code", &self.code)?;
+        out.serialize_field("category", &self.category())?;
+        out.serialize_field("message", &self.message)?;
+        if let Some(help) = &self.help {
+            out.serialize_field("help", help)?;
+        }
+        out.serialize_field("retryable", &self.retryable)?;
+        if let Some(details) = &self.details {
+            out.serialize_field("details", details)?;
+        }
+        out.end()
+    }
 }
 
 impl Failure {
@@ -155,7 +181,14 @@ impl Failure {
             message: message.into(),
             help: None,
             retryable: code.retryable(),
+            details: None,
         }
+    }
+
+    /// Adds structured details (written as the `details` key).
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(Box::new(details));
+        self
     }
 
     /// Adds a help line.
@@ -229,5 +262,28 @@ mod tests {
         assert_eq!(failure.to_string(), "TOOL_TIMEOUT: `wc` ran past 5s");
         assert!(failure.retryable);
         assert!(!failure.retryable(false).retryable);
+    }
+
+    #[test]
+    fn failures_serialise_with_their_category_and_details() {
+        let plain = Failure::new(FailureCode::ToolTimeout, "too slow");
+        assert_eq!(
+            serde_json::to_string(&plain).expect("json"),
+            r#"{"code":"TOOL_TIMEOUT","category":"tool","message":"too slow","retryable":true}"#
+        );
+        let full = Failure::new(FailureCode::ValidationRuleFailed, "too short")
+            .with_help("write more")
+            .with_details(serde_json::json!({ "broken": ["is too short"] }));
+        assert_eq!(
+            serde_json::to_value(&full).expect("json"),
+            serde_json::json!({
+                "code": "VALIDATION_RULE_FAILED",
+                "category": "validation",
+                "message": "too short",
+                "help": "write more",
+                "retryable": true,
+                "details": { "broken": ["is too short"] },
+            })
+        );
     }
 }

@@ -1,6 +1,7 @@
-//! Run events: one per lifecycle transition, step start/end/retry/skip, model call and tool call,
-//! each with the run id, the step, its span and parent span (and the tool_call_id for tool
-//! events), written as JSON Lines when `--events FILE` is given.
+//! Run events: one per lifecycle transition, step start/end/retry/skip/feedback, model call and
+//! tool call, each with the run id, the step, its span and parent span (and the tool_call_id for
+//! tool events), written as JSON Lines when `--events FILE` is given. Every start has its end: an
+//! attempt or tool call stopped mid-flight ends with status `cancelled`.
 //!
 //! What an event says is a typed [`EventData`] variant, written as the line's `kind` and `data`
 //! keys: emitters cannot misspell a field, and readers (progress lines, the chat's tool lines)
@@ -56,6 +57,15 @@ pub enum EventData {
         delay_ms: u64,
         code: FailureCode,
     },
+    /// A check failed and sends the run back to step `to`, which runs again with what was
+    /// wrong appended to its messages; the steps between it and this one follow, then this
+    /// check runs again (its attempt `next_attempt` of `max_attempts`).
+    StepFeedback {
+        to: String,
+        next_attempt: u32,
+        max_attempts: u32,
+        code: FailureCode,
+    },
     /// A step did not run.
     StepSkipped(SkipReason),
     /// A model call.
@@ -85,22 +95,50 @@ pub enum EventData {
     },
 }
 
-/// How an attempt of a step ended: `"status": "ok"` with its usage, or `"failed"` with the error.
+/// How an attempt of a step ended: `"status": "ok"` with its usage, `"failed"` with the error,
+/// or `"cancelled"` when it was stopped while it ran (Ctrl-C, SIGTERM).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum StepOutcome {
     Ok { usage: TokenUsage },
     Failed { error: Failure },
+    Cancelled,
 }
 
-/// How a tool call ended: `"status": "ok"`, `"failed"` with the error, or `"refused"` with the
-/// reason it never ran (an unknown tool, arguments its schema refuses).
+/// How a tool call ended: `"status": "ok"`, `"failed"` with the error, `"refused"` with the
+/// reason it never ran (an unknown tool, arguments its schema refuses), or `"cancelled"` when the
+/// step calling it was stopped while the tool ran (Ctrl-C, SIGTERM, the step's timeout).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ToolOutcome {
     Ok,
     Failed { error: Failure },
     Refused { error: Failure },
+    Cancelled,
+}
+
+/// Runs a closure when dropped, unless [`OnDrop::disarm`]ed first. A step attempt or tool call
+/// holds one that records its cancelled end: when the run is cancelled (or a timeout fires) its
+/// future is dropped mid-flight, and only a drop can still say so.
+pub struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> OnDrop<F> {
+    pub fn new(on_drop: F) -> Self {
+        OnDrop(Some(on_drop))
+    }
+
+    /// It ended normally: nothing to do when dropped.
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(on_drop) = self.0.take() {
+            on_drop();
+        }
+    }
 }
 
 /// Why a step was skipped: `{"standby_for": STEP}` or `{"when": EXPRESSION}`.
@@ -422,7 +460,7 @@ mod tests {
         let line = serde_json::to_string(&event(data)).expect("serializes");
         assert_eq!(
             line,
-            r#"{"run_id":"r1","at_ms":1.5,"step":"ask","span":"00000002","parent_span":"00000000","kind":"step_end","data":{"status":"failed","error":{"code":"INFERENCE_TIMEOUT","message":"too slow","retryable":true},"attempt":2,"duration_ms":12.5}}"#
+            r#"{"run_id":"r1","at_ms":1.5,"step":"ask","span":"00000002","parent_span":"00000000","kind":"step_end","data":{"status":"failed","error":{"code":"INFERENCE_TIMEOUT","category":"inference","message":"too slow","retryable":true},"attempt":2,"duration_ms":12.5}}"#
         );
         let ok = EventData::StepEnd {
             outcome: StepOutcome::Ok {
@@ -567,6 +605,31 @@ mod tests {
                 json!({ "kind": "step_retry", "data": { "next_attempt": 2, "delay_ms": 250, "code": "INFERENCE_RATE_LIMITED" } }),
             ),
             (
+                EventData::StepFeedback {
+                    to: "answer".into(),
+                    next_attempt: 2,
+                    max_attempts: 3,
+                    code: FailureCode::ValidationRuleFailed,
+                },
+                json!({ "kind": "step_feedback", "data": { "to": "answer", "next_attempt": 2, "max_attempts": 3, "code": "VALIDATION_RULE_FAILED" } }),
+            ),
+            (
+                EventData::StepEnd {
+                    outcome: StepOutcome::Cancelled,
+                    attempt: 1,
+                    duration_ms: 3.0,
+                },
+                json!({ "kind": "step_end", "data": { "status": "cancelled", "attempt": 1, "duration_ms": 3.0 } }),
+            ),
+            (
+                EventData::ToolEnd {
+                    tool: "sleep".into(),
+                    outcome: ToolOutcome::Cancelled,
+                    duration_ms: 7.0,
+                },
+                json!({ "kind": "tool_end", "data": { "tool": "sleep", "status": "cancelled", "duration_ms": 7.0 } }),
+            ),
+            (
                 EventData::StepSkipped(SkipReason::When("inputs.go".into())),
                 json!({ "kind": "step_skipped", "data": { "when": "inputs.go" } }),
             ),
@@ -598,7 +661,7 @@ mod tests {
                     },
                     duration_ms: 0.0,
                 },
-                json!({ "kind": "tool_end", "data": { "tool": "nope", "status": "refused", "error": { "code": "TOOL_NOT_FOUND", "message": "no tool `nope`", "retryable": false }, "duration_ms": 0.0 } }),
+                json!({ "kind": "tool_end", "data": { "tool": "nope", "status": "refused", "error": { "code": "TOOL_NOT_FOUND", "category": "tool", "message": "no tool `nope`", "retryable": false }, "duration_ms": 0.0 } }),
             ),
         ];
         for (data, expected) in cases {
@@ -638,5 +701,18 @@ mod tests {
         assert_eq!(events.model_calls(), 2);
         assert_eq!(events.cost().map(Cost::amount), Some(0.25));
         assert_eq!(events.recorded().len(), 4);
+    }
+
+    #[test]
+    fn on_drop_runs_only_when_not_disarmed() {
+        let ran = std::sync::atomic::AtomicU32::new(0);
+        drop(OnDrop::new(|| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        }));
+        OnDrop::new(|| {
+            ran.fetch_add(10, Ordering::Relaxed);
+        })
+        .disarm();
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
     }
 }

@@ -3,8 +3,12 @@
 //! Every step whose dependencies are done is started, up to `max_parallel` at once (ready steps
 //! start in plan order). A step's attempt is bounded by its timeout; a failed attempt is retried
 //! when the retry policy and the failure's taxonomy allow it. The first step that fails for good
-//! stops the scheduling of new steps (the ones in flight finish); a cancellation request aborts the
-//! steps in flight. Either way the record keeps every completed step's output.
+//! stops the scheduling of new steps (the ones in flight finish), unless it may be continued past
+//! (`on_error: continue`: its output is null, its error readable by later steps). A failed check
+//! with `feedback` sends the run back to an upstream model step instead: that step runs again with
+//! what was wrong appended to its messages, then the steps between, then the check. A cancellation
+//! request aborts the steps in flight, each still ending with a `cancelled` step_end event. Either
+//! way the record keeps every completed step's output, and every earlier run of a step.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,10 +18,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::events::{EventData, Events, SkipReason, StepOutcome};
-use super::pipeline::{Pipeline, Rendered, StepContext, StepLedger, StepOutput};
+use super::events::{EventData, Events, OnDrop, SkipReason, StepOutcome};
+use super::pipeline::{Feedback, Pipeline, Rendered, StepContext, StepLedger, StepOutput};
 use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
-use crate::core::{Cost, Failure, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCategory, FailureCode, Message, TokenUsage};
 
 /// How to run a pipeline.
 #[derive(Clone)]
@@ -54,6 +58,113 @@ struct Finished {
     result: Result<StepOutput, Failure>,
 }
 
+/// Which steps wait for which, which are done, and what feedback checks have given: the
+/// executor's view of the graph as the run goes (a check's feedback starts part of it over).
+struct Schedule {
+    /// Per step, the steps that must be done before it starts: its `needs`, and for a step
+    /// downstream of a feedback target but outside the loop, the check (so it reads the
+    /// target's answer only once the check has passed it).
+    waits_for: Vec<Vec<usize>>,
+    /// The reverse of `waits_for`.
+    releases: Vec<Vec<usize>>,
+    /// Whether the step is done in a way that lets the steps waiting for it start (it
+    /// succeeded, was skipped, or failed under `on_error: continue`).
+    done: Vec<bool>,
+    /// Per step, the feedback messages it runs with (its earlier answers and what was wrong).
+    feedback: Vec<Vec<Message>>,
+    /// Per step, how many times it has failed (for a check: how many checks it has made).
+    failures: Vec<u32>,
+}
+
+impl Schedule {
+    fn new(pipeline: &Pipeline) -> Self {
+        let count = pipeline.steps.len();
+        let mut waits_for: Vec<Vec<usize>> =
+            pipeline.steps.iter().map(|s| s.needs.clone()).collect();
+        for (check, step) in pipeline.steps.iter().enumerate() {
+            let Some(feedback) = step.feedback else {
+                continue;
+            };
+            for (index, other) in pipeline.steps.iter().enumerate() {
+                let beside_the_loop = other.upstream.contains(&feedback.step)
+                    && index != check
+                    && !step.upstream.contains(&index)
+                    && !other.upstream.contains(&check);
+                if beside_the_loop {
+                    waits_for[index].push(check);
+                }
+            }
+        }
+        let mut releases = vec![Vec::new(); count];
+        for (index, waits) in waits_for.iter().enumerate() {
+            for &first in waits {
+                releases[first].push(index);
+            }
+        }
+        Schedule {
+            waits_for,
+            releases,
+            done: vec![false; count],
+            feedback: vec![Vec::new(); count],
+            failures: vec![0; count],
+        }
+    }
+
+    fn can_start(&self, index: usize) -> bool {
+        self.waits_for[index].iter().all(|&w| self.done[w])
+    }
+
+    /// A failed check sends the run back to its feedback target: VALIDATE, then EXECUTE again;
+    /// the target's earlier answer and what was wrong with it join its feedback messages, and
+    /// every step of the loop (the target, the steps between, the check) starts over, its run so
+    /// far kept in the record as an earlier run.
+    fn send_back(
+        &mut self,
+        pipeline: &Pipeline,
+        events: &Events,
+        check: usize,
+        back: Feedback,
+        error: &Failure,
+        records: &mut [StepRecord],
+    ) {
+        let target = back.step;
+        events.lifecycle(Lifecycle::Validate);
+        events.emit(
+            Some(&pipeline.steps[check].name),
+            events.new_span(),
+            Some(events.run_span()),
+            EventData::StepFeedback {
+                to: pipeline.steps[target].name.clone(),
+                next_attempt: self.failures[check] + 1,
+                max_attempts: back.max_attempts,
+                code: error.code,
+            },
+        );
+        events.lifecycle(Lifecycle::Execute);
+        if let Some(answer) = &records[target].output {
+            let text = match answer {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            self.feedback[target].push(Message::assistant(text));
+        }
+        self.feedback[target].push(Message::user(format!(
+            "Your answer did not pass the checks: {}. Answer again, and fix this.",
+            error.message
+        )));
+        let in_loop = |i: usize| {
+            i == target
+                || i == check
+                || (pipeline.steps[i].upstream.contains(&target)
+                    && pipeline.steps[check].upstream.contains(&i))
+        };
+        for index in (0..records.len()).filter(|&i| in_loop(i)) {
+            records[index].start_over();
+            self.done[index] = false;
+        }
+    }
+}
+
 /// Runs `pipeline` with `inputs` (already checked against the plan's declarations).
 pub async fn execute(
     pipeline: &Pipeline,
@@ -68,34 +179,16 @@ pub async fn execute(
     let mut records: Vec<StepRecord> = pipeline
         .steps
         .iter()
-        .map(|s| StepRecord {
-            name: s.name.clone(),
-            kind: s.kind,
-            status: StepStatus::NotRun,
-            attempts: 0,
-            duration_ms: 0.0,
-            output: None,
-            usage: TokenUsage::default(),
-            cost: None,
-            vote: None,
-            detail: None,
-            error: None,
-        })
+        .map(|s| StepRecord::not_run(&s.name, s.kind))
         .collect();
     // Kept here, not in the step's task, so a step cancelled mid-call still shows what it spent.
     let ledgers: Vec<Arc<StepLedger>> = (0..count)
         .map(|_| Arc::new(StepLedger::new(pipeline.max_cost)))
         .collect();
-    let mut waiting: Vec<usize> = pipeline.steps.iter().map(|s| s.needs.len()).collect();
-    let mut successors: Vec<Vec<usize>> = vec![Vec::new(); count];
-    for (index, step) in pipeline.steps.iter().enumerate() {
-        for &need in &step.needs {
-            successors[need].push(index);
-        }
-    }
+    let mut schedule = Schedule::new(pipeline);
     let selected = |i: &usize| options.only.as_ref().is_none_or(|only| only.contains(i));
     let mut ready: BTreeSet<usize> = (0..count)
-        .filter(|&i| waiting[i] == 0)
+        .filter(|&i| schedule.can_start(i))
         .filter(selected)
         .collect();
     let mut running: JoinSet<Finished> = JoinSet::new();
@@ -121,6 +214,7 @@ pub async fn execute(
                 step: step.name.clone(),
                 span: run_span,
                 ledger: Arc::clone(&ledgers[index]),
+                feedback: schedule.feedback[index].clone(),
             };
             let timeout = step.timeout.or(pipeline.step_timeout);
             let task = StepTask {
@@ -157,6 +251,7 @@ pub async fn execute(
                 };
                 let index = finished.index;
                 in_flight.remove(&index);
+                let step = &pipeline.steps[index];
                 let record = &mut records[index];
                 record.status = finished.status;
                 record.attempts = finished.attempts;
@@ -166,18 +261,38 @@ pub async fn execute(
                         record.output = Some(output.output);
                         record.usage = output.usage;
                         record.detail = output.detail;
-                        for &next in &successors[index] {
-                            waiting[next] -= 1;
-                            if waiting[next] == 0 && selected(&next) {
-                                ready.insert(next);
-                            }
-                        }
                     }
                     Err(error) => {
                         record.error = Some(error.clone());
-                        if failure.is_none() {
-                            failure = Some(error);
+                        if failure.is_some() || cancelled {
+                            continue;
                         }
+                        schedule.failures[index] += 1;
+                        match step.feedback {
+                            Some(back) if error.category() == FailureCategory::Validation
+                                && schedule.failures[index] < back.max_attempts =>
+                            {
+                                schedule.send_back(pipeline, events, index, back, &error, &mut records);
+                                if schedule.can_start(back.step) {
+                                    ready.insert(back.step);
+                                }
+                                continue;
+                            }
+                            _ if step.continue_on_error => record.continued = true,
+                            _ => {
+                                failure = Some(error);
+                                continue;
+                            }
+                        }
+                    }
+                }
+                schedule.done[index] = true;
+                for &next in &schedule.releases[index] {
+                    if records[next].status == StepStatus::NotRun
+                        && schedule.can_start(next)
+                        && selected(&next)
+                    {
+                        ready.insert(next);
                     }
                 }
             }
@@ -191,6 +306,7 @@ pub async fn execute(
                     continue;
                 }
                 cancelled = true;
+                // Each aborted attempt records its own cancelled `step_end` as it is dropped.
                 running.abort_all();
                 for &index in &in_flight {
                     records[index].status = StepStatus::Cancelled;
@@ -208,7 +324,7 @@ pub async fn execute(
         record.vote = ledger.last_vote();
     }
     let usage = records.iter().fold(TokenUsage::default(), |mut total, r| {
-        total += r.usage;
+        total += r.total_usage();
         total
     });
     let cost = records
@@ -275,6 +391,7 @@ pub async fn render_step(
         step: step.name.clone(),
         span: events.run_span(),
         ledger: Arc::default(),
+        feedback: Vec::new(),
     };
     step.handler.render(&ctx)
 }
@@ -286,10 +403,9 @@ fn mark_not_run(pipeline: &Pipeline, records: &mut [StepRecord], after_failure: 
             continue;
         }
         let blocked_by = pipeline.steps[index].upstream.iter().find(|&&u| {
-            matches!(
-                records[u].status,
-                StepStatus::Failed | StepStatus::Cancelled
-            )
+            let stopped = &records[u];
+            stopped.status == StepStatus::Cancelled
+                || (stopped.status == StepStatus::Failed && !stopped.continued)
         });
         records[index].error = Some(match blocked_by {
             Some(&u) => Failure::new(
@@ -355,9 +471,14 @@ fn scope_for(
     Value::Object(scope)
 }
 
-/// What templates see of a finished step.
+/// What templates see of a finished step: its output, usage, and error (null unless it failed
+/// and the run went on past it).
 fn step_view(record: &StepRecord) -> Value {
-    json!({ "output": record.output.clone().unwrap_or(Value::Null), "usage": record.usage })
+    json!({
+        "output": record.output.clone().unwrap_or(Value::Null),
+        "usage": record.usage,
+        "error": record.error,
+    })
 }
 
 /// The run's result: the output template rendered over every step, or the last step's output.
@@ -438,6 +559,18 @@ impl StepTask {
                 EventData::StepStart { attempt },
             );
             let attempt_started = Instant::now();
+            let cancelled = OnDrop::new(|| {
+                events.emit(
+                    Some(&step),
+                    span,
+                    Some(parent),
+                    EventData::StepEnd {
+                        outcome: StepOutcome::Cancelled,
+                        attempt,
+                        duration_ms: attempt_started.elapsed().as_secs_f64() * 1000.0,
+                    },
+                )
+            });
             let result = match self.timeout {
                 Some(limit) => match tokio::time::timeout(limit, self.handler.run(&ctx)).await {
                     Ok(result) => result,
@@ -448,6 +581,7 @@ impl StepTask {
                 },
                 None => self.handler.run(&ctx).await,
             };
+            cancelled.disarm();
             let millis = attempt_started.elapsed().as_secs_f64() * 1000.0;
             match result {
                 Ok(output) => {
@@ -566,6 +700,8 @@ mod tests {
         retry: RetryPolicy,
         timeout: Option<Duration>,
         when: Option<&'static str>,
+        continue_on_error: bool,
+        feedback: Option<Feedback>,
     }
 
     fn spec(name: &'static str, needs: &[usize], sleep_ms: u64) -> Spec {
@@ -578,6 +714,8 @@ mod tests {
             retry: RetryPolicy::default(),
             timeout: None,
             when: None,
+            continue_on_error: false,
+            feedback: None,
         }
     }
 
@@ -596,6 +734,8 @@ mod tests {
                 upstream: upstream.into_iter().collect(),
                 when: s.when.map(str::to_string),
                 standby_for: None,
+                continue_on_error: s.continue_on_error,
+                feedback: s.feedback,
                 retry: s.retry,
                 timeout: s.timeout,
                 handler: Arc::new(Probe {
@@ -639,6 +779,8 @@ mod tests {
             upstream,
             when: None,
             standby_for: None,
+            continue_on_error: false,
+            feedback: None,
             retry: RetryPolicy::default(),
             timeout: None,
             handler: Arc::new(Template {
@@ -892,11 +1034,23 @@ mod tests {
             let _ = cancel_tx.send(true);
         });
         let started = tokio::time::Instant::now();
-        let record = execute(&p, json!({}), options, &Events::recording()).await;
+        let events = Events::recording();
+        let record = execute(&p, json!({}), options, &events).await;
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "did not wait for the long step"
         );
+        // The aborted attempt still ends: its step_end says it was cancelled.
+        let ends: Vec<(String, StepOutcome)> = events
+            .recorded()
+            .into_iter()
+            .filter_map(|e| match e.data {
+                EventData::StepEnd { outcome, .. } => Some((e.step.unwrap_or_default(), outcome)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends.len(), 2, "{ends:?}");
+        assert_eq!(ends[1], ("long".into(), StepOutcome::Cancelled));
         assert_eq!(record.status, RunStatus::Cancelled);
         assert_eq!(
             statuses(&record),
@@ -911,6 +1065,156 @@ mod tests {
             Some(FailureCode::CancelledSignal)
         );
         assert_eq!(record.steps[0].output, Some(json!("quick done")));
+    }
+
+    #[tokio::test]
+    async fn a_step_that_may_fail_is_continued_past_and_its_error_is_readable() {
+        let log = Log::default();
+        let mut optional = spec("lookup", &[], 0);
+        optional.fail_first = 5;
+        optional.failure = FailureCode::ToolExecutionFailed;
+        optional.continue_on_error = true;
+        let mut p = pipeline(vec![optional, spec("answer", &[0], 0)], &log);
+        p.steps[1].handler = Arc::new(Template {
+            source: PromptSource::Inline(
+                "[{{ input }}] {{ steps.lookup.error.code }}: {{ steps.lookup.error.category }}"
+                    .into(),
+            ),
+        });
+        let record = execute(&p, json!({}), RunOptions::new(2), &Events::recording()).await;
+        assert_eq!(record.status, RunStatus::Complete, "{:?}", record.error);
+        assert_eq!(record.steps[0].status, StepStatus::Failed);
+        assert!(record.steps[0].continued);
+        assert_eq!(
+            record.steps[0].error.as_ref().map(|e| e.code),
+            Some(FailureCode::ToolExecutionFailed)
+        );
+        assert_eq!(
+            record.output,
+            Some(json!("[None] TOOL_EXECUTION_FAILED: tool"))
+        );
+        // Without `on_error: continue` the same failure stops the run.
+        let mut required = spec("lookup", &[], 0);
+        required.fail_first = 5;
+        required.failure = FailureCode::ToolExecutionFailed;
+        let record = execute(
+            &pipeline(vec![required, spec("answer", &[0], 0)], &log),
+            json!({}),
+            RunOptions::new(2),
+            &Events::recording(),
+        )
+        .await;
+        assert_eq!(record.status, RunStatus::Error);
+        assert_eq!(record.steps[1].status, StepStatus::NotRun);
+    }
+
+    /// A model stand-in: its answer counts the feedback messages it was given, and it keeps them.
+    struct Drafts {
+        seen: Arc<Mutex<Vec<Vec<crate::core::Message>>>>,
+    }
+
+    impl StepHandler for Drafts {
+        fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+            Box::pin(async move {
+                self.seen.lock().expect("seen").push(ctx.feedback.clone());
+                Ok(StepOutput {
+                    output: json!(format!("draft {}", ctx.feedback.len())),
+                    ..StepOutput::default()
+                })
+            })
+        }
+
+        fn render(&self, _: &StepContext) -> Result<Rendered, Failure> {
+            Ok(Rendered::Text(String::new()))
+        }
+    }
+
+    /// answer → polish → check (feedback to answer), and `side`, which also reads answer.
+    fn feedback_loop(max_attempts: u32) -> (Pipeline, Arc<Mutex<Vec<Vec<crate::core::Message>>>>) {
+        let log = Log::default();
+        let mut check = spec("check", &[1], 0);
+        check.feedback = Some(Feedback {
+            step: 0,
+            max_attempts,
+        });
+        let mut p = pipeline(
+            vec![
+                spec("answer", &[], 0),
+                spec("polish", &[0], 0),
+                check,
+                spec("side", &[0], 0),
+            ],
+            &log,
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        p.steps[0].handler = Arc::new(Drafts {
+            seen: Arc::clone(&seen),
+        });
+        p.steps[1].handler = Arc::new(Template {
+            source: PromptSource::Inline("{{ input }}!".into()),
+        });
+        p.steps[2].handler = Arc::new(crate::orchestrate::steps::Validate {
+            rules: vec![crate::validate::Rule::Contains("draft 4".into())],
+            expressions: Vec::new(),
+        });
+        p.steps[3].handler = Arc::new(Template {
+            source: PromptSource::Inline("side saw {{ input }}".into()),
+        });
+        (p, seen)
+    }
+
+    #[tokio::test]
+    async fn a_failed_check_sends_the_run_back_to_the_model_step_with_feedback() {
+        let (p, seen) = feedback_loop(3);
+        let events = Events::recording();
+        let record = execute(&p, json!({}), RunOptions::new(4), &events).await;
+        assert_eq!(record.status, RunStatus::Complete, "{:?}", record.error);
+        // Three answers: the first with no feedback, then each with every earlier answer and
+        // what was wrong with it.
+        let seen = seen.lock().expect("seen").clone();
+        assert_eq!(seen.iter().map(Vec::len).collect::<Vec<_>>(), [0, 2, 4]);
+        assert_eq!(seen[2][0].content, "draft 0");
+        assert!(
+            seen[2][3]
+                .content
+                .contains("the output does not contain \"draft 4\""),
+            "{}",
+            seen[2][3].content
+        );
+        assert_eq!(record.steps[2].output, Some(json!("draft 4!")));
+        // The record keeps every earlier run of the loop's steps; `side` ran once, on the answer
+        // that passed.
+        let earlier = |i: usize| record.steps[i].earlier.len();
+        assert_eq!(
+            (earlier(0), earlier(1), earlier(2), earlier(3)),
+            (2, 2, 2, 0)
+        );
+        assert_eq!(
+            record.steps[2].earlier[0].error.as_ref().map(|e| e.code),
+            Some(FailureCode::ValidationRuleFailed)
+        );
+        assert_eq!(record.steps[3].output, Some(json!("side saw draft 4")));
+        let states: Vec<Lifecycle> = events
+            .recorded()
+            .iter()
+            .filter_map(|e| match e.data {
+                EventData::Lifecycle { state } => Some(state),
+                _ => None,
+            })
+            .collect();
+        use Lifecycle::{Complete, Execute, Validate};
+        assert_eq!(
+            states,
+            [
+                Execute, Validate, Execute, Validate, Execute, Validate, Complete
+            ]
+        );
+        // Out of checks, the last failure ends the run.
+        let (p, _) = feedback_loop(2);
+        let record = execute(&p, json!({}), RunOptions::new(4), &Events::recording()).await;
+        assert_eq!(record.status, RunStatus::Error);
+        assert_eq!(record.steps[2].earlier.len(), 1);
+        assert_eq!(record.steps[3].status, StepStatus::NotRun);
     }
 
     #[tokio::test]

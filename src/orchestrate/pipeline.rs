@@ -87,6 +87,22 @@ pub struct StepNode {
     /// The voting step this one is the fallback of: it does not run on its own (it is skipped)
     /// and runs only when that step hands over to it.
     pub standby_for: Option<String>,
+    /// Whether the run goes on when this step fails for good: its output is null, its error is
+    /// recorded and readable as `steps.<name>.error`, and the steps after it run.
+    pub continue_on_error: bool,
+    /// Where a failed check of this step sends the run back to (a validate step's `feedback`).
+    pub feedback: Option<Feedback>,
+}
+
+/// A check that, when it fails, sends the run back to an upstream model step: that step runs
+/// again with its earlier answer and what was wrong with it appended to its messages, the steps
+/// between it and the check run again on the new answer, and the check runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feedback {
+    /// The step to run again (an index into `Pipeline::steps`, upstream of the check).
+    pub step: usize,
+    /// Checks in all, the first included.
+    pub max_attempts: u32,
 }
 
 /// What a step accrues besides its output, over all its attempts (and the tasks they spawn):
@@ -163,6 +179,9 @@ pub struct StepContext {
     pub span: SpanId,
     /// What the step has spent and how it voted, shared by its attempts.
     pub ledger: Arc<StepLedger>,
+    /// Messages a model step appends after its prompt's: its earlier answers, each followed by
+    /// what a check found wrong with it (empty unless a check sent the run back to this step).
+    pub feedback: Vec<Message>,
 }
 
 impl StepContext {
@@ -309,6 +328,7 @@ mod tests {
             step: "ask".into(),
             span: events.run_span(),
             ledger: Arc::new(StepLedger::new(max_cost.map(Cost::from_amount))),
+            feedback: Vec::new(),
         }
     }
 

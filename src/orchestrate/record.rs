@@ -36,7 +36,7 @@ pub enum StepStatus {
     Ok,
     /// Its `when` was false.
     Skipped,
-    /// It failed after its retries.
+    /// It failed after its retries (with `continued` set when the run went on past it).
     Failed,
     /// It was running when the run was cancelled.
     Cancelled,
@@ -67,6 +67,50 @@ pub struct StepRecord {
     pub detail: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,
+    /// It failed and the run went on past it (`on_error: continue`): its output is null.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continued: bool,
+    /// Its earlier runs, oldest first, when a check sent the run back to it or through it
+    /// (a validate step's `feedback`): each with its own attempts, output or error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<StepRecord>,
+}
+
+impl StepRecord {
+    /// A record of a step that has not run yet.
+    pub fn not_run(name: &str, kind: &'static str) -> Self {
+        StepRecord {
+            name: name.to_string(),
+            kind,
+            status: StepStatus::NotRun,
+            attempts: 0,
+            duration_ms: 0.0,
+            output: None,
+            usage: TokenUsage::default(),
+            cost: None,
+            vote: None,
+            detail: None,
+            error: None,
+            continued: false,
+            earlier: Vec::new(),
+        }
+    }
+
+    /// The tokens of this run of the step and of its earlier runs.
+    pub fn total_usage(&self) -> TokenUsage {
+        self.earlier.iter().fold(self.usage, |mut total, earlier| {
+            total += earlier.total_usage();
+            total
+        })
+    }
+
+    /// Starts the step over: this run becomes the last of its earlier runs.
+    pub fn start_over(&mut self) {
+        let mut earlier = std::mem::take(&mut self.earlier);
+        let fresh = StepRecord::not_run(&self.name, self.kind);
+        earlier.push(std::mem::replace(self, fresh));
+        self.earlier = earlier;
+    }
 }
 
 /// How a voting (`redundant`) step's vote went, in its step entry.

@@ -2,7 +2,8 @@
 //!
 //! The plan layer builds one [`ToolRuntime`] per declared tool. A call validates its arguments
 //! against the tool's JSON Schema before anything runs, emits `tool_start`/`tool_end` events
-//! carrying the `tool_call_id` that caused them (children of the model call that asked for it),
+//! carrying the `tool_call_id` that caused them (children of the model call that asked for it;
+//! a call stopped mid-flight — the run cancelled, the step's timeout — still ends, `cancelled`),
 //! and marks failures of non-idempotent tools as not retryable, so the executor never repeats a
 //! side effect on its own.
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::events::{Event, EventData, SpanId, ToolOutcome};
+use super::events::{Event, EventData, OnDrop, SpanId, ToolOutcome};
 use super::pipeline::StepContext;
 use crate::core::{Failure, FailureCode};
 use crate::prompt::Templates;
@@ -223,7 +224,15 @@ impl ToolRuntime {
             args: args.clone(),
         });
         let started = Instant::now();
+        let cancelled = OnDrop::new(|| {
+            emit(EventData::ToolEnd {
+                tool: self.name.clone(),
+                outcome: ToolOutcome::Cancelled,
+                duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            })
+        });
         let result = self.execute(args, results, ctx).await;
+        cancelled.disarm();
         let outcome = match &result {
             Ok(_) => ToolOutcome::Ok,
             Err(error) => ToolOutcome::Failed {

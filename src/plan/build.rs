@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::Plan;
 use super::model::CorpusSpec;
 use super::models::{BuiltModel, ModelEnv};
-use super::steps::{BuildContext, ModelRole, SchemaSource, StepFacts};
+use super::steps::{BuildContext, ModelRole, OnError, SchemaSource, StepFacts};
 use super::tools::ToolEnv;
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Cost, Failure, FailureCode};
@@ -102,6 +102,8 @@ impl Plan {
                 timeout: common.timeout.map(|t| t.get()),
                 handler,
                 standby_for: self.facts[index].standby_for.clone(),
+                continue_on_error: common.on_error == OnError::Continue,
+                feedback: self.facts[index].feedback,
             });
         }
         Ok(Pipeline {

@@ -434,6 +434,16 @@ pub enum PlanError {
     )]
     SubPlanCycle { agent: String, path: String },
 
+    /// A validate step's feedback goes to a model step it depends on, which can answer again.
+    #[error("`{name}` cannot take the feedback of validate step `{step}`")]
+    #[diagnostic(
+        code(plan::feedback_target),
+        help(
+            "`feedback.step` names an `infer`, `structured`, `redundant`, `agent` or `route` step upstream of the validate step (in its `needs`, or followed by it)"
+        )
+    )]
+    FeedbackTarget { name: String, step: String },
+
     /// A rerank step takes its query from a retrieve step upstream unless it gives one.
     #[error("rerank step `{step}` has no query to score against")]
     #[diagnostic(

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
@@ -227,13 +228,20 @@ fn io_failure(program: &str, action: &str, error: &io::Error) -> Failure {
 }
 
 fn exit_failure(program: &str, status: ExitStatus, stderr: &str) -> Failure {
-    let how = match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with code {code}"),
-        (None, Some(signal)) => match Signal::try_from(signal) {
-            Ok(name) => format!("was killed by signal {name}"),
-            Err(_) => format!("was killed by signal {signal}"),
-        },
-        (None, None) => "failed".to_string(),
+    let (how, details) = match (status.code(), status.signal()) {
+        (Some(code), _) => (
+            format!("exited with code {code}"),
+            Some(json!({ "exit_code": code })),
+        ),
+        (None, Some(signal)) => {
+            let name =
+                Signal::try_from(signal).map_or_else(|_| signal.to_string(), |s| s.to_string());
+            (
+                format!("was killed by signal {name}"),
+                Some(json!({ "signal": name })),
+            )
+        }
+        (None, None) => ("failed".to_string(), None),
     };
     let stderr = stderr.trim_end();
     let message = if stderr.is_empty() {
@@ -244,7 +252,10 @@ fn exit_failure(program: &str, status: ExitStatus, stderr: &str) -> Failure {
             tail(stderr, STDERR_TAIL_CHARS)
         )
     };
-    Failure::new(FailureCode::ToolExecutionFailed, message)
+    Failure {
+        details: details.map(Box::new),
+        ..Failure::new(FailureCode::ToolExecutionFailed, message)
+    }
 }
 
 /// The last `chars` characters of `text`, with `…` in front when some were cut.

@@ -63,6 +63,12 @@ fn a_failing_step_exits_1_with_its_code_and_the_completed_outputs() {
     let record = record(&json.stdout);
     assert_eq!(record["status"], "error");
     assert_eq!(record["error"]["code"], "VALIDATION_RULE_FAILED");
+    // A failure says what kind it is, and gives its facts where it has them.
+    assert_eq!(record["error"]["category"], "validation");
+    assert_eq!(
+        record["error"]["details"]["broken"][0],
+        "the output is 12 characters long, under the minimum of 100"
+    );
     assert_eq!(record["steps"][0]["status"], "ok");
     assert_eq!(record["steps"][0]["output"], "draft: short");
     assert_eq!(record["steps"][1]["status"], "failed");
@@ -70,6 +76,133 @@ fn a_failing_step_exits_1_with_its_code_and_the_completed_outputs() {
     assert_eq!(
         record["steps"][2]["error"]["code"],
         "ORCHESTRATION_DEPENDENCY_FAILED"
+    );
+}
+
+/// A validate step with `feedback` sends a failed answer back to the model step with what was
+/// wrong (the scripted model answers properly only when it reads that message), the steps
+/// between re-run, and the record and events show every round.
+#[test]
+fn a_failed_check_sends_the_answer_back_to_the_model_with_what_was_wrong() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("feedback-events.jsonl");
+    let events_arg = events_file.to_str().expect("utf-8");
+    let run = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "--events",
+        events_arg,
+        "tests/plans/feedback.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = record(&run.stdout);
+    assert_eq!(record["output"], "Answer: Paris is the capital of France.");
+    let answer = step(&record, "answer");
+    assert_eq!(answer["output"], "  Paris is the capital of France.  ");
+    assert_eq!(answer["earlier"][0]["output"], "I don't know");
+    assert_eq!(
+        step(&record, "tidy")["earlier"][0]["output"],
+        "I don't know"
+    );
+    let check = step(&record, "check");
+    assert_eq!(check["status"], "ok");
+    assert_eq!(
+        check["earlier"][0]["error"]["code"],
+        "VALIDATION_RULE_FAILED"
+    );
+    assert_eq!(
+        check["earlier"][0]["error"]["details"]["broken"],
+        serde_json::json!(["the output contains \"I don't know\""])
+    );
+    assert!(step(&record, "publish").get("earlier").is_none());
+    assert!(
+        run.stderr
+            .contains("↺ check: back to `answer` with what failed (check 2 of 3)"),
+        "{}",
+        run.stderr
+    );
+    let events: Vec<Value> = std::fs::read_to_string(&events_file)
+        .expect("events written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let states: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "lifecycle")
+        .filter_map(|e| e["data"]["state"].as_str())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "INIT", "PLAN", "PREPARE", "EXECUTE", "VALIDATE", "EXECUTE", "VALIDATE", "COMPLETE"
+        ]
+    );
+    let feedback: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "step_feedback")
+        .collect();
+    assert_eq!(feedback.len(), 1);
+    assert_eq!(feedback[0]["step"], "check");
+    assert_eq!(
+        feedback[0]["data"],
+        serde_json::json!({ "to": "answer", "next_attempt": 2, "max_attempts": 3, "code": "VALIDATION_RULE_FAILED" })
+    );
+    let model_calls = events
+        .iter()
+        .filter(|e| e["kind"] == "inference" && e["step"] == "answer")
+        .count();
+    assert_eq!(model_calls, 2);
+
+    // No answer passes: three checks, then the run fails with the last one's error.
+    let stubborn = pagantic(&[
+        "run",
+        "--format",
+        "json",
+        "-i",
+        "stubborn=true",
+        "tests/plans/feedback.yaml",
+    ]);
+    assert_eq!(stubborn.code, 1, "{}", stubborn.stderr);
+    let failed = self::record(&stubborn.stdout);
+    assert_eq!(failed["error"]["code"], "VALIDATION_RULE_FAILED");
+    assert_eq!(
+        step(&failed, "answer")["earlier"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(step(&failed, "check")["status"], "failed");
+    assert_eq!(step(&failed, "publish")["status"], "not_run");
+}
+
+/// `on_error: continue`: a failed lookup leaves its output null and its error readable; the
+/// answer is written without it and the run completes. Without it the same failure fails the run.
+#[test]
+fn a_step_that_may_fail_is_continued_past_with_its_error_readable() {
+    let run = pagantic(&["run", "--format", "json", "tests/plans/optional.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = record(&run.stdout);
+    assert_eq!(record["status"], "complete");
+    assert_eq!(
+        record["output"],
+        "No context (TOOL_EXECUTION_FAILED, exit 3): answering from general knowledge."
+    );
+    let lookup = step(&record, "lookup");
+    assert_eq!(lookup["status"], "failed");
+    assert_eq!(lookup["continued"], true);
+    assert!(lookup.get("output").is_none(), "{lookup}");
+    assert_eq!(lookup["error"]["category"], "tool");
+    assert_eq!(lookup["error"]["details"]["exit_code"], 3);
+    assert_eq!(
+        step(&record, "note")["output"],
+        "lookup failed: `sh` exited with code 3; stderr: index missing"
+    );
+
+    let required = pagantic(&["run", "-i", "required=true", "tests/plans/optional.yaml"]);
+    assert_eq!(required.code, 1, "{}", required.stderr);
+    assert!(
+        required.stderr.contains("error[TOOL_EXECUTION_FAILED]"),
+        "{}",
+        required.stderr
     );
 }
 

@@ -79,6 +79,12 @@ fn ctrl_c_and_sigterm_cancel_the_run_and_keep_what_completed() {
         assert_eq!(record["error"]["code"], "CANCELLED_SIGNAL", "SIG{name}");
         assert_eq!(crate::step(&record, "quick")["output"], "done quickly");
         assert_eq!(crate::step(&record, "long")["status"], "cancelled");
+        let ends: Vec<&Value> = events
+            .iter()
+            .filter(|e| is_step(e, "step_end", "long"))
+            .collect();
+        assert_eq!(ends.len(), 1, "SIG{name}: {ends:?}");
+        assert_eq!(ends[0]["data"]["status"], "cancelled", "SIG{name}");
         let states: Vec<Value> = events
             .into_iter()
             .filter(|e| e["kind"] == "lifecycle")
@@ -90,6 +96,70 @@ fn ctrl_c_and_sigterm_cancel_the_run_and_keep_what_completed() {
             "SIG{name}"
         );
     }
+}
+
+/// A tool call stopped mid-flight still ends: Ctrl-C ends the tool call and its step
+/// `cancelled`; a step timeout ends the tool call `cancelled` and the step `failed`.
+#[test]
+fn cancelled_tool_calls_and_steps_get_their_end_events() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("events.jsonl");
+    let events_arg = events_file.to_str().expect("utf-8 path");
+    let child = spawn(&[
+        "run",
+        "tests/plans/cancel-tool.yaml",
+        "--events",
+        events_arg,
+    ]);
+    wait_for_event(&events_file, |e| is_step(e, "tool_start", "nap"));
+    signal(&child, "INT");
+    let output = child.wait_with_output().expect("pagantic ends");
+    assert_eq!(output.status.code(), Some(1));
+    let status_of = |events: &[Value], kind: &str, step: &str| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|e| is_step(e, kind, step))
+            .map(|e| e["data"]["status"].clone())
+            .collect()
+    };
+    let interrupted = events(&events_file);
+    assert_eq!(status_of(&interrupted, "tool_end", "nap"), ["cancelled"]);
+    assert_eq!(status_of(&interrupted, "step_end", "nap"), ["cancelled"]);
+
+    let run = pagantic(&[
+        "run",
+        "-i",
+        "short=true",
+        "--events",
+        events_arg,
+        "tests/plans/cancel-tool.yaml",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let timed_out = events(&events_file);
+    assert_eq!(
+        status_of(&timed_out, "tool_end", "short_nap"),
+        ["cancelled"]
+    );
+    assert_eq!(status_of(&timed_out, "step_end", "short_nap"), ["failed"]);
+}
+
+/// A plan that fails its checks at `run` ends the events with ERROR, not silently at PLAN.
+#[test]
+fn an_invalid_plan_ends_the_lifecycle_with_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("events.jsonl");
+    let run = pagantic(&[
+        "run",
+        "tests/invalid/cycle.yaml",
+        "--events",
+        events_file.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let states: Vec<Value> = events(&events_file)
+        .into_iter()
+        .map(|e| e["data"]["state"].clone())
+        .collect();
+    assert_eq!(states, ["INIT", "PLAN", "ERROR"]);
 }
 
 /// The text form of a cancelled run prints the error and the steps that completed.

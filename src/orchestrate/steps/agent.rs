@@ -309,6 +309,7 @@ mod tests {
             events,
             step: "agent".into(),
             ledger: Arc::new(StepLedger::default()),
+            feedback: Vec::new(),
         }
     }
 

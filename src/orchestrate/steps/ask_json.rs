@@ -101,6 +101,7 @@ mod tests {
             step: "ask".into(),
             span: events.run_span(),
             ledger: Arc::default(),
+            feedback: Vec::new(),
         }
     }
 

@@ -58,13 +58,15 @@ pub struct Prompt {
 }
 
 impl Prompt {
-    /// The messages this prompt renders to in the step's scope.
+    /// The messages this prompt renders to in the step's scope, then the step's feedback (its
+    /// earlier answers and what was wrong with them), if a check sent the run back to it.
     pub fn messages(&self, ctx: &StepContext) -> Result<Vec<Message>, Failure> {
-        let mut messages = Vec::with_capacity(2);
+        let mut messages = Vec::with_capacity(2 + ctx.feedback.len());
         if let Some(system) = &self.system {
             messages.push(Message::system(ctx.render(system)?));
         }
         messages.push(Message::user(self.user.render(ctx)?));
+        messages.extend(ctx.feedback.iter().cloned());
         Ok(messages)
     }
 }

@@ -257,6 +257,7 @@ mod tests {
             events,
             step: "vote".into(),
             ledger: Arc::new(StepLedger::default()),
+            feedback: Vec::new(),
         }
     }
 

@@ -312,6 +312,7 @@ impl StepHandler for Route {
                         step: ctx.step.clone(),
                         span: ctx.span,
                         ledger: Arc::clone(&ctx.ledger),
+                        feedback: ctx.feedback.clone(),
                     };
                     running.spawn(async move {
                         let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;

@@ -24,6 +24,7 @@ use super::steps::{
 use super::yaml::Node;
 use crate::constraint::check_lark;
 use crate::context::matching_files;
+use crate::orchestrate::Feedback;
 use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
 
 mod declarations;
@@ -33,8 +34,9 @@ mod templates;
 
 use templates::{PromptFile, Scope};
 
-/// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`.
-pub const STEP_FIELDS: &[&str] = &["output", "usage"];
+/// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`, and
+/// `steps.<name>.error` (null unless the step failed and the run went on past it).
+pub const STEP_FIELDS: &[&str] = &["output", "usage", "error"];
 
 /// The result of checking a plan.
 pub struct Analysis {
@@ -133,6 +135,19 @@ fn step_facts(plan: &RawPlan, graph: &StepGraph) -> Vec<StepFacts> {
             // stream would interleave with the steps after it.
             output_as_is: output_step == Some(index) && index == last,
             standby_for: None,
+            feedback: match &plan.steps[index] {
+                RawStep::Validate(validate) => validate.feedback.as_ref().and_then(|spec| {
+                    let step = plan
+                        .steps
+                        .iter()
+                        .position(|s| s.common().name == spec.step)?;
+                    Some(Feedback {
+                        step,
+                        max_attempts: spec.max_attempts,
+                    })
+                }),
+                _ => None,
+            },
         })
         .collect();
     for step in &plan.steps {
@@ -334,6 +349,11 @@ impl Checker<'_> {
                 );
             }
         }
+        if let RawStep::Validate(validate) = step
+            && let Some(feedback) = &validate.feedback
+        {
+            self.feedback_target(index, &feedback.step);
+        }
         if let RawStep::Rerank(rerank) = step
             && rerank.query.is_none()
             && self.facts[index].upstream_query.is_none()
@@ -527,6 +547,47 @@ impl Checker<'_> {
     }
 }
 
+impl Checker<'_> {
+    /// A validate step's `feedback.step` must name a step upstream of it that calls a model.
+    fn feedback_target(&mut self, index: usize, name: &str) {
+        let upstream = self.graph.ancestors(index);
+        let target = self.plan.steps.iter().position(|s| s.common().name == name);
+        let label = match target {
+            None => "no step has this name",
+            Some(t) if !upstream.contains(&t) => "not upstream of this validate step",
+            Some(t) if !self.plan.steps[t].step_type().calls_model() => "this step calls no model",
+            Some(_) => return,
+        };
+        let candidates: Vec<&str> = upstream
+            .iter()
+            .filter(|&&u| self.plan.steps[u].step_type().calls_model())
+            .map(|&u| self.step_name(u))
+            .collect();
+        let listed: Vec<String> = candidates.iter().map(|c| format!("`{c}`")).collect();
+        let hint = did_you_mean(name, candidates.iter().copied()).unwrap_or_else(|| {
+            if listed.is_empty() {
+                "no step upstream of this one calls a model".to_string()
+            } else {
+                format!(
+                    "the model steps upstream of this one: {}",
+                    listed.join(", ")
+                )
+            }
+        });
+        let span = self.span(&step_path(index, &path(&["feedback", "step"])));
+        let step = self.step_name(index).to_string();
+        self.emit(
+            PlanError::FeedbackTarget {
+                name: name.into(),
+                step,
+            },
+            span,
+            label,
+        )
+        .hint = Some(hint);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,5 +661,27 @@ mod tests {
         }));
         assert_eq!(facts[0].standby_for, None);
         assert_eq!(facts[1].standby_for.as_deref(), Some("vote"));
+    }
+
+    #[test]
+    fn a_validate_step_knows_where_its_feedback_goes() {
+        let facts = facts_of(serde_json::json!({
+            "version": 1, "name": "p",
+            "steps": [
+                { "type": "infer", "name": "answer", "model": "m", "template": "q" },
+                { "type": "template", "name": "tidy", "template": "{{ input }}" },
+                { "type": "validate", "name": "check", "rules": [{ "min_length": 3 }],
+                  "feedback": { "step": "answer" } },
+                { "type": "validate", "name": "plain", "rules": [{ "min_length": 3 }] },
+            ],
+        }));
+        assert_eq!(
+            facts[2].feedback,
+            Some(Feedback {
+                step: 0,
+                max_attempts: 3
+            })
+        );
+        assert_eq!(facts[3].feedback, None);
     }
 }

@@ -22,9 +22,9 @@ use super::duration::DurationSpec;
 use crate::context::Corpus;
 use crate::core::Failure;
 use crate::inference::{Engine, TokenSink};
-use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::{Prompt, PromptSource, RouteAgent};
 use crate::orchestrate::tools::ToolRuntime;
+use crate::orchestrate::{Feedback, StepHandler};
 use crate::rerank::{BiEncoder, Keep, Scorer};
 
 mod agent;
@@ -47,7 +47,7 @@ pub use route::RouteStep;
 pub use structured::StructuredStep;
 pub use template::TemplateStep;
 pub use tool::ToolStep;
-pub use validate::{ValidateRule, ValidateStep};
+pub use validate::{FeedbackSpec, ValidateRule, ValidateStep};
 
 /// Declares the step types: `Variant(Config) = "yaml-name"`, each with its doc comment.
 macro_rules! steps {
@@ -134,6 +134,21 @@ steps! {
     Route(RouteStep) = "route",
 }
 
+impl StepType {
+    /// Whether steps of this type call a language model, and so can be sent a validate step's
+    /// feedback.
+    pub fn calls_model(self) -> bool {
+        matches!(
+            self,
+            StepType::Infer
+                | StepType::Structured
+                | StepType::Redundant
+                | StepType::Agent
+                | StepType::Route
+        )
+    }
+}
+
 impl std::fmt::Display for StepType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -161,6 +176,20 @@ pub struct StepCommon {
     /// Longest one attempt may take (e.g. `30s`); defaults to the policy's `timeout_per_step`.
     #[serde(default)]
     pub timeout: Option<DurationSpec>,
+    /// What a failure of this step (after its retries) does to the run: `fail` stops it (the default); `continue` goes on, with this step's output null and its error readable as `steps.<name>.error`.
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// What a step's failure does to the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// The run fails.
+    #[default]
+    Fail,
+    /// The run goes on: the step's output is null, its error is recorded and readable as `steps.<name>.error`, and the steps after it run.
+    Continue,
 }
 
 /// Retry settings for a step.
@@ -461,6 +490,8 @@ pub struct StepFacts {
     pub output_as_is: bool,
     /// The voting step this one is the fallback of: it runs only in that step's place.
     pub standby_for: Option<String>,
+    /// Where a failed check of this (validate) step sends the run back to.
+    pub feedback: Option<Feedback>,
 }
 
 /// What a step may ask for while its handler is built: the run-time objects its names resolve

@@ -1,4 +1,5 @@
-//! `type: validate` — deterministic checks on the previous step's output.
+//! `type: validate` — deterministic checks on the previous step's output, and where a failed
+//! check sends the run back to (`feedback`).
 
 use std::sync::Arc;
 
@@ -22,6 +23,25 @@ pub struct ValidateStep {
     /// The rules, each a one-key mapping such as `{ min_length: 20 }`.
     #[schemars(length(min = 1))]
     pub rules: Vec<ValidateRule>,
+    /// On failure, send the run back to a model step upstream: it runs again with its earlier answer and the broken rules appended to its messages, the steps between it and this one run again, and the rules are checked again.
+    #[serde(default)]
+    pub feedback: Option<FeedbackSpec>,
+}
+
+/// Where a failed validation sends the run back to, and how often.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackSpec {
+    /// The step to run again: an `infer`, `structured`, `redundant`, `agent` or `route` step upstream of this one.
+    pub step: String,
+    /// Checks in all, the first included (default 3).
+    #[serde(default = "default_feedback_attempts")]
+    #[schemars(range(min = 1, max = 20))]
+    pub max_attempts: u32,
+}
+
+fn default_feedback_attempts() -> u32 {
+    3
 }
 
 /// One validation rule.
