@@ -83,6 +83,9 @@ pub enum EventData {
         /// The ids of the tool calls the answer made (their tool events carry them as
         /// `tool_call_id`, and are children of this call's span).
         tool_call_ids: Vec<String>,
+        /// Why the call failed, when the engine gave no answer (then usage is zero).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<Failure>,
     },
     /// A tool call started.
     ToolStart { tool: String, args: Value },
@@ -507,6 +510,7 @@ mod tests {
             sent,
             cost,
             tool_call_ids,
+            error: None,
         }
     }
 

@@ -247,11 +247,31 @@ impl StepContext {
         };
         let span = self.events.new_span();
         let started = Instant::now();
-        let response = match stream {
-            Some(sink) => engine.infer_streaming(request, sink).await?,
-            None => engine.infer(request).await?,
+        let answered = match stream {
+            Some(sink) => engine.infer_streaming(request, sink).await,
+            None => engine.infer(request).await,
         };
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let response = match answered {
+            Ok(response) => response,
+            Err(failure) => {
+                // A call the engine failed is a model call too: its event says why.
+                let data = EventData::Inference {
+                    model: info.name,
+                    engine: info.engine,
+                    duration_ms,
+                    usage: TokenUsage::default(),
+                    call,
+                    sent,
+                    cost: None,
+                    tool_call_ids: Vec::new(),
+                    error: Some(failure.clone()),
+                };
+                self.events
+                    .emit(Some(&self.step), span, Some(self.span), data);
+                return Err(failure);
+            }
+        };
         let usage = response.usage;
         let cost = info.price.map(|price| price.cost(usage));
         let read = read(response);
@@ -268,6 +288,7 @@ impl StepContext {
             sent,
             cost,
             tool_call_ids,
+            error: None,
         };
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);
@@ -350,6 +371,27 @@ mod tests {
             temperature: Some(0.3),
             ..Request::default()
         }
+    }
+
+    #[tokio::test]
+    async fn a_call_the_engine_fails_is_still_an_inference_event_with_its_error() {
+        let events = Events::recording();
+        let ctx = context(&events, None);
+        let engine = ScriptedEngine::new(ScriptedConfig {
+            fail_first: 1,
+            ..ScriptedConfig::echo()
+        });
+        let failure = ctx
+            .infer(&engine, request("go"), None, ModelCall::Attempt(1))
+            .await
+            .expect_err("the first call fails");
+        assert_eq!(events.model_calls(), 1, "the failed call is counted");
+        let line = serde_json::to_value(events.recorded().pop().expect("an event")).expect("json");
+        assert_eq!(line["kind"], "inference");
+        assert_eq!(line["data"]["attempt"], 1);
+        assert_eq!(line["data"]["messages"], 2);
+        assert_eq!(line["data"]["error"]["code"], json!(failure.code));
+        assert_eq!(line["data"]["usage"]["completion_tokens"], 0);
     }
 
     #[tokio::test]

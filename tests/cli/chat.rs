@@ -159,3 +159,24 @@ fn message_input_names_the_input_each_line_goes_to() {
     assert_eq!(code, 2);
     assert!(stderr.contains("no input `nope`"), "{stderr}");
 }
+
+#[test]
+fn a_long_chat_is_trimmed_to_memory_and_keeps_the_system_prompt_and_the_message() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let events = dir.path().join("events.jsonl");
+    let e = events.display().to_string();
+    let (code, stdout, stderr) = chat_with(&["--events", &e], "a\nb\nc\nd\ne\n");
+    assert_eq!(code, 0, "{stderr}");
+    // The agent is given the whole history (the template counts it)...
+    assert_eq!(
+        stdout,
+        "0 earlier: a\n2 earlier: b\n4 earlier: c\n6 earlier: d\n8 earlier: e\n"
+    );
+    // ...and sends at most `memory: 4` of it, besides the system prompt and the message.
+    let sent: Vec<u64> = json_lines(&events)
+        .iter()
+        .filter(|e| e["kind"] == "inference")
+        .map(|e| e["data"]["messages"].as_u64().expect("a message count"))
+        .collect();
+    assert_eq!(sent, [2, 4, 6, 6, 6]);
+}
