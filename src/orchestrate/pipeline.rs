@@ -298,6 +298,23 @@ impl StepContext {
     }
 }
 
+#[cfg(test)]
+impl StepContext {
+    /// A context for running a handler on its own in a unit test: step `step`, an empty scope,
+    /// no prompt files, events going to `events`, no cost limit, no feedback.
+    pub fn detached(step: &str, events: &Events) -> StepContext {
+        StepContext {
+            scope: Value::Object(Map::new()),
+            templates: Arc::new(Templates::new(None)),
+            events: events.clone(),
+            step: step.to_string(),
+            span: events.run_span(),
+            ledger: Arc::default(),
+            feedback: Vec::new(),
+        }
+    }
+}
+
 /// A step's result.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepOutput {
@@ -343,13 +360,8 @@ mod tests {
 
     fn context(events: &Events, max_cost: Option<f64>) -> StepContext {
         StepContext {
-            scope: json!({}),
-            templates: Arc::new(Templates::new(None)),
-            events: events.clone(),
-            step: "ask".into(),
-            span: events.run_span(),
             ledger: Arc::new(StepLedger::new(max_cost.map(Cost::from_amount))),
-            feedback: Vec::new(),
+            ..StepContext::detached("ask", events)
         }
     }
 

@@ -294,23 +294,12 @@ mod tests {
     use super::*;
     use crate::inference::{EngineFuture, ModelInfo};
     use crate::orchestrate::events::Events;
-    use crate::orchestrate::pipeline::StepLedger;
     use crate::orchestrate::steps::PromptSource;
     use crate::orchestrate::tools::{SideEffects, ToolAction};
-    use crate::prompt::Templates;
     use crate::tool::Builtin;
 
     fn context() -> StepContext {
-        let events = Events::recording();
-        StepContext {
-            scope: json!({}),
-            templates: Arc::new(Templates::new(None)),
-            span: events.run_span(),
-            events,
-            step: "agent".into(),
-            ledger: Arc::new(StepLedger::default()),
-            feedback: Vec::new(),
-        }
+        StepContext::detached("agent", &Events::recording())
     }
 
     fn turn(text: &str) -> Response {

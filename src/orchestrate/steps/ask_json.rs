@@ -86,23 +86,13 @@ pub async fn ask_json<T>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::inference::{ScriptRule, ScriptedConfig, ScriptedEngine, ScriptedReply};
     use crate::orchestrate::events::Events;
-    use crate::prompt::Templates;
 
     fn context(events: &Events) -> StepContext {
-        StepContext {
-            scope: json!({}),
-            templates: Arc::new(Templates::new(None)),
-            events: events.clone(),
-            step: "ask".into(),
-            span: events.run_span(),
-            ledger: Arc::default(),
-            feedback: Vec::new(),
-        }
+        StepContext::detached("ask", events)
     }
 
     /// Answers `first` to the question, and 7 once told what was wrong with `first`.

@@ -217,9 +217,7 @@ mod tests {
     use crate::core::Message;
     use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
     use crate::orchestrate::events::Events;
-    use crate::orchestrate::pipeline::StepLedger;
     use crate::orchestrate::steps::PromptSource;
-    use crate::prompt::Templates;
 
     fn redundant(fail_first: u32, replies: &[&str], n: usize, quorum: usize) -> Redundant {
         let engine = ScriptedEngine::new(ScriptedConfig {
@@ -249,16 +247,7 @@ mod tests {
     }
 
     fn context() -> StepContext {
-        let events = Events::recording();
-        StepContext {
-            scope: json!({}),
-            templates: Arc::new(Templates::new(None)),
-            span: events.run_span(),
-            events,
-            step: "vote".into(),
-            ledger: Arc::new(StepLedger::default()),
-            feedback: Vec::new(),
-        }
+        StepContext::detached("vote", &Events::recording())
     }
 
     #[tokio::test]
