@@ -24,6 +24,8 @@ cargo build --locked --quiet --example local_speed
 run() { taskset -c 0,1 "$@"; }
 echo "pagantic, derived Q8_0 file:";  run ./target/debug/examples/local_speed "$derived"
 echo "pagantic, original file:";      run ./target/debug/examples/local_speed "$original"
+# The same with one sequence at a time inside mistral.rs (requests queue there instead).
+echo "pagantic, derived file, max_batch 1:"; run ./target/debug/examples/local_speed "$derived" 1
 if [ -n "${LLAMA_VENV:-}" ]; then
   echo "llama.cpp, original file:";   run "$LLAMA_VENV/bin/python" benches/peers/llamacpp_speed.py "$original" 2
 fi

@@ -7,7 +7,7 @@
 #   voted       a `redundant` step: 3 candidates (temperatures 0, 0.7, 1.0), field_majority vote
 # "off" runs the model with `decoder_constraints: false` (schemas only checked after decoding).
 #
-#   bash benches/json_validity.sh        # needs `cargo run -- models pull`; ~5 minutes on 2 cores
+#   bash benches/json_validity.sh        # needs `cargo run -- models pull`; ~9 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --quiet

@@ -13,7 +13,8 @@ use std::time::Instant;
 use pagantic::core::Message;
 use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request, store};
 
-/// A ~500-token prompt for prefill (the same text the llama.cpp side uses).
+/// The prompt for prefill: 670 tokens by the model's tokenizer (`prefill_tokens` in the output),
+/// the same text the llama.cpp side uses.
 fn long_prompt() -> String {
     let paragraph = "pagantic is a declarative pipeline runner for LLM work. People describe a pipeline once, \
         in a YAML plan file: retrieve passages, rerank them with a cross-encoder, infer with a local model, \
