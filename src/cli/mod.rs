@@ -6,6 +6,7 @@
 
 mod chat;
 mod common;
+mod diff;
 mod graph;
 mod models;
 mod render;
@@ -63,6 +64,9 @@ enum Command {
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
     Graph(graph::Args),
+    /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
+    /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
+    Diff(diff::Args),
 }
 
 /// Parses the command line, runs the command, and returns the process exit code.
@@ -76,6 +80,7 @@ pub fn main() -> ExitCode {
         Command::Models(args) => models::run(&args).map_err(Exit::from),
         Command::Schema(args) => schema::run(&args).map_err(Exit::from),
         Command::Graph(args) => graph::run(&args).map_err(Exit::from),
+        Command::Diff(args) => diff::run(&args).map_err(Exit::from),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

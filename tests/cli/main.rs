@@ -9,6 +9,7 @@ mod architecture;
 mod batch;
 mod chat;
 mod cost;
+mod diff;
 mod docs;
 mod graph;
 mod invalid_corpus;
