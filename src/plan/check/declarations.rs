@@ -97,7 +97,7 @@ impl Checker<'_> {
                 upstream: Some(BTreeSet::new()),
                 has_input: false,
                 extra: &["args", "results"],
-                plan_context: false,
+                roots: &[],
             };
             for (at, template) in tool.templates() {
                 let mut at_tool = path(&["tools", name]);
@@ -156,7 +156,8 @@ impl Checker<'_> {
                     upstream: Some(BTreeSet::new()),
                     has_input: false,
                     extra: &["args", "results"],
-                    plan_context: true,
+                    // What a template agent renders with: nothing of the steps around it.
+                    roots: &["inputs", "vars"],
                 };
                 let at = [base.clone(), vec!["template".into()]].concat();
                 self.inline_template(&at, template, TemplateSource::Inline, &scope);

@@ -32,7 +32,7 @@ mod policy;
 mod references;
 mod templates;
 
-use templates::{PromptFile, Scope};
+use templates::{CONTEXT_ROOTS, PromptFile, Scope};
 
 /// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`, and
 /// `steps.<name>.error` (null unless the step failed and the run went on past it).
@@ -321,7 +321,7 @@ impl Checker<'_> {
             upstream: upstream.clone(),
             has_input,
             extra,
-            plan_context: true,
+            roots: CONTEXT_ROOTS,
         };
 
         for (named, role) in &refs.models {

@@ -29,8 +29,9 @@ pub(super) struct Scope {
     pub(super) has_input: bool,
     /// Names this template sees besides the usual roots (e.g. `args` for tool argv).
     pub(super) extra: &'static [&'static str],
-    /// Whether the usual roots are visible at all (tool argv templates see only `args`).
-    pub(super) plan_context: bool,
+    /// Which of the usual roots ([`CONTEXT_ROOTS`]) the template sees where it runs: all of
+    /// them in a step, none in a tool's argv, `inputs` and `vars` in a route agent's template.
+    pub(super) roots: &'static [&'static str],
 }
 
 /// Where a template's text lives, for pointing at a variable inside it.
@@ -271,7 +272,7 @@ impl Checker<'_> {
     /// Records which step a step's template reads, so the executor passes only those.
     pub(super) fn note_read(&mut self, parts: &[&str], scope: &Scope) {
         let Some(step) = scope.step else { return };
-        if parts.first() != Some(&"steps") || !scope.plan_context {
+        if parts.first() != Some(&"steps") || !scope.roots.contains(&"steps") {
             return;
         }
         match parts.get(1).and_then(|name| {
@@ -308,12 +309,8 @@ impl Checker<'_> {
         if scope.extra.contains(&head) || GLOBAL_FUNCTIONS.contains(&head) {
             return None;
         }
-        if !scope.plan_context || !CONTEXT_ROOTS.contains(&head) {
-            let roots: Vec<&str> = if scope.plan_context {
-                CONTEXT_ROOTS.iter().chain(scope.extra).copied().collect()
-            } else {
-                scope.extra.to_vec()
-            };
+        if !scope.roots.contains(&head) {
+            let roots: Vec<&str> = scope.roots.iter().chain(scope.extra).copied().collect();
             return unknown(
                 head,
                 suggestion(head, "variables here", roots.iter().copied()),
@@ -390,7 +387,7 @@ impl Checker<'_> {
                 upstream: None,
                 has_input: false,
                 extra: &[],
-                plan_context: true,
+                roots: CONTEXT_ROOTS,
             };
             self.inline_template(&path(&["output"]), output, TemplateSource::Inline, &scope);
         }
