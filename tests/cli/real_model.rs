@@ -64,6 +64,13 @@ fn decoder_constraints_hold_on_the_local_model() {
         ["colour: blue", "colour: white", "colour: red"].contains(&colour),
         "gbnf: {colour:?}"
     );
+    let verdict = step(&record, "verdict")["output"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ["verdict: yes", "verdict: no"].contains(&verdict),
+        "lark: {verdict:?}"
+    );
     let review = step(&record, "review");
     assert_eq!(review["detail"]["constrained"], true);
     assert_eq!(review["detail"]["retries"], 0);

@@ -479,6 +479,22 @@ fn render_shows_an_agent_s_ephemeral_context_where_the_model_sees_it() {
     );
 }
 
+/// `render --live` runs the upstream steps on the plan's own models; a plain render stands in
+/// scripted echoes for them, so the rendered prompt differs.
+#[test]
+fn render_live_runs_the_upstream_steps_on_their_models() {
+    let args = ["render", "tests/plans/render-live.yaml", "--step", "check"];
+    let echoed = pagantic(&args);
+    assert_eq!(echoed.code, 0, "{}", echoed.stderr);
+    assert_eq!(
+        echoed.stdout.trim_end(),
+        "--- user ---\nIs Which city is the capital of France? right?"
+    );
+    let live = pagantic(&[&args[..], &["--live"]].concat());
+    assert_eq!(live.code, 0, "{}", live.stderr);
+    assert_eq!(live.stdout.trim_end(), "--- user ---\nIs Paris right?");
+}
+
 #[test]
 fn render_a_prompt_file_alone() {
     let run = pagantic(&[
