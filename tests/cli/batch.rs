@@ -369,6 +369,64 @@ fn fail_fast_stops_at_the_first_failure_and_the_summary_says_so() {
     assert!(summary["steps"]["label"]["p50_ms"].is_number(), "{summary}");
 }
 
+#[cfg(unix)]
+#[test]
+fn ctrl_c_during_a_batch_keeps_every_finished_row_and_resume_runs_the_rest() {
+    let input = rows_file("interrupted.jsonl", 120, None);
+    let out = scratch("interrupted.out.jsonl");
+    let args = [
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--out",
+        s(&out),
+        "--id",
+        "id",
+        "-j",
+        "4",
+    ];
+    let child = crate::spawn(&args);
+    let complete_lines = || {
+        std::fs::read_to_string(&out)
+            .map(|text| text.matches('\n').count())
+            .unwrap_or(0)
+    };
+    // Interrupted once rows have been written, while others are in flight.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while complete_lines() < 20 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let output = child.wait_with_output().expect("pagantic ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cancelled; --resume continues"), "{stderr}");
+    let kept = lines(&out);
+    assert!(kept.len() >= 20 && kept.len() < 120, "{} rows", kept.len());
+    assert!(
+        kept.iter().all(|l| l["status"] == "ok"),
+        "only finished rows"
+    );
+
+    let mut resumed = args.to_vec();
+    resumed.push("--resume");
+    let finish = pagantic(&resumed);
+    assert_eq!(finish.code, 0, "{}", finish.stderr);
+    let mut ids: Vec<String> = lines(&out)
+        .iter()
+        .map(|l| l["row"].as_str().expect("row id").to_string())
+        .collect();
+    ids.sort();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!((before, ids.len()), (120, 120), "every row once");
+}
+
 #[test]
 fn rows_come_from_stdin_with_a_dash() {
     let out = scratch("stdin.out.jsonl");
