@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 
 use crate::core::{Failure, FailureCode};
 
-/// Most bytes one row may have unless `--max-row-bytes` says otherwise: a JSON Lines line, or a
-/// file of a directory input.
+/// Most bytes one row may have unless `--max-row-bytes` says otherwise: a JSON Lines line, the
+/// field text of a CSV record, or a file of a directory input.
 pub const DEFAULT_MAX_ROW_BYTES: u64 = 16 * 1024 * 1024;
 
 /// One input row.
@@ -66,7 +66,7 @@ pub fn open(source: &str, id_column: Option<&str>, max_row_bytes: u64) -> Result
     let file = File::open(path).map_err(|e| bad_input(format!("cannot read {source}: {e}")))?;
     let reader = BufReader::new(file);
     match path.extension().and_then(|e| e.to_str()) {
-        Some("csv") => csv(reader, id_column),
+        Some("csv") => csv(reader, id_column, max_row_bytes),
         _ => Ok(jsonl(
             Box::new(reader),
             source.to_string(),
@@ -241,29 +241,133 @@ fn jsonl(
     ))
 }
 
-fn csv(reader: BufReader<File>, id_column: Option<String>) -> Result<Rows, Failure> {
-    let mut records = csv::Reader::from_reader(reader);
-    let headers = records
-        .headers()
-        .map_err(|e| bad_input(format!("CSV header: {e}")))?
-        .clone();
-    Ok(Box::new(records.into_records().enumerate().map(
-        move |(index, record)| {
-            let record = record.map_err(|e| {
+fn csv(
+    reader: BufReader<File>,
+    id_column: Option<String>,
+    max_row_bytes: u64,
+) -> Result<Rows, Failure> {
+    let mut records = CsvRecords::new(reader, max_row_bytes);
+    let headers = match records.next() {
+        None => Vec::new(),
+        Some(header) => header.map_err(|problem| bad_input(format!("CSV header: {problem}")))?,
+    };
+    Ok(Box::new(records.enumerate().map(move |(index, record)| {
+        let id = (index + 1).to_string();
+        let fields = record
+            .and_then(|fields| match fields.len() == headers.len() {
+                true => Ok(fields),
+                false => Err(format!(
+                    "the record has {} fields, the header {}",
+                    fields.len(),
+                    headers.len()
+                )),
+            })
+            .map_err(|problem| {
                 bad_row(
                     index,
-                    (index + 1).to_string(),
-                    format!("CSV record {}: {e}", index + 1),
+                    id.clone(),
+                    format!("CSV record {}: {problem}", index + 1),
                 )
             })?;
-            let data: Map<String, Value> = headers
-                .iter()
-                .zip(record.iter())
-                .map(|(h, v)| (h.to_string(), Value::String(v.to_string())))
-                .collect();
-            with_id(index, (index + 1).to_string(), data, &id_column)
-        },
-    )))
+        let data: Map<String, Value> = headers
+            .iter()
+            .cloned()
+            .zip(fields.into_iter().map(Value::String))
+            .collect();
+        with_id(index, id, data, &id_column)
+    })))
+}
+
+/// The records of a CSV file, each with at most `max` bytes of field text (and `max` fields)
+/// held in memory: a larger record is parsed through to its end — quoted line breaks and all —
+/// with its fields dropped as they come, and reported, so one huge record cannot take the memory
+/// of the whole job.
+struct CsvRecords {
+    input: BufReader<File>,
+    parser: csv_core::Reader,
+    max: u64,
+    /// The current record's field text, and where each field ends in it.
+    text: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl CsvRecords {
+    fn new(input: BufReader<File>, max: u64) -> Self {
+        CsvRecords {
+            input,
+            parser: csv_core::Reader::new(),
+            max,
+            text: vec![0; 64],
+            ends: vec![0; 64],
+        }
+    }
+
+    /// The fields of the record just read, whose first `count` ends are in `ends`.
+    fn fields(&self, count: usize) -> Result<Vec<String>, String> {
+        let mut start = 0;
+        self.ends[..count]
+            .iter()
+            .map(|&end| {
+                let field = self.text.get(start..end).unwrap_or_default();
+                start = end;
+                String::from_utf8(field.to_vec()).map_err(|_| "the row is not UTF-8".to_string())
+            })
+            .collect()
+    }
+}
+
+impl Iterator for CsvRecords {
+    type Item = Result<Vec<String>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use csv_core::ReadRecordResult as Read;
+        // Buffers grow up to `max` entries (64 at least, so a full one always makes progress).
+        let limit = usize::try_from(self.max).unwrap_or(usize::MAX).max(64);
+        let (mut text_at, mut ends_at) = (0, 0);
+        let (mut bytes, mut text_bytes, mut fields) = (0u64, 0u64, 0u64);
+        loop {
+            let input = match self.input.fill_buf() {
+                Ok(input) => input,
+                Err(e) => return Some(Err(e.to_string())),
+            };
+            let (result, read, written, ended) = self.parser.read_record(
+                input,
+                &mut self.text[text_at..],
+                &mut self.ends[ends_at..],
+            );
+            self.input.consume(read);
+            bytes += read as u64;
+            text_bytes += written as u64;
+            fields += ended as u64;
+            text_at += written;
+            ends_at += ended;
+            let oversized = text_bytes > self.max || fields > self.max;
+            match result {
+                Read::InputEmpty => {}
+                Read::OutputFull => text_at = make_room(&mut self.text, text_at, limit),
+                Read::OutputEndsFull => ends_at = make_room(&mut self.ends, ends_at, limit),
+                Read::Record if oversized => {
+                    return Some(Err(format!(
+                        "the row is {bytes} bytes, more than the {} a row may have (--max-row-bytes)",
+                        self.max
+                    )));
+                }
+                Read::Record => return Some(self.fields(ends_at)),
+                Read::End => return None,
+            }
+        }
+    }
+}
+
+/// Makes room in a full `buffer` whose first `used` entries are written: doubles it up to
+/// `limit` entries; past that the record is too large to keep, and its entries so far are dropped.
+/// Returns where writing goes on.
+fn make_room<T: Clone + Default>(buffer: &mut Vec<T>, used: usize, limit: usize) -> usize {
+    if buffer.len() >= limit {
+        return 0;
+    }
+    buffer.resize(buffer.len().saturating_mul(2).min(limit), T::default());
+    used
 }
 
 fn files(pattern: &str, max_row_bytes: u64) -> Result<Rows, Failure> {
@@ -410,6 +514,38 @@ mod tests {
         let last = rows[2].as_ref().expect("the next row reads");
         assert_eq!(last.data.get("text"), Some(&Value::String("c".into())));
         assert_eq!(last.id, "3");
+    }
+
+    /// Issue 13: the CSV twin of the above: a record with more field text than the limit (a
+    /// quoted field spanning lines) fails alone; so does one with the wrong number of fields.
+    #[test]
+    fn a_csv_record_past_the_size_limit_fails_alone() {
+        let huge = format!("\"{}\"", "x\n".repeat(3000));
+        let (_dir, path) = scratch(
+            "huge.csv",
+            &format!("\u{feff}a,b\n1,2\n{huge},3\n\n4\n\"5\",\"6\"\r\n"),
+        );
+        let rows = collect(open(&path, None, 1000).expect("open"));
+        assert_eq!(rows.len(), 4);
+        let too_long = rows[1].as_ref().expect_err("too long");
+        assert_eq!(too_long.id, "2");
+        assert!(
+            too_long
+                .failure
+                .message
+                .contains("CSV record 2: the row is 6005 bytes, more than the 1000"),
+            "{}",
+            too_long.failure.message
+        );
+        let short = rows[2].as_ref().expect_err("one field");
+        assert_eq!(
+            short.failure.message,
+            "CSV record 3: the record has 1 fields, the header 2"
+        );
+        let last = rows[3].as_ref().expect("the next row reads");
+        assert_eq!(last.data.get("a"), Some(&Value::String("5".into())));
+        assert_eq!(last.data.get("b"), Some(&Value::String("6".into())));
+        assert_eq!(last.id, "4");
     }
 
     #[test]

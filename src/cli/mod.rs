@@ -71,6 +71,14 @@ enum Command {
 
 /// Parses the command line, runs the command, and returns the process exit code.
 pub fn main() -> ExitCode {
+    // First, before any API key is read: command tools run as the same user must not read this
+    // process's environment through `/proc/<pid>/environ`.
+    if let Err(e) = harden() {
+        eprintln!(
+            "warning: cannot make pagantic non-dumpable ({e}); a command tool running as the same \
+             user can read pagantic's environment, API keys included"
+        );
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args).map_err(Exit::from),
@@ -90,5 +98,22 @@ pub fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_FAILED)
         }
+    }
+}
+
+/// Marks the process non-dumpable: its `/proc/<pid>/environ`, `mem` and the like then open only
+/// for a process with `CAP_SYS_PTRACE`, not for any process of the same user (a command tool),
+/// and it cannot be attached to with ptrace or leave a core dump.
+fn harden() -> nix::Result<()> {
+    nix::sys::prctl::set_dumpable(false)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 13: after hardening, the process is not dumpable.
+    #[test]
+    fn hardening_makes_the_process_non_dumpable() {
+        super::harden().expect("prctl works on Linux");
+        assert_eq!(nix::sys::prctl::get_dumpable(), Ok(false));
     }
 }

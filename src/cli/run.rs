@@ -115,8 +115,8 @@ pub struct BatchArgs {
     /// Write rows in input order rather than as they finish.
     #[arg(long, requires = "batch")]
     ordered: bool,
-    /// Most bytes one input row may have (a JSON Lines line, a file of a directory input); a
-    /// longer row fails on its own and the rest go on.
+    /// Most bytes one input row may have (a JSON Lines line, the field text of a CSV record, a
+    /// file of a directory input); a longer row fails on its own and the rest go on.
     #[arg(long, value_name = "BYTES", default_value_t = crate::batch::input::DEFAULT_MAX_ROW_BYTES, requires = "batch")]
     max_row_bytes: u64,
     /// Also write the end-of-run summary as JSON to FILE.

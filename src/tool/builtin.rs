@@ -9,6 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use num_traits::ToPrimitive;
 use serde_json::{Value, json};
 
 use super::calculator;
@@ -17,7 +18,7 @@ use crate::core::{Failure, FailureCode};
 /// The largest file `read_file` returns: enough for a document, small enough for a prompt.
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-use calculator::EXACT_INTEGER_LIMIT;
+use calculator::Number;
 
 /// A tool compiled into pagantic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +42,10 @@ impl Builtin {
             Builtin::Calculator => (
                 "Evaluates an arithmetic expression and returns the number. Supports + - * / % ^, \
                  parentheses, the constants pi and e, and the functions sqrt, abs, round, floor, \
-                 ceil, min and max.",
+                 ceil, min and max. Integer arithmetic is exact at any size up to 1024 bits (`/` \
+                 when it divides evenly, `^` with a whole exponent); integers past 64 bits come \
+                 back as strings of digits. Other results are doubles, marked `exact: false` when \
+                 rounded.",
                 json!({
                     "type": "object",
                     "properties": {
@@ -151,18 +155,25 @@ fn calculate(expression: &str) -> Result<Value, Failure> {
             crate::core::text::excerpt(expression, 80)
         ))
     })?;
-    let value = evaluated.value;
-    let result = if value.fract() == 0.0 && value.abs() <= EXACT_INTEGER_LIMIT {
-        // Whole and exact: prints as `98`, not `98.0`.
-        Value::from(value as i64)
-    } else {
-        Value::from(value)
+    let (result, exact) = match evaluated {
+        // Past 64 bits a JSON number would be rounded by whoever reads it: digits instead.
+        Number::Integer(n) => match (n.to_i64(), n.to_u64()) {
+            (Some(small), _) => (Value::from(small), true),
+            (None, Some(large)) => (Value::from(large), true),
+            (None, None) => (Value::String(n.to_string()), true),
+        },
+        // Whole: prints as `3`, not `3.0`.
+        Number::Real { value, exact } if value.fract() == 0.0 && value.abs() < 9.2e18 => {
+            (Value::from(value as i64), exact)
+        }
+        Number::Real { value, exact } => (Value::from(value), exact),
     };
-    if evaluated.inexact {
+    if !exact {
         return Ok(json!({
             "result": result,
             "exact": false,
-            "note": "numbers beyond 2^53 are rounded to the nearest double: the result may be off"
+            "note": "the result is a rounded double (a fraction, a decimal or an irrational number \
+                     a double cannot hold): it may be off in its last digits"
         }));
     }
     Ok(json!({ "result": result }))
@@ -334,11 +345,31 @@ mod tests {
         }
     }
 
-    /// Issue 13: past 2^53 doubles skip integers; the calculator says so instead of passing a
-    /// rounded number off as exact, even when only an intermediate result was that large.
+    /// Issue 13: integers are exact at any size (past 64 bits as digits); a rounded double says
+    /// so instead of passing itself off as exact.
     #[test]
-    fn the_calculator_says_when_a_result_may_be_rounded() {
-        for expression in ["2 ^ 60", "9007199254740993", "(2^53 + 1) - 2^53"] {
+    fn the_calculator_is_exact_with_integers_and_says_when_a_result_may_be_rounded() {
+        let exact = [
+            ("2 ^ 60", json!(1_152_921_504_606_846_976u64)),
+            ("2 ^ 64 - 1", json!(u64::MAX)),
+            ("2 ^ 64 + 1", json!("18446744073709551617")),
+            ("-(2 ^ 64)", json!("-18446744073709551616")),
+            ("(2^53 + 1) - 2^53", json!(1)),
+            ("round(2.5)", json!(3)),
+        ];
+        for (expression, expected) in exact {
+            let result = Builtin::Calculator
+                .call(&json!({ "expression": expression }))
+                .unwrap();
+            assert_eq!(result, json!({ "result": expected }), "{expression}");
+        }
+        for expression in [
+            "1 / 3",
+            "0.1 + 0.2",
+            "sqrt(2)",
+            "2 * pi",
+            "2^60 * 1.5 + 0.5",
+        ] {
             let result = Builtin::Calculator
                 .call(&json!({ "expression": expression }))
                 .unwrap();

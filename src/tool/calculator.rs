@@ -16,8 +16,17 @@
 //! `round`, `floor`, `ceil` (one argument) and `min`, `max` (one or more). Nesting is limited to
 //! [`MAX_DEPTH`] so that no input can exhaust the stack, and every intermediate result must be a
 //! finite real number.
+//!
+//! Integers are exact: `+ - * %`, unary minus and whole powers of integers are computed with
+//! arbitrary precision (up to [`MAX_INTEGER_BITS`], about the range of a double), and `/` yields
+//! an integer when it divides evenly. Everything else is a double, which carries whether it is
+//! exactly the value it stands for (`10 / 4` is; `1 / 3`, `0.1` and `pi` are not).
 
+use std::cmp::Ordering;
 use std::fmt;
+
+use num_bigint::BigInt;
+use num_traits::{FromPrimitive, Signed, ToPrimitive, Zero};
 
 use crate::core::text::excerpt;
 
@@ -42,32 +51,159 @@ impl fmt::Display for CalcError {
     }
 }
 
-/// The largest magnitude below which every integer is a double exactly (2^53).
-pub(super) const EXACT_INTEGER_LIMIT: f64 = 9_007_199_254_740_992.0;
+/// Most bits an integer may have: about the range of a double, past which the result is too large.
+pub(super) const MAX_INTEGER_BITS: u64 = 1024;
 
-/// A result, and whether it may be rounded: true when a number in the expression, an
-/// intermediate result or the result itself reaches [`EXACT_INTEGER_LIMIT`], where doubles no
-/// longer hold every integer (`2^53 + 1` is `2^53`, so 2^53 itself may be a rounded result).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Evaluated {
-    pub value: f64,
-    pub inexact: bool,
+/// Most significant digits the decimal expansion of any double has; a decimal literal with more
+/// cannot be one exactly.
+const MAX_EXACT_DECIMAL_DIGITS: usize = 800;
+
+/// A value: an exact integer, or a double and whether it is exactly the value it stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Number {
+    Integer(BigInt),
+    Real { value: f64, exact: bool },
+}
+
+impl Number {
+    /// The value as a double, and whether the double is exactly it.
+    fn real(&self) -> (f64, bool) {
+        match self {
+            Number::Integer(n) => {
+                let value = n.to_f64().unwrap_or(f64::INFINITY);
+                (value, BigInt::from_f64(value).as_ref() == Some(n))
+            }
+            Number::Real { value, exact } => (*value, *exact),
+        }
+    }
+
+    fn negate(self) -> Number {
+        match self {
+            Number::Integer(n) => Number::Integer(-n),
+            Number::Real { value, exact } => Number::Real {
+                value: -value,
+                exact,
+            },
+        }
+    }
 }
 
 /// Evaluates an arithmetic expression.
-pub(super) fn evaluate(text: &str) -> Result<Evaluated, CalcError> {
-    let mut parser = Parser {
-        text,
-        at: 0,
-        inexact: false,
-    };
+pub(super) fn evaluate(text: &str) -> Result<Number, CalcError> {
+    let mut parser = Parser { text, at: 0 };
     let value = parser.expression(0)?;
     match parser.peek() {
-        None => Ok(Evaluated {
-            value,
-            inexact: parser.inexact,
-        }),
+        None => Ok(value),
         Some(c) => Err(parser.error(parser.at, format!("unexpected `{c}`"))),
+    }
+}
+
+/// Whether `value` is exactly `numerator / denominator` (`denominator` positive).
+fn is_ratio(value: f64, numerator: &BigInt, denominator: &BigInt) -> bool {
+    if !value.is_finite() {
+        return false;
+    }
+    // value = ±mantissa · 2^exponent
+    let bits = value.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i64;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mantissa, exponent) = match biased {
+        0 => (fraction, -1074),
+        _ => (fraction | (1 << 52), biased - 1075),
+    };
+    let mut scaled = BigInt::from(mantissa) * denominator;
+    if value.is_sign_negative() {
+        scaled = -scaled;
+    }
+    match exponent {
+        e if e >= 0 => scaled << e.unsigned_abs() == *numerator,
+        e => scaled == numerator << e.unsigned_abs(),
+    }
+}
+
+/// `a / b` for integers: an integer when `b` divides `a`, else the nearest double, exact or not.
+fn divide(a: &BigInt, b: &BigInt) -> Number {
+    if (a % b).is_zero() {
+        return Number::Integer(a / b);
+    }
+    let (numerator, denominator) = match b.is_negative() {
+        true => (-a, -b),
+        false => (a.clone(), b.clone()),
+    };
+    let value = match (numerator.to_f64(), denominator.to_f64()) {
+        (Some(n), Some(d)) => n / d,
+        _ => f64::NAN,
+    };
+    Number::Real {
+        value,
+        exact: is_ratio(value, &numerator, &denominator),
+    }
+}
+
+/// `base ^ exponent` for a non-negative exponent, or `None` past [`MAX_INTEGER_BITS`] — decided
+/// before it is computed, so no exponent can make it take long.
+fn integer_power(base: &BigInt, exponent: &BigInt) -> Option<BigInt> {
+    let one = BigInt::from(1);
+    if base.is_zero() || base.abs() == one {
+        let odd = exponent.bit(0);
+        return Some(match (base.is_zero(), exponent.is_zero()) {
+            (_, true) => one,
+            (true, false) => BigInt::ZERO,
+            (false, false) if base.is_negative() && odd => -one,
+            (false, false) => one,
+        });
+    }
+    // |result| ≥ 2^((bits − 1) · exponent), so past the limit when that product reaches it.
+    let exponent = exponent.to_u64().filter(|&n| {
+        (base.bits() - 1)
+            .checked_mul(n)
+            .is_some_and(|floor| floor < MAX_INTEGER_BITS)
+    })?;
+    let result = base.pow(u32::try_from(exponent).ok()?);
+    (result.bits() <= MAX_INTEGER_BITS).then_some(result)
+}
+
+/// `sqrt`: an integer when the argument is a perfect square.
+fn square_root(n: Number) -> Number {
+    match n {
+        Number::Integer(n)
+            if !n.is_negative() && {
+                let root = n.sqrt();
+                &root * &root == n
+            } =>
+        {
+            Number::Integer(n.sqrt())
+        }
+        Number::Integer(_) => Number::Real {
+            value: n.real().0.sqrt(),
+            exact: false,
+        },
+        Number::Real { value, exact } => {
+            let root = value.sqrt();
+            Number::Real {
+                value: root,
+                exact: exact && root.mul_add(root, -value) == 0.0,
+            }
+        }
+    }
+}
+
+/// `round`, `floor`, `ceil`: an integer is already whole.
+fn whole(n: Number, function: fn(f64) -> f64) -> Number {
+    match n {
+        Number::Integer(n) => Number::Integer(n),
+        Number::Real { value, exact } => Number::Real {
+            value: function(value),
+            exact,
+        },
+    }
+}
+
+/// Orders two numbers: integers exactly, anything with a double as doubles.
+fn compare(a: &Number, b: &Number) -> Ordering {
+    match (a, b) {
+        (Number::Integer(a), Number::Integer(b)) => a.cmp(b),
+        _ => a.real().0.total_cmp(&b.real().0),
     }
 }
 
@@ -85,12 +221,10 @@ struct Parser<'a> {
     text: &'a str,
     /// Byte offset of the next character; always on a character boundary.
     at: usize,
-    /// Whether a value beyond exact integers was seen.
-    inexact: bool,
 }
 
 impl Parser<'_> {
-    fn expression(&mut self, depth: usize) -> Result<f64, CalcError> {
+    fn expression(&mut self, depth: usize) -> Result<Number, CalcError> {
         self.check_depth(depth)?;
         let mut value = self.term(depth)?;
         loop {
@@ -105,7 +239,7 @@ impl Parser<'_> {
         }
     }
 
-    fn term(&mut self, depth: usize) -> Result<f64, CalcError> {
+    fn term(&mut self, depth: usize) -> Result<Number, CalcError> {
         let mut value = self.unary(depth)?;
         loop {
             let op = match self.peek() {
@@ -120,12 +254,12 @@ impl Parser<'_> {
         }
     }
 
-    fn unary(&mut self, depth: usize) -> Result<f64, CalcError> {
+    fn unary(&mut self, depth: usize) -> Result<Number, CalcError> {
         self.check_depth(depth)?;
         match self.peek() {
             Some('-') => {
                 self.bump();
-                Ok(-self.unary(depth + 1)?)
+                Ok(self.unary(depth + 1)?.negate())
             }
             Some('+') => {
                 self.bump();
@@ -135,7 +269,7 @@ impl Parser<'_> {
         }
     }
 
-    fn power(&mut self, depth: usize) -> Result<f64, CalcError> {
+    fn power(&mut self, depth: usize) -> Result<Number, CalcError> {
         let base = self.primary(depth)?;
         if self.peek() != Some('^') {
             return Ok(base);
@@ -145,7 +279,7 @@ impl Parser<'_> {
         self.apply(Op::Power, at, base, exponent)
     }
 
-    fn primary(&mut self, depth: usize) -> Result<f64, CalcError> {
+    fn primary(&mut self, depth: usize) -> Result<Number, CalcError> {
         match self.peek() {
             Some(c) if c.is_ascii_digit() || c == '.' => self.number(),
             Some(c) if c.is_ascii_alphabetic() => self.name(depth),
@@ -160,34 +294,65 @@ impl Parser<'_> {
         }
     }
 
-    fn number(&mut self) -> Result<f64, CalcError> {
+    fn number(&mut self) -> Result<Number, CalcError> {
         let start = self.at;
         let rest = &self.text[start..];
         let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let mut len = digits(rest);
+        let whole_len = digits(rest);
+        let mut len = whole_len;
         if rest[len..].starts_with('.') {
             len += 1 + digits(&rest[len + 1..]);
         }
         let literal = &rest[..len];
         self.at += len;
-        match literal.parse::<f64>() {
-            Ok(value) if value.is_finite() => {
-                // A whole number that a double cannot hold exactly (`9007199254740993`).
-                let whole_exact = literal
-                    .parse::<u128>()
-                    .map_or(literal.contains('.'), |n| n as f64 as u128 == n);
-                self.inexact |= !whole_exact || value.abs() >= EXACT_INTEGER_LIMIT;
-                Ok(value)
-            }
-            Ok(_) => Err(self.error(
+        let too_large = || {
+            self.error(
                 start,
                 format!("the number `{}` is too large", excerpt(literal, 40)),
-            )),
-            Err(_) => Err(self.error(start, format!("`{}` is not a number", excerpt(literal, 40)))),
+            )
+        };
+        if len == whole_len {
+            // An integer: its digit count bounds its size before it is parsed.
+            let significant = literal.trim_start_matches('0');
+            if significant.len() as u64 > MAX_INTEGER_BITS * 3 / 10 + 2 {
+                return Err(too_large());
+            }
+            let n: BigInt = match significant {
+                "" => BigInt::ZERO,
+                digits => digits.parse().map_err(|_| too_large())?,
+            };
+            return match n.bits() <= MAX_INTEGER_BITS {
+                true => Ok(Number::Integer(n)),
+                false => Err(too_large()),
+            };
         }
+        let value = match literal.parse::<f64>() {
+            Ok(value) if value.is_finite() => value,
+            Ok(_) => return Err(too_large()),
+            Err(_) => {
+                return Err(
+                    self.error(start, format!("`{}` is not a number", excerpt(literal, 40)))
+                );
+            }
+        };
+        // The decimal is digits / 10^fraction_digits; a double is exactly it only when it has
+        // few enough significant digits.
+        let (whole, fraction) = literal.split_at(whole_len);
+        let fraction = fraction[1..].trim_end_matches('0');
+        let digits = format!("{whole}{fraction}");
+        let digits = digits.trim_start_matches('0');
+        let exact = digits.len() <= MAX_EXACT_DECIMAL_DIGITS && {
+            let numerator: BigInt = digits.parse().unwrap_or_default();
+            is_ratio(
+                value,
+                &numerator,
+                &BigInt::from(10).pow(fraction.len() as u32),
+            )
+        };
+        Ok(Number::Real { value, exact })
     }
 
-    fn name(&mut self, depth: usize) -> Result<f64, CalcError> {
+    fn name(&mut self, depth: usize) -> Result<Number, CalcError> {
         let start = self.at;
         let rest = &self.text[start..];
         let len = rest
@@ -202,23 +367,34 @@ impl Parser<'_> {
         };
         let is_call = self.peek() == Some('(');
         match (constant, is_call) {
-            (Some(value), false) => return Ok(value),
+            (Some(value), false) => {
+                return Ok(Number::Real {
+                    value,
+                    exact: false,
+                });
+            }
             (Some(_), true) => {
                 return Err(self.error(start, format!("`{name}` is a constant, not a function")));
             }
             (None, _) => {}
         }
-        let arity_one: Option<fn(f64) -> f64> = match name {
-            "sqrt" => Some(f64::sqrt),
-            "abs" => Some(f64::abs),
-            "round" => Some(f64::round),
-            "floor" => Some(f64::floor),
-            "ceil" => Some(f64::ceil),
+        let arity_one: Option<fn(Number) -> Number> = match name {
+            "sqrt" => Some(square_root),
+            "abs" => Some(|n| match n {
+                Number::Integer(n) => Number::Integer(n.abs()),
+                Number::Real { value, exact } => Number::Real {
+                    value: value.abs(),
+                    exact,
+                },
+            }),
+            "round" => Some(|n| whole(n, f64::round)),
+            "floor" => Some(|n| whole(n, f64::floor)),
+            "ceil" => Some(|n| whole(n, f64::ceil)),
             _ => None,
         };
-        let fold: Option<fn(f64, f64) -> f64> = match name {
-            "min" => Some(f64::min),
-            "max" => Some(f64::max),
+        let fold: Option<Ordering> = match name {
+            "min" => Some(Ordering::Less),
+            "max" => Some(Ordering::Greater),
             _ => None,
         };
         if arity_one.is_none() && fold.is_none() {
@@ -236,15 +412,19 @@ impl Parser<'_> {
                 format!("expected `(` after `{}`", excerpt(name, 40)),
             ));
         }
-        let args = self.arguments(depth)?;
-        let value = match (arity_one, fold, args.as_slice()) {
-            (Some(function), _, &[x]) => function(x),
+        let mut args = self.arguments(depth)?;
+        let value = match (arity_one, fold, args.len()) {
+            (Some(function), _, 1) => function(args.remove(0)),
             (Some(_), _, _) => {
                 return Err(self.error(start, format!("`{name}` takes exactly 1 argument")));
             }
-            (None, Some(function), &[first, ref rest @ ..]) => {
-                rest.iter().copied().fold(first, function)
-            }
+            (None, Some(wanted), 1..) => args
+                .into_iter()
+                .reduce(|best, next| match compare(&next, &best) == wanted {
+                    true => next,
+                    false => best,
+                })
+                .unwrap_or(Number::Integer(BigInt::ZERO)),
             (None, _, _) => {
                 return Err(self.error(start, format!("`{name}` takes at least 1 argument")));
             }
@@ -253,7 +433,7 @@ impl Parser<'_> {
     }
 
     /// `( expression, … )`, the opening parenthesis next.
-    fn arguments(&mut self, depth: usize) -> Result<Vec<f64>, CalcError> {
+    fn arguments(&mut self, depth: usize) -> Result<Vec<Number>, CalcError> {
         self.expect('(')?;
         let mut args = Vec::new();
         if self.peek() == Some(')') {
@@ -274,29 +454,75 @@ impl Parser<'_> {
         }
     }
 
-    fn apply(&mut self, op: Op, at: usize, left: f64, right: f64) -> Result<f64, CalcError> {
-        let value = match op {
-            Op::Divide | Op::Remainder if right == 0.0 => {
+    fn apply(&self, op: Op, at: usize, left: Number, right: Number) -> Result<Number, CalcError> {
+        let too_large = || self.error(at, "the result is too large");
+        if let (Number::Integer(a), Number::Integer(b)) = (&left, &right) {
+            let value = match op {
+                Op::Divide | Op::Remainder if b.is_zero() => {
+                    return Err(self.error(at, "division by zero"));
+                }
+                Op::Add => Number::Integer(a + b),
+                Op::Subtract => Number::Integer(a - b),
+                Op::Multiply => Number::Integer(a * b),
+                Op::Divide => divide(a, b),
+                Op::Remainder => Number::Integer(a % b),
+                Op::Power if b.is_negative() && a.is_zero() => return Err(too_large()),
+                Op::Power if b.is_negative() => match integer_power(a, &-b) {
+                    Some(denominator) => divide(&BigInt::from(1), &denominator),
+                    None => Number::Real {
+                        value: left.real().0.powf(right.real().0),
+                        exact: false,
+                    },
+                },
+                Op::Power => Number::Integer(integer_power(a, b).ok_or_else(too_large)?),
+            };
+            return self.finite(at, value);
+        }
+        let ((a, a_exact), (b, b_exact)) = (left.real(), right.real());
+        let (value, exact) = match op {
+            Op::Divide | Op::Remainder if b == 0.0 => {
                 return Err(self.error(at, "division by zero"));
             }
-            Op::Add => left + right,
-            Op::Subtract => left - right,
-            Op::Multiply => left * right,
-            Op::Divide => left / right,
-            Op::Remainder => left % right,
-            Op::Power => left.powf(right),
+            Op::Add | Op::Subtract => {
+                let b = if matches!(op, Op::Add) { b } else { -b };
+                let sum = a + b;
+                // Knuth's two-sum: the rounding error of `a + b`, itself exact.
+                let b_part = sum - a;
+                let error = (a - (sum - b_part)) + (b - b_part);
+                (sum, error == 0.0)
+            }
+            Op::Multiply => {
+                let product = a * b;
+                (product, a.mul_add(b, -product) == 0.0)
+            }
+            Op::Divide => {
+                let quotient = a / b;
+                (quotient, quotient.mul_add(b, -a) == 0.0)
+            }
+            Op::Remainder => (a % b, true),
+            Op::Power => (a.powf(b), false),
         };
-        self.finite(at, value)
+        self.finite(
+            at,
+            Number::Real {
+                value,
+                exact: exact && a_exact && b_exact,
+            },
+        )
     }
 
-    fn finite(&mut self, at: usize, value: f64) -> Result<f64, CalcError> {
-        self.inexact |= value.abs() >= EXACT_INTEGER_LIMIT;
-        if value.is_nan() {
-            Err(self.error(at, "the result is not a real number"))
-        } else if value.is_infinite() {
-            Err(self.error(at, "the result is too large"))
-        } else {
-            Ok(value)
+    fn finite(&self, at: usize, value: Number) -> Result<Number, CalcError> {
+        match value {
+            Number::Integer(n) if n.bits() > MAX_INTEGER_BITS => {
+                Err(self.error(at, "the result is too large"))
+            }
+            Number::Real { value, .. } if value.is_nan() => {
+                Err(self.error(at, "the result is not a real number"))
+            }
+            Number::Real { value, .. } if value.is_infinite() => {
+                Err(self.error(at, "the result is too large"))
+            }
+            value => Ok(value),
         }
     }
 
@@ -387,9 +613,46 @@ mod tests {
             ("0.1 + 0.2", 0.1 + 0.2),
         ];
         for (expression, expected) in cases {
-            let evaluated = evaluate(expression).map(|e| e.value);
+            let evaluated = evaluate(expression).map(|n| n.real().0);
             assert_eq!(evaluated, Ok(expected), "{expression}");
         }
+    }
+
+    /// Issue 13: integers are exact at any size a double covers; a double says whether it is.
+    #[test]
+    fn integers_are_exact_and_doubles_say_whether_they_are() {
+        let integer = |text: &str| match evaluate(text) {
+            Ok(Number::Integer(n)) => n.to_string(),
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(integer("2^64 + 1"), "18446744073709551617");
+        assert_eq!(
+            integer("12345678901234567890 * 98765432109876543210"),
+            "1219326311370217952237463801111263526900"
+        );
+        assert_eq!(integer("(2^53 + 1) - 2^53"), "1");
+        assert_eq!(integer("9007199254740993"), "9007199254740993");
+        assert_eq!(integer("-(3^40) % 7"), "-4");
+        assert_eq!(integer("((2^1023 - 1) * 2 + 1) % 10"), "5");
+        assert_eq!(integer("2^100 / 2^98"), "4");
+        assert_eq!(integer("sqrt(2^100)"), "1125899906842624");
+        assert_eq!(integer("(-1)^(10^30 + 1)"), "-1");
+        assert_eq!(integer("max(2^70, 3, 2.5)"), "1180591620717411303424");
+        let real = |text: &str| match evaluate(text) {
+            Ok(Number::Real { value, exact }) => (value, exact),
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(real("10 / 4"), (2.5, true));
+        assert_eq!(real("2 ^ -2"), (0.25, true));
+        assert_eq!(real("0.5 + 0.25 * 2"), (1.0, true));
+        assert_eq!(real("1 / 3"), (1.0 / 3.0, false));
+        assert_eq!(real("0.1"), (0.1, false));
+        assert_eq!(real("sqrt(2)"), (std::f64::consts::SQRT_2, false));
+        assert_eq!(real("sqrt(6.25)"), (2.5, true));
+        assert_eq!(real("pi - pi"), (0.0, false));
+        assert_eq!(real("(2^60 + 1) / 2"), (576_460_752_303_423_488.0, false));
+        assert_eq!(real("2 ^ 0.5 ^ 2"), (2f64.powf(0.25), false));
+        assert_eq!(real("2 ^ -2000"), (0.0, false));
     }
 
     #[test]
@@ -423,6 +686,11 @@ mod tests {
             ("sqrt(-1)", 1, "the result is not a real number"),
             ("(-8) ^ 0.5", 6, "the result is not a real number"),
             ("10 ^ 400", 4, "the result is too large"),
+            ("10 ^ (10 ^ 300)", 4, "the result is too large"),
+            ("2 ^ 1024", 3, "the result is too large"),
+            ("2 ^ 1023 * 2", 10, "the result is too large"),
+            ("2 ^ 1023 + 2 ^ 1023", 10, "the result is too large"),
+            (&"1".repeat(400), 1, "is too large"),
             ("0 ^ -1", 3, "the result is too large"),
             (&"9".repeat(400), 1, "is too large"),
             (&deep_parens, 66, "nested more than 64 levels deep"),

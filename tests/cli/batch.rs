@@ -299,6 +299,40 @@ fn an_unreadable_row_has_a_stable_id_and_is_written_once() {
     }
 }
 
+/// Issue 13: a CSV record larger than `--max-row-bytes` — here one quoted field spanning lines —
+/// fails on its own under its record number, and the records after it go on.
+#[test]
+fn a_csv_record_past_the_size_limit_fails_alone() {
+    let input = scratch("huge.csv");
+    let huge = "x\n".repeat(3000);
+    std::fs::write(
+        &input,
+        format!("id,text\nr1,first\nr2,\"{huge}\"\nr3,\"third, quoted\"\r\n"),
+    )
+    .expect("rows");
+    let out = scratch("huge.out.jsonl");
+    let run = batch(&input, &["--out", s(&out), "--max-row-bytes", "1000"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let written = lines(&out);
+    let by_row: HashMap<String, &Value> = written
+        .iter()
+        .map(|l| (l["row"].as_str().expect("a row id").to_string(), l))
+        .collect();
+    assert_eq!(by_row.len(), 3, "{written:?}");
+    let too_large = by_row["2"];
+    assert_eq!(too_large["status"], "error");
+    assert_eq!(too_large["error"]["code"], "CONFIG_INVALID_INPUT");
+    let message = too_large["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("CSV record 2: the row is 6006 bytes, more than the 1000 a row may have"),
+        "{message}"
+    );
+    for (row, text) in [("1", "first"), ("3", "third, quoted")] {
+        assert_eq!(by_row[row]["status"], "ok", "{}", by_row[row]);
+        assert!(by_row[row].to_string().contains(text), "{}", by_row[row]);
+    }
+}
+
 /// Issue 13: rows sharing an `--id` are never skipped silently: the later ones are keyed
 /// `id#2`, `id#3` and fail saying why, and a resume neither loses nor repeats them.
 #[test]

@@ -1,6 +1,7 @@
 //! `pagantic run` and `pagantic render`: example plans on `--dry-run`, failures with their codes,
 //! concurrency, retries, timeouts, cancellation, tool safety, events.
 
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -643,4 +644,54 @@ fn a_reader_that_stops_reading_is_not_an_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Whether the tests run as root: the `Uid:` line of `/proc/self/status` (real, effective, …).
+fn running_as_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let uids = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .expect("a Uid line");
+    uids.split_whitespace().nth(1) == Some("0")
+}
+
+/// Issue 13: a command tool cannot read pagantic's environment (where API keys are) through
+/// `/proc/<parent pid>/environ`, though it runs as the same user. Root reads any process's, so
+/// when the tests run as root pagantic runs as `nobody` (with `setpriv`), like any user would.
+#[test]
+fn a_command_tool_cannot_read_pagantics_environment() {
+    let secret = "sk-test-5b1c0e7d-never-shown";
+    let pagantic = env!("CARGO_BIN_EXE_pagantic");
+    let as_nobody = ["--reuid", "65534", "--regid", "65534", "--clear-groups"];
+    let mut command = match running_as_root() {
+        true => {
+            let mut setpriv = Command::new("setpriv");
+            setpriv.args(as_nobody).arg(pagantic);
+            setpriv
+        }
+        false => Command::new(pagantic),
+    };
+    let output = command
+        .args([
+            "run",
+            "tests/plans/parent-environ.yaml",
+            "-i",
+            "script=cat /proc/$PPID/environ",
+        ])
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .env("PAGANTIC_TEST_API_KEY", secret)
+        .output()
+        .expect("pagantic runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        !stdout.contains(secret) && !stderr.contains(secret),
+        "the tool read pagantic's environment:\n{stdout}{stderr}"
+    );
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
 }
