@@ -1,6 +1,7 @@
 //! `pagantic run` and `pagantic render`: example plans on `--dry-run`, failures with their codes,
 //! concurrency, retries, timeouts, cancellation, tool safety, events.
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -662,25 +663,37 @@ fn running_as_root() -> bool {
 #[test]
 fn a_command_tool_cannot_read_pagantics_environment() {
     let secret = "sk-test-5b1c0e7d-never-shown";
-    let pagantic = env!("CARGO_BIN_EXE_pagantic");
+    // The binary and the plan go to a directory any user can read: the checkout may not be
+    // (a CI clone under /root), and as root the test runs pagantic as `nobody`.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("a readable dir");
+    let pagantic = dir.path().join("pagantic");
+    let built = env!("CARGO_BIN_EXE_pagantic");
+    std::fs::hard_link(built, &pagantic)
+        .or_else(|_| std::fs::copy(built, &pagantic).map(drop))
+        .expect("the binary in the dir");
+    let plan = dir.path().join("parent-environ.yaml");
+    std::fs::copy(root().join("tests/plans/parent-environ.yaml"), &plan).expect("the plan");
     let as_nobody = ["--reuid", "65534", "--regid", "65534", "--clear-groups"];
     let mut command = match running_as_root() {
         true => {
             let mut setpriv = Command::new("setpriv");
-            setpriv.args(as_nobody).arg(pagantic);
+            setpriv.args(as_nobody).arg(&pagantic);
             setpriv
         }
-        false => Command::new(pagantic),
+        false => Command::new(&pagantic),
     };
     let output = command
         .args([
             "run",
-            "tests/plans/parent-environ.yaml",
+            "parent-environ.yaml",
             "-i",
             "script=cat /proc/$PPID/environ",
         ])
-        .current_dir(root())
+        .current_dir(dir.path())
         .env("NO_COLOR", "1")
+        .env("HOME", dir.path())
         .env("PAGANTIC_TEST_API_KEY", secret)
         .output()
         .expect("pagantic runs");
