@@ -642,6 +642,17 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    /// The lifecycle states among `events`, in order.
+    fn lifecycle_states(events: &[crate::orchestrate::Event]) -> Vec<Lifecycle> {
+        events
+            .iter()
+            .filter_map(|e| match e.data {
+                EventData::Lifecycle { state } => Some(state),
+                _ => None,
+            })
+            .collect()
+    }
+
     use indexmap::IndexMap;
 
     use super::*;
@@ -1194,14 +1205,7 @@ mod tests {
             Some(FailureCode::ValidationRuleFailed)
         );
         assert_eq!(record.steps[3].output, Some(json!("side saw draft 4")));
-        let states: Vec<Lifecycle> = events
-            .recorded()
-            .iter()
-            .filter_map(|e| match e.data {
-                EventData::Lifecycle { state } => Some(state),
-                _ => None,
-            })
-            .collect();
+        let states = lifecycle_states(&events.recorded());
         use Lifecycle::{Complete, Execute, Validate};
         assert_eq!(
             states,
@@ -1225,13 +1229,7 @@ mod tests {
         let record = execute(&p, json!({}), RunOptions::new(1), &events).await;
         let recorded = events.recorded();
         assert!(recorded.iter().all(|e| e.run_id == record.run_id));
-        let states: Vec<Lifecycle> = recorded
-            .iter()
-            .filter_map(|e| match e.data {
-                EventData::Lifecycle { state } => Some(state),
-                _ => None,
-            })
-            .collect();
+        let states = lifecycle_states(&recorded);
         assert_eq!(
             states,
             [Lifecycle::Execute, Lifecycle::Validate, Lifecycle::Complete]

@@ -252,33 +252,29 @@ impl StepContext {
             None => engine.infer(request).await,
         };
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let response = match answered {
-            Ok(response) => response,
-            Err(failure) => {
-                // A call the engine failed is a model call too: its event says why.
-                let data = EventData::Inference {
-                    model: info.name,
-                    engine: info.engine,
-                    duration_ms,
-                    usage: TokenUsage::default(),
-                    call,
-                    sent,
-                    cost: None,
-                    tool_call_ids: Vec::new(),
-                    error: Some(failure.clone()),
-                };
-                self.events
-                    .emit(Some(&self.step), span, Some(self.span), data);
-                return Err(failure);
+        // A call the engine failed is a model call too: its event says why.
+        let (usage, cost, read, error) = match answered {
+            Ok(response) => {
+                let usage = response.usage;
+                (
+                    usage,
+                    info.price.map(|price| price.cost(usage)),
+                    read(response),
+                    None,
+                )
             }
+            Err(failure) => (
+                TokenUsage::default(),
+                None,
+                Err(failure.clone()),
+                Some(failure),
+            ),
         };
-        let usage = response.usage;
-        let cost = info.price.map(|price| price.cost(usage));
-        let read = read(response);
         let tool_call_ids = match &read {
             Ok(response) => response.tool_calls.iter().map(|c| c.id.clone()).collect(),
             Err(_) => Vec::new(),
         };
+        let answered = error.is_none();
         let data = EventData::Inference {
             model: info.name,
             engine: info.engine,
@@ -288,12 +284,14 @@ impl StepContext {
             sent,
             cost,
             tool_call_ids,
-            error: None,
+            error,
         };
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);
-        self.ledger.spend(cost);
-        self.ledger.check_budget(&self.events)?;
+        if answered {
+            self.ledger.spend(cost);
+            self.ledger.check_budget(&self.events)?;
+        }
         read.map(|response| (response, span))
     }
 }

@@ -166,18 +166,18 @@ fn integer_power(base: &BigInt, exponent: &BigInt) -> Option<BigInt> {
 /// `sqrt`: an integer when the argument is a perfect square.
 fn square_root(n: Number) -> Number {
     match n {
-        Number::Integer(n)
-            if !n.is_negative() && {
+        Number::Integer(n) => {
+            if !n.is_negative() {
                 let root = n.sqrt();
-                &root * &root == n
-            } =>
-        {
-            Number::Integer(n.sqrt())
+                if &root * &root == n {
+                    return Number::Integer(root);
+                }
+            }
+            Number::Real {
+                value: Number::Integer(n).real().0.sqrt(),
+                exact: false,
+            }
         }
-        Number::Integer(_) => Number::Real {
-            value: n.real().0.sqrt(),
-            exact: false,
-        },
         Number::Real { value, exact } => {
             let root = value.sqrt();
             Number::Real {
