@@ -252,6 +252,13 @@ pub async fn run(
         tokio::select! {
             joined = running.join_next() => {
                 let Some(Ok((sequence, row, record, calls))) = joined else { continue };
+                if record.status == RunStatus::Cancelled {
+                    // The row saw the cancellation before this loop did: abandoned like the rows
+                    // still in flight (they end the same way), so a resume runs it again.
+                    cancelled = true;
+                    stop = true;
+                    continue;
+                }
                 counts.model_calls += calls;
                 for step in &record.steps {
                     durations.entry(step.name.clone()).or_default().push(step.duration_ms);
