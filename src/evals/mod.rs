@@ -11,7 +11,8 @@
 //! | `report/` | the results as a terminal table, JSON, JUnit XML, GitHub annotations, one HTML file |
 //!
 //! A case's weighted score is the weighted mean of its assertions' scores (weight 1 unless set);
-//! it passes when that reaches its `threshold`, or, without one, when every assertion passes — and
+//! it passes when that reaches its `threshold`, or, without one, when every assertion of weight
+//! above 0 passes — and
 //! its run completed, unless an assertion expects the failure (`fails_with`, `status`). A suite
 //! passes when under every variant the share of passing cases reaches its `min_pass_rate`.
 
@@ -408,7 +409,8 @@ async fn score_case(
     let completed = record.error.is_none();
     let assertions_pass = match case.threshold {
         Some(threshold) => score >= threshold,
-        None => assertions.iter().all(|a| a.passed),
+        // An assertion of weight 0 is reported (and counted in the metrics), not scored.
+        None => assertions.iter().filter(|a| a.weight > 0.0).all(|a| a.passed),
     };
     let subject = Subject::of(record, None);
     CaseResult {

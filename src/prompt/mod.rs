@@ -179,13 +179,7 @@ impl Templates {
         expression: &str,
         context: &impl Serialize,
     ) -> Result<serde_json::Value, Failure> {
-        let compiled = self
-            .env
-            .compile_expression(expression)
-            .map_err(|e| render_failure("expression", &e))?;
-        let value: TemplateValue = compiled
-            .eval(TemplateValue::from(Serde(context)))
-            .map_err(|e| render_failure("expression", &e))?;
+        let value = self.eval(expression, context)?;
         if value.is_undefined() {
             return Err(Failure::new(
                 FailureCode::ConfigTemplateError,
@@ -202,14 +196,17 @@ impl Templates {
 
     /// Evaluates an expression and tells whether the result is true (minijinja truthiness).
     pub fn is_true(&self, expression: &str, context: &impl Serialize) -> Result<bool, Failure> {
+        Ok(self.eval(expression, context)?.is_true())
+    }
+
+    fn eval(&self, expression: &str, context: &impl Serialize) -> Result<TemplateValue, Failure> {
         let compiled = self
             .env
             .compile_expression(expression)
             .map_err(|e| render_failure("expression", &e))?;
-        let value: TemplateValue = compiled
+        compiled
             .eval(TemplateValue::from(Serde(context)))
-            .map_err(|e| render_failure("expression", &e))?;
-        Ok(value.is_true())
+            .map_err(|e| render_failure("expression", &e))
     }
 }
 

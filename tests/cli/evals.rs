@@ -92,6 +92,9 @@ fn every_kind_of_assertion_is_scored_on_the_steps_and_the_record() {
         (Some(0.9), Some(true))
     );
     assert_eq!(judge["note"], "judge: pass (0.90) — it names --resume");
+    // An assertion of weight 0 is reported but does not fail its case.
+    let unscored = &case(plan, "label")["assertions"][5];
+    assert_eq!((unscored["weight"].as_f64(), unscored["passed"].as_bool()), (Some(0.0), Some(false)));
     // The expected failure: the run failed with the code the case asked for.
     let fails = case(plan, "fails");
     assert_eq!(fails["status"], "error");

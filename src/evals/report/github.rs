@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use super::super::SuiteResult;
 use super::{failure_line, run_failure};
+use crate::core::text::{workflow_data as data, workflow_property as property};
 
 /// Every failure as a workflow command, then one summary line per suite.
 pub fn github(suites: &[SuiteResult]) -> String {
@@ -72,27 +73,4 @@ pub fn github(suites: &[SuiteResult]) -> String {
         );
     }
     out
-}
-
-/// A workflow command's message: `%`, CR and LF escaped.
-fn data(text: &str) -> String {
-    text.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
-}
-
-/// A workflow command's property value: also `:` and `,`.
-fn property(text: &str) -> String {
-    data(text).replace(':', "%3A").replace(',', "%2C")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn workflow_commands_are_escaped() {
-        assert_eq!(data("50%\nnext"), "50%25%0Anext");
-        assert_eq!(property("a:b,c"), "a%3Ab%2Cc");
-    }
 }

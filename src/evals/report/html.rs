@@ -9,7 +9,7 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use super::super::{CaseResult, SuiteResult, VariantResult};
-use super::{failure_line, run_failure};
+use super::{escape, failure_line, metric_names, run_failure};
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#1d2330;background:#fff}\
 h1{font-size:1.5em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ccd}\
@@ -128,14 +128,7 @@ fn comparison(out: &mut String, suite: &SuiteResult) {
         let _ = write!(out, "<td>{:.0} ms</td>", variant.mean_ms());
     }
     out.push_str("</tr>\n");
-    let mut metrics: Vec<String> = suite
-        .variants
-        .iter()
-        .flat_map(|v| v.metrics().into_keys())
-        .collect();
-    metrics.sort();
-    metrics.dedup();
-    for metric in metrics {
+    for metric in metric_names(suite) {
         let _ = write!(out, "<tr><th>{}</th>", escape(&metric));
         for variant in &suite.variants {
             let value = variant
@@ -252,34 +245,5 @@ fn shown_pretty(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => serde_json::to_string_pretty(other).unwrap_or_default(),
-    }
-}
-
-/// Text safe in HTML elements and quoted attributes.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn markup_is_escaped() {
-        assert_eq!(
-            escape("<script>alert('x & \"y\"')</script>"),
-            "&lt;script&gt;alert(&#39;x &amp; &quot;y&quot;&#39;)&lt;/script&gt;"
-        );
     }
 }

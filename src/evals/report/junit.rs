@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::super::SuiteResult;
-use super::{failure_line, run_failure};
+use super::{escape, failure_line, run_failure};
 
 /// Every suite as one JUnit XML document.
 pub fn junit(suites: &[SuiteResult]) -> String {
@@ -54,36 +54,4 @@ pub fn junit(suites: &[SuiteResult]) -> String {
     }
     out.push_str("</testsuites>\n");
     out
-}
-
-/// Text safe inside XML attributes and elements; characters XML 1.0 cannot hold are dropped.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\n' => out.push_str("&#10;"),
-            '\t' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn markup_and_control_characters_are_escaped() {
-        assert_eq!(
-            escape("<a href=\"x\">&'\u{1}\n"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;&#10;"
-        );
-    }
 }

@@ -90,6 +90,38 @@ pub fn run_failure(case: &CaseResult) -> Option<String> {
         .map(|e| format!("the run ended {}: {}: {}", case.status, e.code, e.message))
 }
 
+/// Every metric name any variant of `suite` reports, sorted.
+fn metric_names(suite: &SuiteResult) -> Vec<String> {
+    let mut names: Vec<String> = suite
+        .variants
+        .iter()
+        .flat_map(|v| v.metrics().into_keys())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Text safe inside XML and HTML elements and quoted attributes; control characters XML 1.0
+/// cannot hold are dropped, line breaks kept as character references.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\n' => out.push_str("&#10;"),
+            '\t' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Text shortened to one line of at most 80 characters, in quotes.
 fn quoted(text: &str) -> String {
     let line = text.trim().replace('\n', " ");
@@ -98,5 +130,18 @@ fn quoted(text: &str) -> String {
         format!("\"{short}…\"")
     } else {
         format!("\"{short}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn markup_and_control_characters_are_escaped() {
+        assert_eq!(
+            escape("<a href=\"x\">&'\u{1}\n</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&#10;&lt;/a&gt;"
+        );
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::super::SuiteResult;
-use super::{failure_line, run_failure};
+use super::{failure_line, metric_names, run_failure};
 
 /// Every suite as a table (see the module docs).
 pub fn text(suites: &[SuiteResult]) -> String {
@@ -113,14 +113,7 @@ fn suite_table(out: &mut String, suite: &SuiteResult) {
             .map(|v| format!("{:.0} ms", v.mean_ms()))
             .collect(),
     );
-    let mut metrics: Vec<String> = suite
-        .variants
-        .iter()
-        .flat_map(|v| v.metrics().into_keys())
-        .collect();
-    metrics.sort();
-    metrics.dedup();
-    for metric in metrics {
+    for metric in metric_names(suite) {
         row(
             out,
             &metric,

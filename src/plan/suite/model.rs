@@ -1,5 +1,5 @@
 //! The types of a test file as written (serde + schemars: they generate
-//! `schemas/test.schema.json`); checked into a [`super::Suite`] by [`super::load_suite`].
+//! `schemas/test.schema.json`); `load_suite` checks them into a `Suite`.
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
