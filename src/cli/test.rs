@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use clap::ValueEnum;
 
+use crate::core::{Failure, FailureCode};
 use crate::evals::{self, CaseResult, EvalOptions, SuiteResult, report};
 use crate::orchestrate::{Lifecycle, SessionOptions};
 use crate::plan::suite::{Suite, load_suite};
@@ -93,12 +94,30 @@ pub fn run(args: &Args) -> Outcome {
     {
         let known: Vec<&str> = suite.variants.iter().map(|v| v.name.as_str()).collect();
         return invalid(
-            &crate::core::Failure::new(
-                crate::core::FailureCode::ConfigInvalidInput,
+            &Failure::new(
+                FailureCode::ConfigInvalidInput,
                 format!("{} has no variant `{name}`", suite.path.display()),
             )
             .with_help(format!("its variants: {}", known.join(", "))),
         );
+    }
+    if let Some(filter) = &args.filter {
+        let mut any = false;
+        for suite in &suites {
+            match evals::cases::expand(suite, Some(filter)) {
+                Ok(cases) => any |= !cases.is_empty(),
+                Err(failure) => return invalid(&failure),
+            }
+        }
+        if !any {
+            return invalid(
+                &Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!("no case name contains `{filter}`"),
+                )
+                .with_help("--filter keeps the cases whose name contains it (a dataset case is named FILE:ID)"),
+            );
+        }
     }
     // The session every case runs in, as `run --batch` rows do.
     let session = open_session(SessionOptions {

@@ -410,7 +410,10 @@ async fn score_case(
     let assertions_pass = match case.threshold {
         Some(threshold) => score >= threshold,
         // An assertion of weight 0 is reported (and counted in the metrics), not scored.
-        None => assertions.iter().filter(|a| a.weight > 0.0).all(|a| a.passed),
+        None => assertions
+            .iter()
+            .filter(|a| a.weight > 0.0)
+            .all(|a| a.passed),
     };
     let subject = Subject::of(record, None);
     CaseResult {

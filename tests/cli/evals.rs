@@ -94,7 +94,10 @@ fn every_kind_of_assertion_is_scored_on_the_steps_and_the_record() {
     assert_eq!(judge["note"], "judge: pass (0.90) — it names --resume");
     // An assertion of weight 0 is reported but does not fail its case.
     let unscored = &case(plan, "label")["assertions"][5];
-    assert_eq!((unscored["weight"].as_f64(), unscored["passed"].as_bool()), (Some(0.0), Some(false)));
+    assert_eq!(
+        (unscored["weight"].as_f64(), unscored["passed"].as_bool()),
+        (Some(0.0), Some(false))
+    );
     // The expected failure: the run failed with the code the case asked for.
     let fails = case(plan, "fails");
     assert_eq!(fails["status"], "error");
@@ -180,6 +183,15 @@ fn filter_and_variant_select_what_runs() {
         .map(|c| c["name"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(names, ["resume", "questions.jsonl:resume-row"]);
+    let nothing = pagantic(&["test", SUITE, "--filter", "no-such-case"]);
+    assert_eq!(nothing.code, 2);
+    assert!(
+        nothing
+            .stderr
+            .contains("no case name contains `no-such-case`"),
+        "{}",
+        nothing.stderr
+    );
     let unknown = pagantic(&["test", SUITE, "--variant", "nope"]);
     assert_eq!(unknown.code, 2);
     assert!(

@@ -28,10 +28,13 @@ fn suite_table(out: &mut String, suite: &SuiteResult) {
         .first()
         .map(|v| v.cases.iter().map(|c| c.name.as_str()).collect())
         .unwrap_or_default();
+    let metrics = metric_names(suite);
     let first = names
         .iter()
-        .map(|n| n.chars().count())
-        .chain(["pass rate".len(), "case".len()])
+        .copied()
+        .chain(metrics.iter().map(String::as_str))
+        .chain(["case", "pass rate", "mean latency"])
+        .map(|label| label.chars().count())
         .max()
         .unwrap_or(4);
     let width = suite
@@ -113,7 +116,7 @@ fn suite_table(out: &mut String, suite: &SuiteResult) {
             .map(|v| format!("{:.0} ms", v.mean_ms()))
             .collect(),
     );
-    for metric in metric_names(suite) {
+    for metric in metrics {
         row(
             out,
             &metric,
