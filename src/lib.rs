@@ -17,6 +17,7 @@
 //! | 3 | [`orchestrate`] | the run session, a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records, events |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
+//! | 5 | [`evals`] | test files run: cases × variants through the run session, assertions scored, reports |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
 pub mod batch;
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod constraint;
 pub mod context;
 pub mod core;
+pub mod evals;
 pub mod inference;
 pub mod orchestrate;
 pub mod plan;
