@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::cache::{CacheMode, CacheSettings};
 use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
 use crate::orchestrate::{Lifecycle, Pipeline, Session, SessionOptions};
@@ -49,6 +50,41 @@ pub struct PlanInputs {
     /// A policy file whose limits apply on top of the plan's own.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+}
+
+/// The call cache flags every command that runs plans takes (`run`, `run --batch`, `chat`,
+/// `render --live`): flatten it into the command's `Args` and pass [`CacheArgs::settings`] as
+/// `SessionOptions::cache`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Call cache")]
+pub struct CacheArgs {
+    /// Neither read nor write the call cache: every model call reaches its model.
+    #[arg(long, conflicts_with = "cache_only")]
+    pub no_cache: bool,
+    /// Answer every model call from the call cache; a call it does not hold fails with
+    /// CACHE_MISS (replays in CI, with no model at hand).
+    #[arg(long)]
+    pub cache_only: bool,
+    /// The call cache's directory (default: $PAGANTIC_CACHE_DIR, else $PAGANTIC_HOME/cache,
+    /// else ~/.cache/pagantic/cache).
+    #[arg(long = "cache", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl CacheArgs {
+    /// The session's cache settings: on unless `--no-cache`, warnings on stderr.
+    pub fn settings(&self) -> CacheSettings {
+        let mode = match (self.no_cache, self.cache_only) {
+            (true, _) => CacheMode::Off,
+            (false, true) => CacheMode::Only,
+            (false, false) => CacheMode::ReadWrite,
+        };
+        CacheSettings {
+            mode,
+            dir: self.cache_dir.clone(),
+            warn: Some(stderr_notice()),
+        }
+    }
 }
 
 /// Splits `name=value` (at the first `=`).
@@ -109,9 +145,13 @@ pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outco
     })
 }
 
-/// Builds the plan's pipeline in the session's PREPARE stage (exit 2 when it cannot be built:
-/// nothing ran).
+/// Builds the plan's pipeline in the session's PREPARE stage, behind the session's call cache
+/// (exit 2 when it cannot be built: nothing ran).
 pub fn build(session: &Session, plan: &Plan, options: BuildOptions) -> Outcome<Pipeline> {
+    let options = BuildOptions {
+        cache: session.cache(),
+        ..options
+    };
     session
         .prepare(|| plan.build(options))
         .or_else(|failure| refuse(session, &failure))

@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 a valid request whose work failed (e.g. schemas out of date);
 //! 2 invalid input (plan, policy, flags) — nothing was executed.
 
+mod cache;
 mod chat;
 mod common;
 mod diff;
@@ -64,6 +65,8 @@ enum Command {
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
     Graph(graph::Args),
+    /// Look after the call cache: `stats`, `prune --older-than 30d`, `clear`.
+    Cache(cache::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
     /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
     Diff(diff::Args),
@@ -89,6 +92,7 @@ pub fn main() -> ExitCode {
         Command::Schema(args) => schema::run(&args).map_err(Exit::from),
         Command::Graph(args) => graph::run(&args).map_err(Exit::from),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
+        Command::Cache(args) => cache::run(&args),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -19,8 +19,8 @@ use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
 
 use super::common::{
-    Outcome, PlanInputs, bind, build, invalid, load_checked, open_session, print_failure,
-    split_pair, stderr_notice, write_messages,
+    CacheArgs, Outcome, PlanInputs, bind, build, invalid, load_checked, open_session,
+    print_failure, split_pair, stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_OK};
 
@@ -66,6 +66,8 @@ pub struct Args {
     /// Never stream, even to a terminal.
     #[arg(long)]
     no_stream: bool,
+    #[command(flatten)]
+    cache: CacheArgs,
     #[command(flatten)]
     batch: BatchArgs,
 }
@@ -134,6 +136,7 @@ pub fn run(args: &Args) -> Outcome {
         observer,
         max_parallel: args.max_parallel,
         chat_session: None,
+        cache: args.cache.settings(),
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
     if batch {
@@ -159,6 +162,7 @@ pub fn run(args: &Args) -> Outcome {
             notice: (!args.quiet).then(stderr_notice),
             verbose: args.verbose,
             stream,
+            ..BuildOptions::default()
         },
     )?;
     let inputs = bind(&session, &pipeline, &args.given)?;
@@ -255,6 +259,18 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
                 ""
             }
         )?;
+        let cache = &summary.cache;
+        if cache.hits + cache.misses > 0 {
+            writeln!(
+                stderr,
+                "call cache: {} hits, {} misses; {} model calls made; saved {} tokens and {:.1} s of model time",
+                cache.hits,
+                cache.misses,
+                summary.model_calls,
+                cache.tokens_saved,
+                cache.ms_saved / 1000.0
+            )?;
+        }
         if args.dry_run {
             writeln!(
                 stderr,

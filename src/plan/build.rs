@@ -20,6 +20,7 @@ use super::model::CorpusSpec;
 use super::models::{BuiltModel, ModelEnv};
 use super::steps::{BuildContext, ModelRole, OnError, SchemaSource, StepFacts};
 use super::tools::ToolEnv;
+use crate::cache::{CachedEngine, CallCache};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Cost, Failure, FailureCode};
 use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
@@ -42,6 +43,9 @@ pub struct BuildOptions {
     pub stream: Option<TokenSink>,
     /// Say (through `notice`) which tools are hidden from models and why.
     pub verbose: bool,
+    /// The call cache, put in front of every language model and step that does not opt out
+    /// (`cache: false`); never in a dry run, whose stand-ins' answers are not worth keeping.
+    pub cache: Option<Arc<CallCache>>,
 }
 
 /// Resolves names to shared run-time objects while steps are built; each step sees it only as
@@ -51,6 +55,8 @@ struct Builder<'p> {
     options: BuildOptions,
     dir: PathBuf,
     models: HashMap<String, BuiltModel>,
+    /// Language models behind the call cache, made on first use by a step that may use it.
+    cached_engines: HashMap<String, Arc<dyn Engine>>,
     corpora: HashMap<String, Arc<Corpus>>,
     tools: HashMap<String, Arc<ToolRuntime>>,
     /// The step being built.
@@ -67,6 +73,7 @@ impl Plan {
             options,
             dir,
             models: HashMap::new(),
+            cached_engines: HashMap::new(),
             corpora: HashMap::new(),
             tools: HashMap::new(),
             step: 0,
@@ -227,10 +234,27 @@ impl BuildContext for Builder<'_> {
         &self.plan.facts[self.step]
     }
 
+    /// The model's engine, behind the call cache unless the cache is off, this is a dry run,
+    /// or the model or the step being built says `cache: false`.
     fn engine(&mut self, model: &str) -> Result<Arc<dyn Engine>, Failure> {
-        match self.built_model(model)? {
-            BuiltModel::Language(engine) => Ok(engine),
-            _ => Err(wrong_kind(model, "a language model")),
+        let engine = match self.built_model(model)? {
+            BuiltModel::Language(engine) => engine,
+            _ => return Err(wrong_kind(model, "a language model")),
+        };
+        let model_opts_in = self
+            .plan
+            .raw
+            .models
+            .get(model)
+            .is_some_and(|spec| spec.kind().cached());
+        let step_opts_in = self.plan.raw.steps[self.step].common().cache != Some(false);
+        match &self.options.cache {
+            Some(cache) if !self.options.dry_run && model_opts_in && step_opts_in => Ok(self
+                .cached_engines
+                .entry(model.to_string())
+                .or_insert_with(|| Arc::new(CachedEngine::new(engine, Arc::clone(cache))))
+                .clone()),
+            _ => Ok(engine),
         }
     }
 

@@ -32,6 +32,9 @@ pub struct MistralrsModel {
     /// Without it the model's calls have no cost (null in the record).
     #[serde(default)]
     pub price: Option<Price>,
+    /// Whether the call cache may answer this model's calls, and store its answers (default true). `false` always asks the model: for a model whose answers must be fresh.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 impl ModelKind for MistralrsModel {
@@ -41,6 +44,10 @@ impl ModelKind for MistralrsModel {
 
     fn described(&self) -> &'static str {
         "a mistralrs"
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
     }
 
     fn price(&self) -> Option<Price> {

@@ -103,6 +103,8 @@ pub trait ModelKind {
     fn price(&self) -> Option<Price> {
         None
     }
+    /// Whether the call cache may answer for it (its config's `cache`, default true).
+    fn cached(&self) -> bool;
     /// Mistakes in its own settings that `validate` reports; `name` is the model's name.
     fn problems(&self, _name: &str) -> Vec<Problem> {
         Vec::new()

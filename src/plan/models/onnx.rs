@@ -43,6 +43,9 @@ pub struct OnnxModelSpec {
     /// Cross-encoders: map the logit to 0..1 with the logistic function, as sentence-transformers' CrossEncoder does (default true).
     #[serde(default)]
     pub sigmoid: Option<bool>,
+    /// Whether the call cache may keep this model's embeddings and scores (default true).
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 /// What an ONNX model computes.
@@ -62,6 +65,10 @@ impl ModelKind for OnnxModelSpec {
             ModelRole::Scorer => true,
             ModelRole::Embedder => self.task == OnnxTask::BiEncoder,
         }
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
     }
 
     fn described(&self) -> &'static str {

@@ -37,6 +37,9 @@ pub struct ScriptedModel {
     /// Without it the model's calls have no cost (null in the record).
     #[serde(default)]
     pub price: Option<Price>,
+    /// Whether the call cache may answer this model's calls, and store its answers (default true). `false` always asks the model: for a model whose answers must be fresh.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 /// A scripted engine rule.
@@ -97,6 +100,10 @@ impl ModelKind for ScriptedModel {
 
     fn described(&self) -> &'static str {
         "a scripted"
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
     }
 
     fn price(&self) -> Option<Price> {
