@@ -15,6 +15,7 @@ use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
 use crate::orchestrate::{Lifecycle, Pipeline, Session, SessionOptions};
 use crate::plan::build::BuildOptions;
+use crate::plan::lock::{Lock, lock_path};
 use crate::plan::yaml::{self, YamlError};
 use crate::plan::{self, Plan};
 
@@ -143,6 +144,11 @@ pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outco
         report::print(&diagnostics, Format::Human)?;
         Err(Exit::Code(EXIT_INVALID))
     })
+}
+
+/// Refuses (exit 2, the session ended with ERROR) a plan that no longer matches its lockfile.
+pub fn check_lock(session: &Session, plan: &Plan) -> Outcome<()> {
+    Lock::check(plan, &lock_path(&plan.path)).or_else(|failure| refuse(session, &failure))
 }
 
 /// Builds the plan's pipeline in the session's PREPARE stage, behind the session's call cache

@@ -9,6 +9,7 @@ mod chat;
 mod common;
 mod diff;
 mod graph;
+mod lock;
 mod models;
 mod render;
 mod report;
@@ -65,6 +66,9 @@ enum Command {
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
     Graph(graph::Args),
+    /// Pin a plan's models (SHA-256 or server and model name) and the SHA-256 of its prompt,
+    /// schema and sub-plan files in PLAN.lock, for `run --locked` and `validate --locked`.
+    Lock(lock::Args),
     /// Look after the call cache: `stats`, `prune --older-than 30d`, `clear`.
     Cache(cache::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
@@ -93,6 +97,7 @@ pub fn main() -> ExitCode {
         Command::Graph(args) => graph::run(&args).map_err(Exit::from),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
         Command::Cache(args) => cache::run(&args),
+        Command::Lock(args) => lock::run(&args).map_err(Exit::from),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -19,7 +19,7 @@ use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
 
 use super::common::{
-    CacheArgs, Outcome, PlanInputs, bind, build, invalid, load_checked, open_session,
+    CacheArgs, Outcome, PlanInputs, bind, build, check_lock, invalid, load_checked, open_session,
     print_failure, split_pair, stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_OK};
@@ -66,6 +66,10 @@ pub struct Args {
     /// Never stream, even to a terminal.
     #[arg(long)]
     no_stream: bool,
+    /// Refuse to run (exit 2) when the plan's models, prompt, schema or sub-plan files differ
+    /// from its lockfile (`PLAN.lock`, written by `pagantic lock`).
+    #[arg(long)]
+    locked: bool,
     #[command(flatten)]
     cache: CacheArgs,
     #[command(flatten)]
@@ -139,6 +143,9 @@ pub fn run(args: &Args) -> Outcome {
         cache: args.cache.settings(),
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
+    if args.locked {
+        check_lock(&session, &plan)?;
+    }
     if batch {
         return run_batch(args, &session, &plan);
     }

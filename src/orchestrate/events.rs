@@ -633,7 +633,7 @@ mod tests {
         let attempt = serde_json::to_string(&inference(ModelCall::Attempt(2))).expect("json");
         assert_eq!(
             attempt,
-            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2,"messages":2,"tools":0,"constraint":null,"constrained":false,"temperature":null,"cost":null,"tool_call_ids":[]}}"#
+            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2,"messages":2,"tools":0,"constraint":null,"constrained":false,"temperature":null,"cost":null,"tool_call_ids":[],"cached":false}}"#
         );
     }
 
@@ -658,6 +658,7 @@ mod tests {
                 "round": 1,
                 "messages": 3, "tools": 2, "constraint": "json_schema", "constrained": true,
                 "temperature": 0.7, "cost": 0.00045, "tool_call_ids": ["call_1", "call_2"],
+                "cached": false,
             })
         );
     }

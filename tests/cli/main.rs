@@ -15,6 +15,7 @@ mod docs;
 mod engines;
 mod graph;
 mod invalid_corpus;
+mod lock;
 mod onnx;
 mod patterns;
 mod policy;

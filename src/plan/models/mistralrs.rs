@@ -3,7 +3,11 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuiltModel, ModelEnv, ModelKind};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{BuiltModel, ModelEnv, ModelKind, file_sha256};
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{LocalModel, LocalSettings, LocalSource, store};
 use crate::plan::steps::ModelRole;
@@ -48,6 +52,23 @@ impl ModelKind for MistralrsModel {
 
     fn cached(&self) -> bool {
         self.cache != Some(false)
+    }
+
+    /// An embedded model by the SHA-256 its pull verifies, a file by its own; a Hugging Face
+    /// file by its name (hashing it would mean fetching it).
+    fn locked(&self, dir: &Path) -> Value {
+        let source = self.source.as_deref().unwrap_or("default");
+        let sha256 = match LocalSource::parse(source, dir) {
+            Ok(LocalSource::Embedded(model)) => json!(model.file.sha256),
+            Ok(LocalSource::File(path)) => file_sha256(&path),
+            _ => Value::Null,
+        };
+        json!({
+            "kind": "mistralrs",
+            "source": source,
+            "sha256": sha256,
+            "decoder_constraints": self.decoder_constraints.unwrap_or(true),
+        })
     }
 
     fn price(&self) -> Option<Price> {

@@ -4,6 +4,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
 
+use std::path::Path;
+
+use serde_json::{Value, json};
+
 use super::{BuiltModel, ModelEnv, ModelKind};
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{OpenAiConfig, OpenAiEngine};
@@ -45,6 +49,10 @@ impl ModelKind for OpenaiModel {
 
     fn cached(&self) -> bool {
         self.cache != Some(false)
+    }
+
+    fn locked(&self, _dir: &Path) -> Value {
+        json!({ "kind": "openai", "base_url": self.base_url, "model": self.model })
     }
 
     fn price(&self) -> Option<Price> {

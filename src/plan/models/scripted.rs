@@ -1,10 +1,11 @@
 //! `kind: scripted` — a deterministic stand-in model for tests and dry runs.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem};
 use crate::core::{Failure, FailureCode, Price};
@@ -104,6 +105,11 @@ impl ModelKind for ScriptedModel {
 
     fn cached(&self) -> bool {
         self.cache != Some(false)
+    }
+
+    /// Its answers are in the plan itself: the lock pins nothing more.
+    fn locked(&self, _dir: &Path) -> Value {
+        json!({ "kind": "scripted" })
     }
 
     fn price(&self) -> Option<Price> {
