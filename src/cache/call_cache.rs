@@ -95,15 +95,11 @@ impl CallCache {
             .filter(|_| self.health.ok())
     }
 
-    /// The entry under `key` (marked as used now), if the cache has it.
+    /// The entry under `key`, if the cache has it.
     pub fn get(&self, key: &Key) -> Option<Stored> {
         let database = self.database()?;
         match database.get(key) {
-            Ok(Some(stored)) => {
-                database.touch(*key);
-                Some(stored)
-            }
-            Ok(None) => None,
+            Ok(found) => found,
             Err(reason) => {
                 self.health.fail(&reason);
                 None

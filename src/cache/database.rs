@@ -57,6 +57,10 @@ pub struct Stored {
     pub duration_ms: f64,
 }
 
+/// How stale an entry's last-used time may get before a hit records the new one: re-runs of a
+/// cached batch then read without writing, and `prune --older-than` is exact to within a day.
+const TOUCH_AFTER_SECS: i64 = 86_400;
+
 /// One run's use of the cache, kept for `pagantic cache stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct RunStats {
@@ -176,21 +180,31 @@ impl Database {
         }))
     }
 
-    /// The value stored under `key`, if any.
+    /// The value stored under `key`, if any; a hit on an entry last used over a day ago
+    /// queues marking it used now (what `prune --older-than` goes by).
     pub fn get(&self, key: &Key) -> Result<Option<Stored>, String> {
-        let reader = self.reader.lock().map_err(|e| e.to_string())?;
-        let mut statement = reader
-            .prepare_cached("SELECT value, duration_ms FROM entries WHERE key = ?1")
-            .map_err(sql)?;
-        statement
-            .query_row([&key.0[..]], |row| {
-                Ok(Stored {
-                    value: row.get(0)?,
-                    duration_ms: row.get(1)?,
+        let found = {
+            let reader = self.reader.lock().map_err(|e| e.to_string())?;
+            let mut statement = reader
+                .prepare_cached("SELECT value, duration_ms, used_at FROM entries WHERE key = ?1")
+                .map_err(sql)?;
+            statement
+                .query_row([&key.0[..]], |row| {
+                    let stored = Stored {
+                        value: row.get(0)?,
+                        duration_ms: row.get(1)?,
+                    };
+                    Ok((stored, row.get::<_, i64>(2)?))
                 })
-            })
-            .optional()
-            .map_err(sql)
+                .optional()
+                .map_err(sql)?
+        };
+        Ok(found.map(|(stored, used_at)| {
+            if now() - used_at > TOUCH_AFTER_SECS {
+                self.send(Write::Touch(*key));
+            }
+            stored
+        }))
     }
 
     /// Queues `value` to be stored under `key` (replacing what is there).
@@ -202,11 +216,6 @@ impl Database {
             tokens,
             duration_ms,
         });
-    }
-
-    /// Queues marking `key` as used now (what `prune --older-than` goes by).
-    pub fn touch(&self, key: Key) {
-        self.send(Write::Touch(key));
     }
 
     /// Queues a run's tally for `stats`.

@@ -130,6 +130,15 @@ pub fn open_session(options: SessionOptions) -> Outcome<Session> {
     Session::open(options).or_else(|failure| invalid(&failure))
 }
 
+/// Loads and checks the plan at `path` outside a session (`graph`, `lock`): exit 2 with its
+/// diagnostics when invalid.
+pub fn load_plan(path: &Path) -> Outcome<Plan> {
+    plan::load_plan(path, None).or_else(|diagnostics| {
+        report::print(&diagnostics, Format::Human)?;
+        Err(Exit::Code(EXIT_INVALID))
+    })
+}
+
 /// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics, and the
 /// session ended with ERROR, when invalid).
 pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outcome<Plan> {

@@ -4,10 +4,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use crate::plan::lock::{Lock, lock_path};
-use crate::plan::{self};
 
-use super::report::{self, Format};
-use super::{EXIT_INVALID, EXIT_OK};
+use super::EXIT_OK;
+use super::common::{Outcome, load_plan};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -15,14 +14,8 @@ pub struct Args {
     plan: PathBuf,
 }
 
-pub fn run(args: &Args) -> io::Result<u8> {
-    let plan = match plan::load_plan(&args.plan, None) {
-        Ok(plan) => plan,
-        Err(diagnostics) => {
-            report::print(&diagnostics, Format::Human)?;
-            return Ok(EXIT_INVALID);
-        }
-    };
+pub fn run(args: &Args) -> Outcome {
+    let plan = load_plan(&args.plan)?;
     let lock = Lock::of(&plan);
     let path = lock_path(&args.plan);
     std::fs::write(&path, lock.to_text())?;

@@ -94,10 +94,10 @@ pub fn main() -> ExitCode {
         Command::Render(args) => render::run(&args),
         Command::Models(args) => models::run(&args).map_err(Exit::from),
         Command::Schema(args) => schema::run(&args).map_err(Exit::from),
-        Command::Graph(args) => graph::run(&args).map_err(Exit::from),
+        Command::Graph(args) => graph::run(&args),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
         Command::Cache(args) => cache::run(&args),
-        Command::Lock(args) => lock::run(&args).map_err(Exit::from),
+        Command::Lock(args) => lock::run(&args),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -147,19 +147,7 @@ fn a_step_or_a_model_with_cache_false_always_asks_the_model() {
     ] {
         let dir = workspace(|_| edit.clone());
         let single = |dir: &Path| {
-            let run = pagantic_in(
-                dir,
-                &[
-                    "run",
-                    "plan.yaml",
-                    "-i",
-                    "text=hi",
-                    "--format",
-                    "json",
-                    "--cache",
-                    "cache",
-                ],
-            );
+            let run = one_run(dir, &["--format", "json"]);
             assert_eq!(run.code, 0, "{}", run.stderr);
             serde_json::from_str::<Value>(&run.stdout).expect("record")
         };
@@ -190,19 +178,17 @@ fn no_cache_neither_reads_nor_writes_it() {
     assert!(!fresh.path().join("cache").exists());
 }
 
+/// `run plan.yaml -i text=hi --cache cache` and `extra`.
+fn one_run(dir: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["run", "plan.yaml", "-i", "text=hi", "--cache", "cache"];
+    args.extend_from_slice(extra);
+    pagantic_in(dir, &args)
+}
+
 #[test]
 fn cache_only_fails_a_call_the_cache_does_not_hold() {
     let dir = workspace(str::to_string);
-    let args = [
-        "run",
-        "plan.yaml",
-        "-i",
-        "text=hi",
-        "--cache",
-        "cache",
-        "--cache-only",
-    ];
-    let miss = pagantic_in(dir.path(), &args);
+    let miss = one_run(dir.path(), &["--cache-only"]);
     assert_eq!(miss.code, 1, "{}", miss.stderr);
     assert!(
         miss.stderr.contains(
@@ -217,9 +203,9 @@ fn cache_only_fails_a_call_the_cache_does_not_hold() {
         "{}",
         miss.stderr
     );
-    let filled = pagantic_in(dir.path(), &args[..6]);
+    let filled = one_run(dir.path(), &[]);
     assert_eq!(filled.code, 0, "{}", filled.stderr);
-    let replay = pagantic_in(dir.path(), &args);
+    let replay = one_run(dir.path(), &["--cache-only"]);
     assert_eq!(replay.code, 0, "{}", replay.stderr);
     assert_eq!(replay.stdout, filled.stdout);
 }
@@ -299,16 +285,6 @@ fn a_corrupt_database_is_reported_once_and_the_run_goes_on_uncached() {
 #[test]
 fn cached_calls_are_marked_in_the_events() {
     let dir = workspace(str::to_string);
-    let args = [
-        "run",
-        "plan.yaml",
-        "-i",
-        "text=hi",
-        "--cache",
-        "cache",
-        "--events",
-        "events.jsonl",
-    ];
     let cached_flags = || {
         std::fs::read_to_string(dir.path().join("events.jsonl"))
             .expect("events")
@@ -318,9 +294,10 @@ fn cached_calls_are_marked_in_the_events() {
             .map(|event| event["data"]["cached"].clone())
             .collect::<Vec<_>>()
     };
-    assert_eq!(pagantic_in(dir.path(), &args).code, 0);
+    let events = ["--events", "events.jsonl"];
+    assert_eq!(one_run(dir.path(), &events).code, 0);
     assert_eq!(cached_flags(), vec![Value::Bool(false); 3]);
-    assert_eq!(pagantic_in(dir.path(), &args).code, 0);
+    assert_eq!(one_run(dir.path(), &events).code, 0);
     assert_eq!(cached_flags(), vec![Value::Bool(true); 3]);
 }
 
