@@ -25,7 +25,7 @@ PY
 measure() { # rows file, plan, -j, label
   rm -f "$dir/out.jsonl"
   /usr/bin/time -f "%M %e" -o "$dir/time.txt" "$bin" run --quiet "$2" --batch "$1" --out "$dir/out.jsonl" \
-    --id id -j "$3" --summary "$dir/summary.json"
+    --id id -j "$3" --summary "$dir/summary.json" --no-cache
   read -r rss_kb wall < "$dir/time.txt"
   python3 - "$dir/summary.json" "$4" "$rss_kb" "$wall" <<'PY'
 import json, sys

@@ -8,6 +8,7 @@
 //! | --- | --- | --- |
 //! | 0 | [`core`] | messages, tool calls, usage, prices and costs, candidates, the failure taxonomy |
 //! | 1 | [`inference`] | the `Engine` trait, requests and responses; the local (mistral.rs), OpenAI-compatible and scripted engines; the model store |
+//! | 2 | [`cache`] | the persistent call cache: SQLite under content hashes of everything that decides an answer; an engine decorator |
 //! | 2 | [`constraint`] | model output to schema-valid JSON: repair, enum normalisation, schema errors |
 //! | 2 | [`context`] | corpora: loading, chunking, BM25 and keyword retrieval; a retriever tool's candidates |
 //! | 2 | [`prompt`] | minijinja templates: one configuration, static analysis |
@@ -21,6 +22,7 @@
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
 pub mod batch;
+pub mod cache;
 pub mod cli;
 pub mod constraint;
 pub mod context;

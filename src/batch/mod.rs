@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 use crate::orchestrate::{
-    Events, Pipeline, Rendered, RunRecord, RunStatus, Session, execute, render_step,
+    CacheTally, Events, Pipeline, Rendered, RunRecord, RunStatus, Session, execute, render_step,
 };
 
 use input::Row;
@@ -96,8 +96,12 @@ pub struct Summary {
     pub usage: TokenUsage,
     /// What the rows' model calls cost at the models' declared prices; null when none was priced.
     pub cost: Option<Cost>,
-    /// Model calls over all rows (in a `--dry-run`, what the real run would make, before retries).
+    /// Model calls over all rows (in a `--dry-run`, what the real run would make, before retries);
+    /// calls the call cache answered are not among them.
     pub model_calls: u64,
+    /// What the call cache did: calls it answered and did not have, and the tokens and model
+    /// time the answered calls had cost when they were made.
+    pub cache: CacheTally,
     pub wall_ms: f64,
     pub rows_per_s: f64,
     pub steps: BTreeMap<String, StepTimes>,
@@ -138,7 +142,8 @@ pub async fn run(
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut usage = TokenUsage::default();
     let mut cost = None;
-    let mut running: JoinSet<(usize, Value, RunRecord, u64)> = JoinSet::new();
+    let mut running: JoinSet<(usize, Value, RunRecord, u64, CacheTally)> = JoinSet::new();
+    let mut cache = CacheTally::default();
     let mut waiting_lines: BTreeMap<usize, Value> = BTreeMap::new();
     let (mut next_sequence, mut next_to_write) = (0usize, 0usize);
     let mut started_rows = 0usize;
@@ -228,7 +233,13 @@ pub async fn run(
                     let events = session.events().new_run();
                     running.spawn(async move {
                         let record = execute(&pipeline, bound, run_options, &events).await;
-                        (sequence, row_json(&row), record, events.model_calls())
+                        (
+                            sequence,
+                            row_json(&row),
+                            record,
+                            events.model_calls(),
+                            events.cache_tally(),
+                        )
                     });
                 }
                 Err(failure) => {
@@ -251,7 +262,7 @@ pub async fn run(
         }
         tokio::select! {
             joined = running.join_next() => {
-                let Some(Ok((sequence, row, record, calls))) = joined else { continue };
+                let Some(Ok((sequence, row, record, calls, cached))) = joined else { continue };
                 if record.status == RunStatus::Cancelled {
                     // The row saw the cancellation before this loop did: abandoned like the rows
                     // still in flight (they end the same way), so a resume runs it again.
@@ -260,6 +271,7 @@ pub async fn run(
                     continue;
                 }
                 counts.model_calls += calls;
+                cache += cached;
                 for step in &record.steps {
                     durations.entry(step.name.clone()).or_default().push(step.duration_ms);
                 }
@@ -296,6 +308,7 @@ pub async fn run(
         usage,
         cost,
         model_calls: counts.model_calls,
+        cache,
         wall_ms: wall.as_secs_f64() * 1000.0,
         rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
         steps: durations

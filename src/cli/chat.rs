@@ -17,8 +17,8 @@ use crate::plan::build::BuildOptions;
 use crate::plan::canonical;
 
 use super::common::{
-    Exit, Outcome, PlanInputs, build, inputs_file, load_checked, open_session, print_failure,
-    stderr_notice,
+    CacheArgs, Exit, Outcome, PlanInputs, build, inputs_file, load_checked, open_session,
+    print_failure, stderr_notice,
 };
 use super::transcript;
 use super::{EXIT_INVALID, EXIT_OK};
@@ -47,6 +47,8 @@ pub struct Args {
     /// history, and its session id goes on.
     #[arg(long, value_name = "FILE")]
     load: Option<PathBuf>,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 pub fn run(args: &Args) -> Outcome {
@@ -83,6 +85,7 @@ pub fn run(args: &Args) -> Outcome {
         events_file: args.events.clone(),
         observer: Some(Box::new(show_tool_event)),
         chat_session: Some(chat_session),
+        cache: args.cache.settings(),
         ..SessionOptions::default()
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;

@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::cache::{CacheMode, CacheSettings};
 use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
 use crate::orchestrate::{Lifecycle, Pipeline, Session, SessionOptions};
 use crate::plan::build::BuildOptions;
+use crate::plan::lock::{Lock, lock_path};
 use crate::plan::yaml::{self, YamlError};
 use crate::plan::{self, Plan};
 
@@ -49,6 +51,41 @@ pub struct PlanInputs {
     /// A policy file whose limits apply on top of the plan's own.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+}
+
+/// The call cache flags every command that runs plans takes (`run`, `run --batch`, `chat`,
+/// `render --live`): flatten it into the command's `Args` and pass [`CacheArgs::settings`] as
+/// `SessionOptions::cache`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Call cache")]
+pub struct CacheArgs {
+    /// Neither read nor write the call cache: every model call reaches its model.
+    #[arg(long, conflicts_with = "cache_only")]
+    pub no_cache: bool,
+    /// Answer every model call from the call cache; a call it does not hold fails with
+    /// CACHE_MISS (replays in CI, with no model at hand).
+    #[arg(long)]
+    pub cache_only: bool,
+    /// The call cache's directory (default: $PAGANTIC_CACHE_DIR, else $PAGANTIC_HOME/cache,
+    /// else ~/.cache/pagantic/cache).
+    #[arg(long = "cache", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl CacheArgs {
+    /// The session's cache settings: on unless `--no-cache`, warnings on stderr.
+    pub fn settings(&self) -> CacheSettings {
+        let mode = match (self.no_cache, self.cache_only) {
+            (true, _) => CacheMode::Off,
+            (false, true) => CacheMode::Only,
+            (false, false) => CacheMode::ReadWrite,
+        };
+        CacheSettings {
+            mode,
+            dir: self.cache_dir.clone(),
+            warn: Some(stderr_notice()),
+        }
+    }
 }
 
 /// Splits `name=value` (at the first `=`).
@@ -93,6 +130,15 @@ pub fn open_session(options: SessionOptions) -> Outcome<Session> {
     Session::open(options).or_else(|failure| invalid(&failure))
 }
 
+/// Loads and checks the plan at `path` outside a session (`graph`, `lock`): exit 2 with its
+/// diagnostics when invalid.
+pub fn load_plan(path: &Path) -> Outcome<Plan> {
+    plan::load_plan(path, None).or_else(|diagnostics| {
+        report::print(&diagnostics, Format::Human)?;
+        Err(Exit::Code(EXIT_INVALID))
+    })
+}
+
 /// Loads and checks the plan under the policy file, if any (exit 2 with diagnostics, and the
 /// session ended with ERROR, when invalid).
 pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outcome<Plan> {
@@ -109,9 +155,18 @@ pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outco
     })
 }
 
-/// Builds the plan's pipeline in the session's PREPARE stage (exit 2 when it cannot be built:
-/// nothing ran).
+/// Refuses (exit 2, the session ended with ERROR) a plan that no longer matches its lockfile.
+pub fn check_lock(session: &Session, plan: &Plan) -> Outcome<()> {
+    Lock::check(plan, &lock_path(&plan.path)).or_else(|failure| refuse(session, &failure))
+}
+
+/// Builds the plan's pipeline in the session's PREPARE stage, behind the session's call cache
+/// (exit 2 when it cannot be built: nothing ran).
 pub fn build(session: &Session, plan: &Plan, options: BuildOptions) -> Outcome<Pipeline> {
+    let options = BuildOptions {
+        cache: session.cache(),
+        ..options
+    };
     session
         .prepare(|| plan.build(options))
         .or_else(|failure| refuse(session, &failure))

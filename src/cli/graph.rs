@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use crate::plan;
-
-use super::report::{self, Format};
-use super::{EXIT_INVALID, EXIT_OK};
+use super::EXIT_OK;
+use super::common::{Outcome, load_plan};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum GraphFormat {
@@ -27,14 +25,8 @@ pub struct Args {
     format: GraphFormat,
 }
 
-pub fn run(args: &Args) -> io::Result<u8> {
-    let plan = match plan::load_plan(&args.plan, None) {
-        Ok(plan) => plan,
-        Err(diagnostics) => {
-            report::print(&diagnostics, Format::Human)?;
-            return Ok(EXIT_INVALID);
-        }
-    };
+pub fn run(args: &Args) -> Outcome {
+    let plan = load_plan(&args.plan)?;
     let text = match args.format {
         GraphFormat::Dot => plan.graph.to_dot(&plan.raw.name, &plan.raw.steps),
         GraphFormat::Mermaid => plan.graph.to_mermaid(&plan.raw.steps),

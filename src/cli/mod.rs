@@ -4,10 +4,12 @@
 //! Exit codes: 0 success; 1 a valid request whose work failed (e.g. schemas out of date);
 //! 2 invalid input (plan, policy, flags) — nothing was executed.
 
+mod cache;
 mod chat;
 mod common;
 mod diff;
 mod graph;
+mod lock;
 mod models;
 mod render;
 mod report;
@@ -69,6 +71,11 @@ enum Command {
     /// and score the assertions. Exit 0 when every suite reaches its pass rate, 1 when one does
     /// not, 2 when a test file or its plan is invalid (nothing ran).
     Test(test::Args),
+    /// Pin a plan's models (SHA-256 or server and model name) and the SHA-256 of its prompt,
+    /// schema and sub-plan files in PLAN.lock, for `run --locked` and `validate --locked`.
+    Lock(lock::Args),
+    /// Look after the call cache: `stats`, `prune --older-than 30d`, `clear`.
+    Cache(cache::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
     /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
     Diff(diff::Args),
@@ -92,9 +99,11 @@ pub fn main() -> ExitCode {
         Command::Render(args) => render::run(&args),
         Command::Models(args) => models::run(&args).map_err(Exit::from),
         Command::Schema(args) => schema::run(&args).map_err(Exit::from),
-        Command::Graph(args) => graph::run(&args).map_err(Exit::from),
+        Command::Graph(args) => graph::run(&args),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
         Command::Test(args) => test::run(&args),
+        Command::Cache(args) => cache::run(&args),
+        Command::Lock(args) => lock::run(&args),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -5,13 +5,14 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use crate::cache::CacheSettings;
 use crate::orchestrate::{Rendered, SessionOptions};
 use crate::plan::build::BuildOptions;
 use crate::prompt::Templates;
 
 use super::common::{
-    Exit, Outcome, PlanInputs, bind, build, load_checked, open_session, print_failure, split_pair,
-    stderr_notice, write_messages,
+    CacheArgs, Exit, Outcome, PlanInputs, bind, build, load_checked, open_session, print_failure,
+    split_pair, stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 
@@ -31,6 +32,9 @@ pub struct Args {
     /// Run the upstream steps on the plan's own models instead of scripted echoes.
     #[arg(long)]
     live: bool,
+    /// With --live: the call cache (the echoes of a plain render never touch it).
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 pub fn run(args: &Args) -> Outcome {
@@ -80,7 +84,14 @@ fn render_plan_step(args: &Args) -> Outcome {
         writeln!(io::stderr(), "error: rendering a plan needs --step NAME")?;
         return Err(Exit::Code(EXIT_INVALID));
     };
-    let session = open_session(SessionOptions::default())?;
+    let cache = match args.live {
+        true => args.cache.settings(),
+        false => CacheSettings::default(),
+    };
+    let session = open_session(SessionOptions {
+        cache,
+        ..SessionOptions::default()
+    })?;
     let plan = load_checked(&session, &args.file, &args.given)?;
     let pipeline = build(
         &session,

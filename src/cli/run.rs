@@ -19,8 +19,8 @@ use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
 
 use super::common::{
-    Outcome, PlanInputs, bind, build, invalid, load_checked, open_session, print_failure,
-    split_pair, stderr_notice, write_messages,
+    CacheArgs, Outcome, PlanInputs, bind, build, check_lock, invalid, load_checked, open_session,
+    print_failure, split_pair, stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_OK};
 
@@ -66,6 +66,12 @@ pub struct Args {
     /// Never stream, even to a terminal.
     #[arg(long)]
     no_stream: bool,
+    /// Refuse to run (exit 2) when the plan's models, prompt, schema or sub-plan files differ
+    /// from its lockfile (`PLAN.lock`, written by `pagantic lock`).
+    #[arg(long)]
+    locked: bool,
+    #[command(flatten)]
+    cache: CacheArgs,
     #[command(flatten)]
     batch: BatchArgs,
 }
@@ -134,8 +140,12 @@ pub fn run(args: &Args) -> Outcome {
         observer,
         max_parallel: args.max_parallel,
         chat_session: None,
+        cache: args.cache.settings(),
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
+    if args.locked {
+        check_lock(&session, &plan)?;
+    }
     if batch {
         return run_batch(args, &session, &plan);
     }
@@ -159,6 +169,7 @@ pub fn run(args: &Args) -> Outcome {
             notice: (!args.quiet).then(stderr_notice),
             verbose: args.verbose,
             stream,
+            ..BuildOptions::default()
         },
     )?;
     let inputs = bind(&session, &pipeline, &args.given)?;
@@ -255,6 +266,18 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
                 ""
             }
         )?;
+        let cache = &summary.cache;
+        if cache.hits + cache.misses > 0 {
+            writeln!(
+                stderr,
+                "call cache: {} hits, {} misses; {} model calls made; saved {} tokens and {:.1} s of model time",
+                cache.hits,
+                cache.misses,
+                summary.model_calls,
+                cache.tokens_saved,
+                cache.ms_saved / 1000.0
+            )?;
+        }
         if args.dry_run {
             writeln!(
                 stderr,

@@ -13,7 +13,7 @@ use crate::evals::{self, CaseResult, EvalOptions, SuiteResult, report};
 use crate::orchestrate::{Lifecycle, SessionOptions};
 use crate::plan::suite::{Suite, load_suite};
 
-use super::common::{Outcome, invalid, open_session, stderr_notice};
+use super::common::{CacheArgs, Outcome, invalid, open_session, stderr_notice};
 use super::report::{self as diagnostics, Format};
 use super::validate::expand;
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
@@ -66,6 +66,8 @@ pub struct Args {
     /// No progress lines on stderr.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 pub fn run(args: &Args) -> Outcome {
@@ -122,6 +124,7 @@ pub fn run(args: &Args) -> Outcome {
     // The session every case runs in, as `run --batch` rows do.
     let session = open_session(SessionOptions {
         max_parallel: 4,
+        cache: args.cache.settings(),
         ..SessionOptions::default()
     })?;
     let options = EvalOptions {

@@ -5,9 +5,11 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::plan::lock::{Lock, lock_path};
 use crate::plan::suite::{is_test_file, load_suite};
 use crate::plan::{self, Diagnostic, PlanError};
 
+use super::common::print_failure;
 use super::report::{self, Format};
 use super::{EXIT_INVALID, EXIT_OK};
 
@@ -25,6 +27,10 @@ pub struct Args {
     /// Print only diagnostics, no per-file or summary lines.
     #[arg(long, short)]
     quiet: bool,
+    /// Also refuse a plan whose models, prompt, schema or sub-plan files differ from its
+    /// lockfile (`PLAN.lock`, written by `pagantic lock`).
+    #[arg(long)]
+    locked: bool,
 }
 
 pub fn run(args: &Args) -> io::Result<u8> {
@@ -77,6 +83,14 @@ pub fn run(args: &Args) -> io::Result<u8> {
         }
         match plan::load_plan(file, policy.as_ref()) {
             Ok(plan) => {
+                if args.locked
+                    && let Err(failure) = Lock::check(&plan, &lock_path(file))
+                {
+                    invalid += 1;
+                    errors += 1;
+                    print_failure(&failure)?;
+                    continue;
+                }
                 if human {
                     let steps = plan.raw.steps.len();
                     writeln!(

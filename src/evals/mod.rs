@@ -233,6 +233,7 @@ async fn run_variant(
     let build_options = BuildOptions {
         dry_run: options.dry_run,
         notice: options.notice.clone(),
+        cache: session.cache(),
         ..BuildOptions::default()
     };
     let mut outcome = VariantResult {

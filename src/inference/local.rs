@@ -25,7 +25,10 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use super::store::{self, EmbeddedModel, PullProgress};
-use super::{Engine, EngineFuture, Grammar, ModelInfo, Request, Response, Timings, TokenSink};
+use super::{
+    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
+    Timings, TokenSink,
+};
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall};
 
 /// How to run a local model, whatever its file.
@@ -368,6 +371,7 @@ fn to_response(response: ChatCompletionResponse) -> Response {
             prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
             completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
         },
+        cache: CacheStatus::Unused,
     }
 }
 
@@ -438,6 +442,7 @@ impl Engine for LocalEngine {
                 tool_calls: Vec::new(),
                 usage,
                 timings,
+                cache: CacheStatus::Unused,
             })
         })
     }
@@ -639,6 +644,29 @@ impl Engine for LocalModel {
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
         }
+    }
+
+    /// The model file (for an embedded model, the SHA-256 its pull verifies, so a cached answer
+    /// needs no pull or load) and whether decoding enforces constraints.
+    fn identity(&self) -> Option<EngineIdentity> {
+        let (model, file) = match &self.source {
+            LocalSource::Embedded(model) => (
+                serde_json::json!({ "embedded": model.name, "sha256": model.file.sha256 }),
+                None,
+            ),
+            LocalSource::File(path) => (Value::Null, Some(path.clone())),
+            LocalSource::HuggingFace { repo, file } => {
+                (serde_json::json!({ "hf": format!("{repo}/{file}") }), None)
+            }
+        };
+        Some(EngineIdentity {
+            settings: serde_json::json!({
+                "engine": "mistralrs",
+                "model": model,
+                "decoder_constraints": self.settings.decoder_constraints,
+            }),
+            file,
+        })
     }
 }
 

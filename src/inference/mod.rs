@@ -13,6 +13,7 @@ mod scripted;
 pub mod store;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,11 @@ pub struct Request {
     pub seed: Option<u64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// Which of several samples of the same request this is (a `redundant` step's candidate).
+    /// Engines ignore it; a call cache keys sampled calls (temperature above 0) by it, so a
+    /// re-run gets back the same candidates, not one answer repeated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<u32>,
 }
 
 /// Time spent on one call.
@@ -77,6 +83,30 @@ pub struct Response {
     pub tool_calls: Vec<ToolCall>,
     pub usage: TokenUsage,
     pub timings: Timings,
+    /// Whether a call cache was asked first, and whether it answered.
+    #[serde(skip)]
+    pub cache: CacheStatus,
+}
+
+/// What a call cache did for one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum CacheStatus {
+    /// No cache was asked (none is in use, or this model or step opted out).
+    #[default]
+    Unused,
+    /// The cache had no answer: the model answered, and the answer was stored.
+    Miss,
+    /// The cache answered; `original` is how long the call it replays took.
+    Hit { original: Duration },
+}
+
+/// What, besides the request, decides an engine's answers: what a call cache puts in its key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineIdentity {
+    /// The engine kind and the settings that change its answers (model name, server, options).
+    pub settings: Value,
+    /// A model file whose content decides the answers: a cache keys by its SHA-256.
+    pub file: Option<PathBuf>,
 }
 
 /// What an engine is and can do.
@@ -115,6 +145,12 @@ pub trait Engine: Send + Sync {
 
     /// What this engine is.
     fn model_info(&self) -> ModelInfo;
+
+    /// What decides its answers besides the request; None when its answers do not follow from
+    /// the request alone (then no cache may stand in for it).
+    fn identity(&self) -> Option<EngineIdentity> {
+        None
+    }
 }
 
 /// An engine with a declared price: answers as the engine it wraps, and says what its calls cost
@@ -144,6 +180,10 @@ impl Engine for Priced {
             price: Some(self.price),
             ..self.engine.model_info()
         }
+    }
+
+    fn identity(&self) -> Option<EngineIdentity> {
+        self.engine.identity()
     }
 }
 

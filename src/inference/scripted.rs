@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use regex::Regex;
+use serde_json::{Value, json};
 
-use super::{Engine, EngineFuture, ModelInfo, Request, Response, Timings, example_for_schema};
+use super::{
+    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, Timings,
+    example_for_schema,
+};
 use crate::core::{Failure, FailureCode, Role, TokenUsage, ToolCall, text};
 
 /// What a scripted model answers: text, or a call of a tool.
@@ -23,6 +27,18 @@ pub enum ScriptedReply {
         tool: String,
         arguments: serde_json::Value,
     },
+}
+
+impl ScriptedReply {
+    /// The reply as JSON, for the engine's identity.
+    fn to_json(&self) -> Value {
+        match self {
+            ScriptedReply::Text(text) => json!(text),
+            ScriptedReply::Call { tool, arguments } => {
+                json!({ "tool": tool, "arguments": arguments })
+            }
+        }
+    }
 }
 
 impl From<&str> for ScriptedReply {
@@ -160,6 +176,7 @@ impl Engine for ScriptedEngine {
                     completion_tokens,
                 },
                 timings: Timings::default(),
+                cache: CacheStatus::Unused,
             })
         })
     }
@@ -171,6 +188,36 @@ impl Engine for ScriptedEngine {
             constrained_decoding: false,
             price: None,
         }
+    }
+
+    /// Its rules, reply and echo setting — unless it has several replies, given in turn: then
+    /// an answer depends on how many calls came before, not on the request.
+    fn identity(&self) -> Option<EngineIdentity> {
+        let config = &self.config;
+        if config.replies.len() > 1 {
+            return None;
+        }
+        let rules: Vec<Value> = config
+            .rules
+            .iter()
+            .map(|rule| {
+                json!({
+                    "contains": rule.contains,
+                    "matches": rule.matches.as_ref().map(Regex::as_str),
+                    "reply": rule.reply.to_json(),
+                })
+            })
+            .collect();
+        let replies: Vec<Value> = config.replies.iter().map(ScriptedReply::to_json).collect();
+        Some(EngineIdentity {
+            settings: json!({
+                "engine": "scripted",
+                "rules": rules,
+                "replies": replies,
+                "echo": config.echo,
+            }),
+            file: None,
+        })
     }
 }
 

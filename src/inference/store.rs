@@ -336,7 +336,8 @@ pub fn sha256_file(path: &Path) -> Result<String, Failure> {
     Ok(hex(&hasher.finalize()))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes (a digest) in lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
+use crate::inference::CacheStatus;
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,6 +87,9 @@ pub enum EventData {
         /// Why the call failed, when the engine gave no answer (then usage is zero).
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<Failure>,
+        /// Whether the call cache answered it (then no model was called: `usage` is what the
+        /// cached call used, and it cost nothing).
+        cached: bool,
     },
     /// A tool call started.
     ToolStart { tool: String, args: Value },
@@ -174,6 +178,22 @@ pub enum ModelCall {
     Agent(String),
 }
 
+impl std::fmt::Display for ModelCall {
+    /// The call in words, as a run record lists the calls the cache answered: `call`,
+    /// `attempt 2`, `round 3`, `vote 1`, `route attempt 1`, `synthesis`, `agent lookup`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelCall::Single => f.write_str("call"),
+            ModelCall::Attempt(n) => write!(f, "attempt {n}"),
+            ModelCall::Round(n) => write!(f, "round {n}"),
+            ModelCall::Vote(n) => write!(f, "vote {n}"),
+            ModelCall::Route { attempt } => write!(f, "route attempt {attempt}"),
+            ModelCall::Synthesis => f.write_str("synthesis"),
+            ModelCall::Agent(name) => write!(f, "agent {name}"),
+        }
+    }
+}
+
 impl Serialize for ModelCall {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
@@ -249,12 +269,36 @@ struct InSession<'a> {
     event: &'a Event,
 }
 
+/// What the call cache did for a run's (or a batch's) model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CacheTally {
+    /// Calls it answered.
+    pub hits: u64,
+    /// Calls it was asked about and did not have (the model answered, and it stored that).
+    pub misses: u64,
+    /// Tokens the answered calls had used when they were made.
+    pub tokens_saved: u64,
+    /// How long the answered calls had taken when they were made.
+    pub ms_saved: f64,
+}
+
+impl std::ops::AddAssign for CacheTally {
+    fn add_assign(&mut self, other: CacheTally) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.tokens_saved += other.tokens_saved;
+        self.ms_saved += other.ms_saved;
+    }
+}
+
 struct Inner {
     run_id: String,
     started: Instant,
     next_span: AtomicU64,
-    /// Model calls recorded in this run so far.
+    /// Model calls recorded in this run so far (not counting those the cache answered).
     model_calls: AtomicU64,
+    /// What the call cache did for this run's calls.
+    cache: Mutex<CacheTally>,
     /// What they cost, where priced; None while no priced model answered.
     cost: Mutex<Option<Cost>>,
     outputs: Arc<Outputs>,
@@ -308,6 +352,7 @@ impl Events {
                 started: Instant::now(),
                 next_span: AtomicU64::new(1),
                 model_calls: AtomicU64::new(0),
+                cache: Mutex::default(),
                 cost: Mutex::new(None),
                 outputs,
             }),
@@ -324,9 +369,35 @@ impl Events {
         &self.inner.run_id
     }
 
-    /// Model calls this run has made so far (every attempt, vote and tool round).
+    /// Model calls this run has made so far (every attempt, vote and tool round), not
+    /// counting those the call cache answered.
     pub fn model_calls(&self) -> u64 {
         self.inner.model_calls.load(Ordering::Relaxed)
+    }
+
+    /// What the call cache did for this run's calls so far.
+    pub fn cache_tally(&self) -> CacheTally {
+        self.inner
+            .cache
+            .lock()
+            .map(|tally| *tally)
+            .unwrap_or_default()
+    }
+
+    /// Counts what the call cache did for one call: answered it (saving `usage` and the
+    /// original call's time), or had no answer.
+    pub fn count_cache(&self, status: CacheStatus, usage: TokenUsage) {
+        if let Ok(mut tally) = self.inner.cache.lock() {
+            match status {
+                CacheStatus::Unused => {}
+                CacheStatus::Miss => tally.misses += 1,
+                CacheStatus::Hit { original } => {
+                    tally.hits += 1;
+                    tally.tokens_saved += usage.total();
+                    tally.ms_saved += original.as_secs_f64() * 1000.0;
+                }
+            }
+        }
     }
 
     /// What this run's model calls have cost so far (sub-plans run by its agents included);
@@ -370,8 +441,10 @@ impl Events {
 
     /// Records a fully built event (tool events set `tool_call_id`).
     pub fn emit_event(&self, event: Event) {
-        if let EventData::Inference { cost, .. } = &event.data {
-            self.inner.model_calls.fetch_add(1, Ordering::Relaxed);
+        if let EventData::Inference { cost, cached, .. } = &event.data {
+            if !cached {
+                self.inner.model_calls.fetch_add(1, Ordering::Relaxed);
+            }
             if let Ok(mut total) = self.inner.cost.lock() {
                 *total = Cost::sum(*total, *cost);
             }
@@ -511,6 +584,7 @@ mod tests {
             cost,
             tool_call_ids,
             error: None,
+            cached: false,
         }
     }
 
@@ -528,6 +602,7 @@ mod tests {
             "temperature": null,
             "cost": null,
             "tool_call_ids": [],
+            "cached": false,
         });
         let with = |extra: Value| {
             let mut data = base.clone();
@@ -558,7 +633,7 @@ mod tests {
         let attempt = serde_json::to_string(&inference(ModelCall::Attempt(2))).expect("json");
         assert_eq!(
             attempt,
-            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2,"messages":2,"tools":0,"constraint":null,"constrained":false,"temperature":null,"cost":null,"tool_call_ids":[]}}"#
+            r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2,"messages":2,"tools":0,"constraint":null,"constrained":false,"temperature":null,"cost":null,"tool_call_ids":[],"cached":false}}"#
         );
     }
 
@@ -583,6 +658,7 @@ mod tests {
                 "round": 1,
                 "messages": 3, "tools": 2, "constraint": "json_schema", "constrained": true,
                 "temperature": 0.7, "cost": 0.00045, "tool_call_ids": ["call_1", "call_2"],
+                "cached": false,
             })
         );
     }

@@ -322,6 +322,7 @@ pub async fn execute(
     for (record, ledger) in records.iter_mut().zip(&ledgers) {
         record.cost = ledger.cost();
         record.vote = ledger.last_vote();
+        record.cached_calls = ledger.cached_calls();
     }
     let usage = records.iter().fold(TokenUsage::default(), |mut total, r| {
         total += r.total_usage();

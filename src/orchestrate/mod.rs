@@ -21,8 +21,8 @@ pub mod tools;
 pub mod voting;
 
 pub use events::{
-    Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome,
-    new_run_id,
+    CacheTally, Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome,
+    ToolOutcome, new_run_id,
 };
 pub use executor::{RunOptions, execute, render_step};
 pub use pipeline::{

@@ -19,7 +19,7 @@ use super::events::{EventData, Events, ModelCall, Sent, SpanId};
 use super::inputs::{self, InputSpec};
 use super::record::VoteRecord;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
-use crate::inference::{Engine, Grammar, Request, Response, TokenSink};
+use crate::inference::{CacheStatus, Engine, Grammar, Request, Response, TokenSink};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
 
@@ -119,6 +119,7 @@ pub struct StepLedger {
 struct Entries {
     cost: Option<Cost>,
     vote: Option<VoteRecord>,
+    cached_calls: Vec<String>,
 }
 
 impl StepLedger {
@@ -142,6 +143,21 @@ impl StepLedger {
         if let Ok(mut entries) = self.entries.lock() {
             entries.vote = Some(vote);
         }
+    }
+
+    /// Records a model call the call cache answered.
+    pub fn served_from_cache(&self, call: ModelCall) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.cached_calls.push(call.to_string());
+        }
+    }
+
+    /// The step's model calls the call cache answered, in the order they ended.
+    pub fn cached_calls(&self) -> Vec<String> {
+        self.entries
+            .lock()
+            .map(|e| e.cached_calls.clone())
+            .unwrap_or_default()
     }
 
     /// What the step's model calls cost; None when none was priced.
@@ -225,12 +241,15 @@ impl StepContext {
     async fn call_model(
         &self,
         engine: &dyn Engine,
-        request: Request,
+        mut request: Request,
         stream: Option<TokenSink>,
         call: ModelCall,
         read: impl FnOnce(Response) -> Result<Response, Failure>,
     ) -> Result<(Response, SpanId), Failure> {
         self.ledger.check_budget(&self.events)?;
+        if let ModelCall::Vote(candidate) = call {
+            request.candidate = Some(candidate);
+        }
         let info = engine.model_info();
         let constraint = match (&request.json_schema, &request.grammar) {
             (Some(_), _) => Some("json_schema"),
@@ -253,23 +272,30 @@ impl StepContext {
         };
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         // A call the engine failed is a model call too: its event says why.
-        let (usage, cost, read, error) = match answered {
+        let (usage, cost, cache, read, error) = match answered {
             Ok(response) => {
                 let usage = response.usage;
-                (
-                    usage,
-                    info.price.map(|price| price.cost(usage)),
-                    read(response),
-                    None,
-                )
+                let cache = response.cache;
+                // A call the cache answered reached no model: it cost nothing.
+                let cost = match cache {
+                    CacheStatus::Hit { .. } => info.price.map(|_| Cost::from_amount(0.0)),
+                    _ => info.price.map(|price| price.cost(usage)),
+                };
+                (usage, cost, cache, read(response), None)
             }
             Err(failure) => (
                 TokenUsage::default(),
                 None,
+                CacheStatus::Unused,
                 Err(failure.clone()),
                 Some(failure),
             ),
         };
+        self.events.count_cache(cache, usage);
+        let cached = matches!(cache, CacheStatus::Hit { .. });
+        if cached {
+            self.ledger.served_from_cache(call.clone());
+        }
         let tool_call_ids = match &read {
             Ok(response) => response.tool_calls.iter().map(|c| c.id.clone()).collect(),
             Err(_) => Vec::new(),
@@ -285,6 +311,7 @@ impl StepContext {
             cost,
             tool_call_ids,
             error,
+            cached,
         };
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);

@@ -62,6 +62,10 @@ pub struct StepRecord {
     /// How a voting step decided, when it voted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vote: Option<VoteRecord>,
+    /// Its model calls the call cache answered (`call`, `attempt 2`, `vote 1`, `round 3`…), in
+    /// the order they ended; the others reached the model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cached_calls: Vec<String>,
     /// How the output was obtained (attempts, repairs, votes…), when the step says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Value>,
@@ -89,6 +93,7 @@ impl StepRecord {
             usage: TokenUsage::default(),
             cost: None,
             vote: None,
+            cached_calls: Vec::new(),
             detail: None,
             error: None,
             continued: false,

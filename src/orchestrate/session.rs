@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value};
@@ -24,6 +25,7 @@ use super::events::{Events, Observer};
 use super::executor::{RunOptions, execute, render_step};
 use super::pipeline::{Pipeline, Rendered};
 use super::record::{Lifecycle, RunRecord};
+use crate::cache::{CacheSettings, CallCache};
 use crate::core::{Failure, FailureCode};
 
 /// How to open a session.
@@ -36,6 +38,9 @@ pub struct SessionOptions {
     pub max_parallel: usize,
     /// A chat session's id, written into every line of the events file.
     pub chat_session: Option<String>,
+    /// The call cache: where it is and whether runs read and write it (off by default; the
+    /// commands turn it on unless told not to).
+    pub cache: CacheSettings,
 }
 
 impl Default for SessionOptions {
@@ -45,6 +50,7 @@ impl Default for SessionOptions {
             observer: None,
             max_parallel: 4,
             chat_session: None,
+            cache: CacheSettings::default(),
         }
     }
 }
@@ -58,6 +64,7 @@ pub struct Session {
     /// Whether the session's own run id is taken (later runs get their own).
     first_run_done: AtomicBool,
     max_parallel: usize,
+    cache: Option<Arc<CallCache>>,
 }
 
 impl Session {
@@ -118,10 +125,17 @@ impl Session {
             interrupt,
             first_run_done: AtomicBool::new(false),
             max_parallel: options.max_parallel.max(1),
+            cache: CallCache::open(&options.cache),
         };
         session.events.lifecycle(Lifecycle::Init);
         session.events.lifecycle(Lifecycle::Plan);
         Ok(session)
+    }
+
+    /// The call cache the session's runs use, when it is on: the build puts it in front of the
+    /// plan's engines.
+    pub fn cache(&self) -> Option<Arc<CallCache>> {
+        self.cache.clone()
     }
 
     /// The session's events (its own run id); [`Events::new_run`] gives another run's.
@@ -205,6 +219,15 @@ impl Session {
             self.events.new_run()
         } else {
             self.events.clone()
+        }
+    }
+}
+
+impl Drop for Session {
+    /// Commits what the cache still has queued and records the session's hits and misses.
+    fn drop(&mut self) {
+        if let Some(cache) = &self.cache {
+            cache.finish();
         }
     }
 }

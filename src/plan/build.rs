@@ -20,6 +20,7 @@ use super::model::CorpusSpec;
 use super::models::{BuiltModel, ModelEnv};
 use super::steps::{BuildContext, ModelRole, OnError, SchemaSource, StepFacts};
 use super::tools::ToolEnv;
+use crate::cache::{CachedEngine, CallCache};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Cost, Failure, FailureCode};
 use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
@@ -42,6 +43,9 @@ pub struct BuildOptions {
     pub stream: Option<TokenSink>,
     /// Say (through `notice`) which tools are hidden from models and why.
     pub verbose: bool,
+    /// The call cache, put in front of every language model and step that does not opt out
+    /// (`cache: false`); never in a dry run, whose stand-ins' answers are not worth keeping.
+    pub cache: Option<Arc<CallCache>>,
 }
 
 /// Resolves names to shared run-time objects while steps are built; each step sees it only as
@@ -51,26 +55,35 @@ struct Builder<'p> {
     options: BuildOptions,
     dir: PathBuf,
     models: HashMap<String, BuiltModel>,
+    /// Language models behind the call cache, made on first use by a step that may use it.
+    cached_engines: HashMap<String, Arc<dyn Engine>>,
     corpora: HashMap<String, Arc<Corpus>>,
     tools: HashMap<String, Arc<ToolRuntime>>,
     /// The step being built.
     step: usize,
 }
 
-impl Plan {
-    /// Builds the runnable pipeline.
-    pub fn build(&self, options: BuildOptions) -> Result<Pipeline, Failure> {
-        let dir = self.dir();
-        let templates = Arc::new(Templates::new(super::prompts_dir(&dir)));
-        let mut builder = Builder {
-            plan: self,
+impl<'p> Builder<'p> {
+    /// A builder for `plan` that has resolved no name yet.
+    fn new(plan: &'p Plan, options: BuildOptions) -> Self {
+        Builder {
+            plan,
             options,
-            dir,
+            dir: plan.dir(),
             models: HashMap::new(),
+            cached_engines: HashMap::new(),
             corpora: HashMap::new(),
             tools: HashMap::new(),
             step: 0,
-        };
+        }
+    }
+}
+
+impl Plan {
+    /// Builds the runnable pipeline.
+    pub fn build(&self, options: BuildOptions) -> Result<Pipeline, Failure> {
+        let templates = Arc::new(Templates::new(super::prompts_dir(&self.dir())));
+        let mut builder = Builder::new(self, options);
         let mut steps = Vec::with_capacity(self.raw.steps.len());
         for (index, step) in self.raw.steps.iter().enumerate() {
             builder.step = index;
@@ -145,15 +158,7 @@ impl Plan {
         let Some(name) = model else {
             return Ok(Arc::new(super::models::onnx::embedded_bi_encoder(notice)));
         };
-        let mut builder = Builder {
-            plan: self,
-            options,
-            dir: self.dir(),
-            models: HashMap::new(),
-            corpora: HashMap::new(),
-            tools: HashMap::new(),
-            step: 0,
-        };
+        let mut builder = Builder::new(self, options);
         match builder.built_model(name)? {
             BuiltModel::Bi(encoder) => Ok(encoder),
             _ => Err(wrong_kind(name, "a bi-encoder")),
@@ -259,10 +264,27 @@ impl BuildContext for Builder<'_> {
         &self.plan.facts[self.step]
     }
 
+    /// The model's engine, behind the call cache unless the cache is off, this is a dry run,
+    /// or the model or the step being built says `cache: false`.
     fn engine(&mut self, model: &str) -> Result<Arc<dyn Engine>, Failure> {
-        match self.built_model(model)? {
-            BuiltModel::Language(engine) => Ok(engine),
-            _ => Err(wrong_kind(model, "a language model")),
+        let engine = match self.built_model(model)? {
+            BuiltModel::Language(engine) => engine,
+            _ => return Err(wrong_kind(model, "a language model")),
+        };
+        let model_opts_in = self
+            .plan
+            .raw
+            .models
+            .get(model)
+            .is_some_and(|spec| spec.kind().cached());
+        let step_opts_in = self.plan.raw.steps[self.step].common().cache != Some(false);
+        match &self.options.cache {
+            Some(cache) if !self.options.dry_run && model_opts_in && step_opts_in => Ok(self
+                .cached_engines
+                .entry(model.to_string())
+                .or_insert_with(|| Arc::new(CachedEngine::new(engine, Arc::clone(cache))))
+                .clone()),
+            _ => Ok(engine),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod diagnostic;
 pub mod duration;
 pub mod graph;
 pub mod load;
+pub mod lock;
 pub mod model;
 pub mod models;
 pub mod policy;

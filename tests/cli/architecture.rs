@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("rerank", 2),
     ("validate", 2),
     ("prompt", 2),
+    ("cache", 2),
     ("orchestrate", 3),
     ("plan", 4),
     ("batch", 5),

@@ -179,9 +179,10 @@ fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_
             .map(|text| text.matches('\n').count())
             .unwrap_or(0)
     };
+    let cache = crate::fresh_cache_dir();
     for attempt in 0..3 {
         let before = complete_lines();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+        let mut child = crate::command(&cache)
             .args(args(attempt > 0))
             .current_dir(root())
             .stdout(Stdio::null())

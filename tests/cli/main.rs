@@ -7,6 +7,7 @@
 
 mod architecture;
 mod batch;
+mod cache;
 mod chat;
 mod cost;
 mod diff;
@@ -15,6 +16,7 @@ mod engines;
 mod evals;
 mod graph;
 mod invalid_corpus;
+mod lock;
 mod onnx;
 mod patterns;
 mod policy;
@@ -29,6 +31,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What a run of the binary printed, and how it exited.
 #[derive(Debug)]
@@ -48,15 +51,17 @@ pub fn pagantic_in(dir: &Path, args: &[&str]) -> Run {
     pagantic_with(dir, args, &[])
 }
 
-/// Runs `pagantic ARGS…` in `dir` with extra environment variables, colours off.
+/// Runs `pagantic ARGS…` in `dir` with extra environment variables, colours off, and a call
+/// cache of its own (see [`command`]) that is deleted afterwards.
 pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+    let cache = fresh_cache_dir();
+    let output = command(&cache)
         .args(args)
         .current_dir(dir)
-        .env("NO_COLOR", "1")
         .envs(env.iter().copied())
         .output()
         .expect("the pagantic binary runs");
+    let _ = std::fs::remove_dir_all(&cache);
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -64,13 +69,37 @@ pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
+/// The `pagantic` binary with colours off and its call cache in `cache`. Every invocation of
+/// the suite gets an empty cache of its own (from [`fresh_cache_dir`]) unless a test is about
+/// the cache and shares one on purpose (its own `PAGANTIC_CACHE_DIR` or `--cache`): scripted
+/// plans must not answer each other's calls, or the user's cache answer them.
+pub fn command(cache: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pagantic"));
+    command
+        .env("NO_COLOR", "1")
+        .env("PAGANTIC_CACHE_DIR", cache);
+    command
+}
+
+/// A call-cache directory no other invocation uses (not created: the cache creates it when a
+/// model is first called), under the test target's scratch directory.
+pub fn fresh_cache_dir() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("call-caches")
+        .join(format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+}
+
 /// Starts `pagantic ARGS…` at the repository root with its stdin, stdout and stderr piped, for
 /// tests that talk to it or signal it while it runs.
 pub fn spawn(args: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_pagantic"))
+    command(&fresh_cache_dir())
         .args(args)
         .current_dir(root())
-        .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 use reqwest::Url;
 use serde_json::{Map, Value, json};
 
-use super::{Engine, EngineFuture, Grammar, ModelInfo, Request, Response, Timings, TokenSink};
+use super::{
+    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
+    Timings, TokenSink,
+};
 use crate::core::{Failure, FailureCode};
 
 mod failure;
@@ -241,6 +244,7 @@ impl OpenAiEngine {
                 .collect(),
             usage: reply.usage.map(WireUsage::into_usage).unwrap_or_default(),
             timings: Timings::default(),
+            cache: CacheStatus::Unused,
         })
     }
 }
@@ -269,6 +273,17 @@ impl Engine for OpenAiEngine {
             constrained_decoding: true,
             price: None,
         }
+    }
+
+    fn identity(&self) -> Option<EngineIdentity> {
+        Some(EngineIdentity {
+            settings: serde_json::json!({
+                "engine": "openai",
+                "base_url": self.config.base_url,
+                "model": self.config.model,
+            }),
+            file: None,
+        })
     }
 }
 

@@ -12,7 +12,7 @@ use futures_util::{Stream, StreamExt};
 use super::wire::{PartialCall, WireReply};
 use super::{MAX_BODY, OpenAiEngine, failure::too_long};
 use crate::core::{Failure, FailureCode, TokenUsage};
-use crate::inference::{Response, Timings, TokenSink};
+use crate::inference::{CacheStatus, Response, Timings, TokenSink};
 
 impl OpenAiEngine {
     /// Reads a streamed reply, passing text to `sink` as it arrives.
@@ -117,6 +117,7 @@ impl StreamState {
                 .collect(),
             usage: self.usage,
             timings: Timings::default(),
+            cache: CacheStatus::Unused,
         }
     }
 }

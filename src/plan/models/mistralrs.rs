@@ -3,7 +3,11 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuiltModel, ModelEnv, ModelKind};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{BuiltModel, ModelEnv, ModelKind, file_sha256};
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{LocalModel, LocalSettings, LocalSource, store};
 use crate::plan::steps::ModelRole;
@@ -32,6 +36,9 @@ pub struct MistralrsModel {
     /// Without it the model's calls have no cost (null in the record).
     #[serde(default)]
     pub price: Option<Price>,
+    /// Whether the call cache may answer this model's calls, and store its answers (default true). `false` always asks the model: for a model whose answers must be fresh.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 impl ModelKind for MistralrsModel {
@@ -41,6 +48,27 @@ impl ModelKind for MistralrsModel {
 
     fn described(&self) -> &'static str {
         "a mistralrs"
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
+    }
+
+    /// An embedded model by the SHA-256 its pull verifies, a file by its own; a Hugging Face
+    /// file by its name (hashing it would mean fetching it).
+    fn locked(&self, dir: &Path) -> Value {
+        let source = self.source.as_deref().unwrap_or("default");
+        let sha256 = match LocalSource::parse(source, dir) {
+            Ok(LocalSource::Embedded(model)) => json!(model.file.sha256),
+            Ok(LocalSource::File(path)) => file_sha256(&path),
+            _ => Value::Null,
+        };
+        json!({
+            "kind": "mistralrs",
+            "source": source,
+            "sha256": sha256,
+            "decoder_constraints": self.decoder_constraints.unwrap_or(true),
+        })
     }
 
     fn price(&self) -> Option<Price> {

@@ -15,8 +15,9 @@ use serde::Deserialize;
 use super::diagnostic::PlanError;
 use super::steps::{FieldPath, ModelRole};
 use crate::core::{Failure, Price};
-use crate::inference::{Engine, Notice};
+use crate::inference::{Engine, Notice, store};
 use crate::rerank::{BiEncoder, CrossEncoder};
+use serde_json::Value;
 
 mod mistralrs;
 pub(crate) mod onnx;
@@ -67,6 +68,12 @@ model_kinds! {
     Onnx(OnnxModelSpec) = "onnx",
 }
 
+/// The SHA-256 of a model file for a lockfile; null when it cannot be read (so a file that
+/// appears or goes away later is drift too).
+pub fn file_sha256(path: &Path) -> Value {
+    store::sha256_file(path).map_or(Value::Null, Value::String)
+}
+
 /// A mistake a model kind finds in its own settings: the field (relative to the model), the
 /// error, and the label under it.
 pub type Problem = (FieldPath, PlanError, &'static str);
@@ -103,6 +110,11 @@ pub trait ModelKind {
     fn price(&self) -> Option<Price> {
         None
     }
+    /// Whether the call cache may answer for it (its config's `cache`, default true).
+    fn cached(&self) -> bool;
+    /// What a lockfile pins about it: its kind and source, and the SHA-256 of its files (or
+    /// its server and model name); `dir` is the plan's directory.
+    fn locked(&self, dir: &Path) -> Value;
     /// Mistakes in its own settings that `validate` reports; `name` is the model's name.
     fn problems(&self, _name: &str) -> Vec<Problem> {
         Vec::new()

@@ -1,11 +1,14 @@
 //! `kind: onnx` — an ONNX Runtime scorer: a cross-encoder or a bi-encoder.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
-use super::{BuiltModel, ModelEnv, ModelKind, Problem};
+use super::{BuiltModel, ModelEnv, ModelKind, Problem, file_sha256};
 use crate::core::Failure;
 use crate::inference::store;
 use crate::plan::diagnostic::PlanError;
@@ -43,6 +46,9 @@ pub struct OnnxModelSpec {
     /// Cross-encoders: map the logit to 0..1 with the logistic function, as sentence-transformers' CrossEncoder does (default true).
     #[serde(default)]
     pub sigmoid: Option<bool>,
+    /// Whether the call cache may keep this model's embeddings and scores (default true).
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 /// What an ONNX model computes.
@@ -55,6 +61,23 @@ pub enum OnnxTask {
     BiEncoder,
 }
 
+impl OnnxModelSpec {
+    /// The model file and tokenizer a `source` other than `default` names, relative to `dir`.
+    fn files(&self, dir: &Path) -> (PathBuf, PathBuf) {
+        let path = dir.join(&self.source);
+        let model = if path.is_dir() {
+            path.join("model.onnx")
+        } else {
+            path
+        };
+        let tokenizer = match &self.tokenizer {
+            Some(file) => dir.join(file),
+            None => model.with_file_name("tokenizer.json"),
+        };
+        (model, tokenizer)
+    }
+}
+
 impl ModelKind for OnnxModelSpec {
     fn serves(&self, role: ModelRole) -> bool {
         match role {
@@ -62,6 +85,24 @@ impl ModelKind for OnnxModelSpec {
             ModelRole::Scorer => true,
             ModelRole::Embedder => self.task == OnnxTask::BiEncoder,
         }
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
+    }
+
+    fn locked(&self, dir: &Path) -> Value {
+        if self.source == "default" {
+            let model = &store::DEFAULT_SCORER;
+            let files = model.files().map(|f| (f.file_name, f.sha256));
+            return json!({ "kind": "onnx", "source": "default", "sha256": files.collect::<BTreeMap<_, _>>() });
+        }
+        let (model, tokenizer) = self.files(dir);
+        json!({
+            "kind": "onnx",
+            "source": self.source,
+            "sha256": { "model": file_sha256(&model), "tokenizer": file_sha256(&tokenizer) },
+        })
     }
 
     fn described(&self) -> &'static str {
@@ -88,16 +129,7 @@ impl ModelKind for OnnxModelSpec {
         let (source, default_max_length) = if self.source == "default" {
             embedded_source()
         } else {
-            let path = env.dir.join(&self.source);
-            let model = if path.is_dir() {
-                path.join("model.onnx")
-            } else {
-                path
-            };
-            let tokenizer = match &self.tokenizer {
-                Some(file) => env.dir.join(file),
-                None => model.with_file_name("tokenizer.json"),
-            };
+            let (model, tokenizer) = self.files(env.dir);
             (OnnxSource::Files { model, tokenizer }, None)
         };
         let config = OnnxConfig {

@@ -4,6 +4,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
 
+use std::path::Path;
+
+use serde_json::{Value, json};
+
 use super::{BuiltModel, ModelEnv, ModelKind};
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{OpenAiConfig, OpenAiEngine};
@@ -29,6 +33,9 @@ pub struct OpenaiModel {
     /// Without it the model's calls have no cost (null in the record).
     #[serde(default)]
     pub price: Option<Price>,
+    /// Whether the call cache may answer this model's calls, and store its answers (default true). `false` always asks the model: for a model whose answers must be fresh.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 impl ModelKind for OpenaiModel {
@@ -38,6 +45,14 @@ impl ModelKind for OpenaiModel {
 
     fn described(&self) -> &'static str {
         "an openai"
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
+    }
+
+    fn locked(&self, _dir: &Path) -> Value {
+        json!({ "kind": "openai", "base_url": self.base_url, "model": self.model })
     }
 
     fn price(&self) -> Option<Price> {

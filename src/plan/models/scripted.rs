@@ -1,10 +1,11 @@
 //! `kind: scripted` — a deterministic stand-in model for tests and dry runs.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem};
 use crate::core::{Failure, FailureCode, Price};
@@ -37,6 +38,9 @@ pub struct ScriptedModel {
     /// Without it the model's calls have no cost (null in the record).
     #[serde(default)]
     pub price: Option<Price>,
+    /// Whether the call cache may answer this model's calls, and store its answers (default true). `false` always asks the model: for a model whose answers must be fresh.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 /// A scripted engine rule.
@@ -97,6 +101,15 @@ impl ModelKind for ScriptedModel {
 
     fn described(&self) -> &'static str {
         "a scripted"
+    }
+
+    fn cached(&self) -> bool {
+        self.cache != Some(false)
+    }
+
+    /// Its answers are in the plan itself: the lock pins nothing more.
+    fn locked(&self, _dir: &Path) -> Value {
+        json!({ "kind": "scripted" })
     }
 
     fn price(&self) -> Option<Price> {

@@ -179,6 +179,9 @@ pub struct StepCommon {
     /// What a failure of this step (after its retries) does to the run: `fail` stops it (the default); `continue` goes on, with this step's output null and its error readable as `steps.<name>.error`.
     #[serde(default)]
     pub on_error: OnError,
+    /// Whether this step's model calls may be answered from the call cache, and stored in it (default true). `false` always asks the model: for a step whose answer must be fresh.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }
 
 /// What a step's failure does to the run.

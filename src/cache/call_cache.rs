@@ -1,0 +1,256 @@
+//! [`CallCache`]: one process's handle on the cache — its mode, its database (or none, once the
+//! database has failed), the warning that says so, and this run's tally of hits and misses.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::UNIX_EPOCH;
+
+use super::database::{Database, RunStats, Stored};
+use super::{CacheMode, CacheSettings, DATABASE_FILE, Key};
+use crate::inference::{Notice, store};
+
+/// Says once that the cache cannot be used; the run goes on uncached.
+struct Health {
+    broken: AtomicBool,
+    warn: Option<Notice>,
+    location: String,
+}
+
+impl Health {
+    fn fail(&self, reason: &str) {
+        if !self.broken.swap(true, Ordering::SeqCst)
+            && let Some(warn) = &self.warn
+        {
+            warn(&format!(
+                "the call cache at {} cannot be used ({reason}); running without it",
+                self.location
+            ));
+        }
+    }
+
+    fn ok(&self) -> bool {
+        !self.broken.load(Ordering::Relaxed)
+    }
+}
+
+/// The cache as one process uses it; shared by every engine it stands in front of. The
+/// database is opened on first use, so a run that calls no model never touches it.
+pub struct CallCache {
+    mode: CacheMode,
+    path: PathBuf,
+    database: OnceLock<Option<Arc<Database>>>,
+    health: Arc<Health>,
+    tally: Mutex<RunStats>,
+}
+
+impl CallCache {
+    /// The cache `settings` describe; None when its mode is off. A database that cannot be
+    /// opened (when first needed) is warned about once, and the cache then never answers.
+    pub fn open(settings: &CacheSettings) -> Option<Arc<CallCache>> {
+        if settings.mode == CacheMode::Off {
+            return None;
+        }
+        let path = settings.directory().join(DATABASE_FILE);
+        Some(Arc::new(CallCache {
+            mode: settings.mode,
+            health: Arc::new(Health {
+                broken: AtomicBool::new(false),
+                warn: settings.warn.clone(),
+                location: path.display().to_string(),
+            }),
+            path,
+            database: OnceLock::new(),
+            tally: Mutex::default(),
+        }))
+    }
+
+    /// Opens the database at `dir` for maintenance (`pagantic cache stats|prune|clear`).
+    pub fn maintain(dir: &Path) -> Result<Arc<Database>, String> {
+        Database::open(&dir.join(DATABASE_FILE), |_| {})
+    }
+
+    /// Whether every answer must come from the cache (`--cache-only`).
+    pub fn only(&self) -> bool {
+        self.mode == CacheMode::Only
+    }
+
+    /// Whether the cache can answer (its database opens and has not failed since).
+    pub fn usable(&self) -> bool {
+        self.database().is_some()
+    }
+
+    fn database(&self) -> Option<&Database> {
+        if !self.health.ok() {
+            return None;
+        }
+        self.database
+            .get_or_init(|| {
+                let reporter = Arc::clone(&self.health);
+                Database::open(&self.path, move |reason| reporter.fail(&reason))
+                    .inspect_err(|reason| self.health.fail(reason))
+                    .ok()
+            })
+            .as_deref()
+            .filter(|_| self.health.ok())
+    }
+
+    /// The entry under `key`, if the cache has it.
+    pub fn get(&self, key: &Key) -> Option<Stored> {
+        let database = self.database()?;
+        match database.get(key) {
+            Ok(found) => found,
+            Err(reason) => {
+                self.health.fail(&reason);
+                None
+            }
+        }
+    }
+
+    /// Stores `value` under `key` (on the writer thread; this returns at once).
+    pub fn put(&self, key: Key, kind: &'static str, value: String, tokens: u64, duration_ms: f64) {
+        if let Some(database) = self.database() {
+            database.put(key, kind, value, tokens, duration_ms);
+        }
+    }
+
+    /// Counts a lookup for this run's tally: a hit saving `tokens` and `ms`, or a miss.
+    pub fn count(&self, hit: bool, tokens: u64, ms: f64) {
+        if let Ok(mut tally) = self.tally.lock() {
+            if hit {
+                tally.hits += 1;
+                tally.tokens_saved += tokens;
+                tally.ms_saved += ms;
+            } else {
+                tally.misses += 1;
+            }
+        }
+    }
+
+    /// The SHA-256 of the file at `path`, hashed once per version of the file (its size and
+    /// modification time): later runs read it from the database. None when it cannot be read.
+    pub fn file_sha256(&self, path: &Path) -> Option<String> {
+        let metadata = std::fs::metadata(path).ok()?;
+        let modified_ns = metadata
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let name = std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .display()
+            .to_string();
+        let database = self.database();
+        if let Some(known) = database.and_then(|d| d.file_hash(&name, metadata.len(), modified_ns))
+        {
+            return Some(known);
+        }
+        let sha256 = store::sha256_file(path).ok()?;
+        if let Some(database) = database {
+            database.record_file_hash(name, metadata.len(), modified_ns, sha256.clone());
+        }
+        Some(sha256)
+    }
+
+    /// Writes this run's tally and waits until everything queued is committed (nothing to do
+    /// when the database was never opened).
+    pub fn finish(&self) {
+        let Some(Some(database)) = self.database.get() else {
+            return;
+        };
+        if !self.health.ok() {
+            return;
+        }
+        let tally = self
+            .tally
+            .lock()
+            .map(|mut tally| std::mem::take(&mut *tally))
+            .unwrap_or_default();
+        if tally.hits + tally.misses > 0 {
+            database.record_run(tally);
+        }
+        database.flush();
+    }
+}
+
+impl Drop for CallCache {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(dir: &Path, warnings: &Arc<Mutex<Vec<String>>>) -> CacheSettings {
+        let sink = Arc::clone(warnings);
+        CacheSettings {
+            mode: CacheMode::ReadWrite,
+            dir: Some(dir.to_path_buf()),
+            warn: Some(Arc::new(move |line: &str| {
+                sink.lock().expect("lock").push(line.to_string())
+            })),
+        }
+    }
+
+    #[test]
+    fn an_answer_stored_by_one_process_is_read_by_the_next() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let warnings = Arc::default();
+        let key = Key::of("call", &[&"question"]);
+        {
+            let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+            assert_eq!(cache.get(&key), None);
+            cache.put(key, "call", "answer".into(), 3, 50.0);
+        }
+        let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+        assert_eq!(
+            cache.get(&key),
+            Some(Stored {
+                value: "answer".into(),
+                duration_ms: 50.0
+            })
+        );
+        assert!(warnings.lock().expect("lock").is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_database_is_reported_once_and_never_answers() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            dir.path().join(DATABASE_FILE),
+            "this is not a database, just garbage ".repeat(200),
+        )
+        .expect("written");
+        let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
+        let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+        let key = Key::of("call", &[&"question"]);
+        assert!(!cache.usable());
+        cache.put(key, "call", "answer".into(), 1, 1.0);
+        assert_eq!(cache.get(&key), None);
+        let warnings = warnings.lock().expect("lock");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("cannot be used"), "{}", warnings[0]);
+    }
+
+    #[test]
+    fn a_cache_that_is_never_asked_creates_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cache = CallCache::open(&settings(dir.path(), &Arc::default())).expect("on");
+        cache.finish();
+        drop(cache);
+        assert!(!dir.path().join(DATABASE_FILE).exists());
+    }
+
+    #[test]
+    fn the_mode_off_opens_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let settings = CacheSettings {
+            dir: Some(dir.path().to_path_buf()),
+            ..CacheSettings::default()
+        };
+        assert!(CallCache::open(&settings).is_none());
+        assert!(!dir.path().join(DATABASE_FILE).exists());
+    }
+}

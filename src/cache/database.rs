@@ -1,0 +1,442 @@
+//! The cache's SQLite database: its tables, lookups on the caller's thread, and writes on a
+//! thread of their own.
+//!
+//! WAL mode lets readers go on while one process writes, and the busy timeout makes a writer
+//! wait its turn rather than fail, so batch workers and several processes can share one file.
+//! Writes are queued and committed in batches (one transaction per batch), so storing an answer
+//! costs its caller only a channel send. Any SQLite error comes back as a string for the cache
+//! to report once.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::Key;
+
+/// How long a statement waits for another process's lock before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Most queued writes committed in one transaction.
+const WRITE_BATCH: usize = 512;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS entries (
+    key BLOB PRIMARY KEY,
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    duration_ms REAL NOT NULL,
+    created_at INTEGER NOT NULL,
+    used_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_used_at ON entries (used_at);
+CREATE TABLE IF NOT EXISTS runs (
+    finished_at INTEGER NOT NULL,
+    hits INTEGER NOT NULL,
+    misses INTEGER NOT NULL,
+    tokens_saved INTEGER NOT NULL,
+    ms_saved REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS file_hashes (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    modified_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL
+) WITHOUT ROWID;
+";
+
+/// A stored value and how long producing it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    pub value: String,
+    pub duration_ms: f64,
+}
+
+/// How stale an entry's last-used time may get before a hit records the new one: re-runs of a
+/// cached batch then read without writing, and `prune --older-than` is exact to within a day.
+const TOUCH_AFTER_SECS: i64 = 86_400;
+
+/// One run's use of the cache, kept for `pagantic cache stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct RunStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub tokens_saved: u64,
+    pub ms_saved: f64,
+}
+
+/// The entries of one kind (`call`, `embedding`, `score`, `tool`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindStats {
+    pub kind: String,
+    pub entries: u64,
+    /// Bytes of stored values.
+    pub bytes: u64,
+}
+
+/// What `pagantic cache stats` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheStats {
+    pub path: PathBuf,
+    /// The database's files on disk (with its write-ahead log).
+    pub file_bytes: u64,
+    pub kinds: Vec<KindStats>,
+    /// The runs counted in `recent` (the latest, at most [`RECENT_RUNS`]).
+    pub recent_runs: u64,
+    /// Their hits, misses and savings together.
+    pub recent: RunStats,
+}
+
+/// How many of the latest runs `stats` sums up.
+pub const RECENT_RUNS: u32 = 20;
+
+enum Write {
+    Put {
+        key: Key,
+        kind: &'static str,
+        value: String,
+        tokens: u64,
+        duration_ms: f64,
+    },
+    Touch(Key),
+    FileHash {
+        path: String,
+        size: u64,
+        modified_ns: i64,
+        sha256: String,
+    },
+    Run(RunStats),
+    Flush(Sender<()>),
+}
+
+/// An open cache database.
+pub struct Database {
+    path: PathBuf,
+    reader: Mutex<Connection>,
+    writes: Mutex<Option<Sender<Write>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Seconds since the epoch.
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn sql(error: rusqlite::Error) -> String {
+    error.to_string()
+}
+
+/// Opens (creating if needed) the database in `dir`, in WAL mode with the busy timeout.
+fn connect(path: &Path) -> Result<Connection, String> {
+    let connection = Connection::open(path).map_err(sql)?;
+    connection.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+    // Reading the mode back is what first touches the file: a file that is not a database
+    // fails here, before any run depends on it.
+    let mode: String = connection
+        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+        .map_err(sql)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(format!(
+            "the database would not switch to WAL mode ({mode})"
+        ));
+    }
+    connection
+        .execute_batch("PRAGMA synchronous=NORMAL;")
+        .map_err(sql)?;
+    Ok(connection)
+}
+
+impl Database {
+    /// Opens the database file `path` (its directory is created), with a writer thread; the
+    /// thread reports a failed write through `failed`.
+    pub fn open(
+        path: &Path,
+        failed: impl Fn(String) + Send + 'static,
+    ) -> Result<Arc<Database>, String> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let reader = connect(path)?;
+        reader.execute_batch(SCHEMA).map_err(sql)?;
+        let writer = connect(path)?;
+        let (sender, receiver) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("pagantic-cache".into())
+            .spawn(move || write_loop(&writer, &receiver, &failed))
+            .map_err(|e| format!("cannot start the cache's writer: {e}"))?;
+        Ok(Arc::new(Database {
+            path: path.to_path_buf(),
+            reader: Mutex::new(reader),
+            writes: Mutex::new(Some(sender)),
+            writer: Mutex::new(Some(thread)),
+        }))
+    }
+
+    /// The value stored under `key`, if any; a hit on an entry last used over a day ago
+    /// queues marking it used now (what `prune --older-than` goes by).
+    pub fn get(&self, key: &Key) -> Result<Option<Stored>, String> {
+        let found = {
+            let reader = self.reader.lock().map_err(|e| e.to_string())?;
+            let mut statement = reader
+                .prepare_cached("SELECT value, duration_ms, used_at FROM entries WHERE key = ?1")
+                .map_err(sql)?;
+            statement
+                .query_row([&key.0[..]], |row| {
+                    let stored = Stored {
+                        value: row.get(0)?,
+                        duration_ms: row.get(1)?,
+                    };
+                    Ok((stored, row.get::<_, i64>(2)?))
+                })
+                .optional()
+                .map_err(sql)?
+        };
+        Ok(found.map(|(stored, used_at)| {
+            if now() - used_at > TOUCH_AFTER_SECS {
+                self.send(Write::Touch(*key));
+            }
+            stored
+        }))
+    }
+
+    /// Queues `value` to be stored under `key` (replacing what is there).
+    pub fn put(&self, key: Key, kind: &'static str, value: String, tokens: u64, duration_ms: f64) {
+        self.send(Write::Put {
+            key,
+            kind,
+            value,
+            tokens,
+            duration_ms,
+        });
+    }
+
+    /// Queues a run's tally for `stats`.
+    pub fn record_run(&self, run: RunStats) {
+        self.send(Write::Run(run));
+    }
+
+    /// The SHA-256 recorded for the file at `path` when it had this size and modification time.
+    pub fn file_hash(&self, path: &str, size: u64, modified_ns: i64) -> Option<String> {
+        let reader = self.reader.lock().ok()?;
+        reader
+            .query_row(
+                "SELECT sha256 FROM file_hashes WHERE path = ?1 AND size = ?2 AND modified_ns = ?3",
+                params![path, size, modified_ns],
+                |row| row.get(0),
+            )
+            .optional()
+            .ok()
+            .flatten()
+    }
+
+    /// Queues recording a file's SHA-256 at its size and modification time.
+    pub fn record_file_hash(&self, path: String, size: u64, modified_ns: i64, sha256: String) {
+        self.send(Write::FileHash {
+            path,
+            size,
+            modified_ns,
+            sha256,
+        });
+    }
+
+    /// Waits until every write queued so far is committed (or has failed).
+    pub fn flush(&self) {
+        let (done, wait) = mpsc::channel();
+        self.send(Write::Flush(done));
+        let _ = wait.recv();
+    }
+
+    /// Commits what is queued and stops the writer.
+    pub fn close(&self) {
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.take();
+        }
+        if let Ok(mut writer) = self.writer.lock()
+            && let Some(thread) = writer.take()
+        {
+            let _ = thread.join();
+        }
+    }
+
+    fn send(&self, write: Write) {
+        if let Ok(writes) = self.writes.lock()
+            && let Some(sender) = writes.as_ref()
+        {
+            // The writer only stops when the database closes; a send after that has nowhere to go.
+            let _ = sender.send(write);
+        }
+    }
+
+    /// What `pagantic cache stats` shows.
+    pub fn stats(&self) -> Result<CacheStats, String> {
+        let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let mut statement = reader
+            .prepare(
+                "SELECT kind, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM entries GROUP BY kind ORDER BY kind",
+            )
+            .map_err(sql)?;
+        let kinds = statement
+            .query_map([], |row| {
+                Ok(KindStats {
+                    kind: row.get(0)?,
+                    entries: row.get(1)?,
+                    bytes: row.get(2)?,
+                })
+            })
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)?;
+        let (recent_runs, hits, misses, tokens_saved, ms_saved) = reader
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0),
+                        COALESCE(SUM(tokens_saved), 0), COALESCE(SUM(ms_saved), 0.0)
+                 FROM (SELECT * FROM runs ORDER BY rowid DESC LIMIT ?1)",
+                [RECENT_RUNS],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                    ))
+                },
+            )
+            .map_err(sql)?;
+        let file_bytes = ["", "-wal"]
+            .iter()
+            .filter_map(|suffix| {
+                let mut name = self.path.clone().into_os_string();
+                name.push(suffix);
+                std::fs::metadata(name).ok().map(|m| m.len())
+            })
+            .sum();
+        Ok(CacheStats {
+            path: self.path.clone(),
+            file_bytes,
+            kinds,
+            recent_runs,
+            recent: RunStats {
+                hits,
+                misses,
+                tokens_saved,
+                ms_saved,
+            },
+        })
+    }
+
+    /// Deletes the entries no run has used for `unused_for` seconds; how many.
+    pub fn prune(&self, unused_for: u64) -> Result<u64, String> {
+        let before = now().saturating_sub(i64::try_from(unused_for).unwrap_or(i64::MAX));
+        self.flush();
+        let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let deleted = reader
+            .execute("DELETE FROM entries WHERE used_at < ?1", [before])
+            .map_err(sql)?;
+        Ok(deleted as u64)
+    }
+
+    /// Deletes every entry, run tally and file hash, and gives the space back; how many entries.
+    pub fn clear(&self) -> Result<u64, String> {
+        self.flush();
+        let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let deleted = reader.execute("DELETE FROM entries", []).map_err(sql)?;
+        reader
+            .execute_batch("DELETE FROM runs; DELETE FROM file_hashes; VACUUM;")
+            .map_err(sql)?;
+        Ok(deleted as u64)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Commits queued writes in batches until the database closes.
+fn write_loop(connection: &Connection, queue: &Receiver<Write>, failed: &impl Fn(String)) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < WRITE_BATCH {
+            match queue.try_recv() {
+                Ok(write) => batch.push(write),
+                Err(_) => break,
+            }
+        }
+        let mut flushed = Vec::new();
+        if let Err(error) = commit(connection, batch, &mut flushed) {
+            failed(error);
+        }
+        for done in flushed {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn commit(
+    connection: &Connection,
+    batch: Vec<Write>,
+    flushed: &mut Vec<Sender<()>>,
+) -> Result<(), String> {
+    let now = now();
+    let transaction = connection.unchecked_transaction().map_err(sql)?;
+    for write in batch {
+        match write {
+            Write::Put {
+                key,
+                kind,
+                value,
+                tokens,
+                duration_ms,
+            } => {
+                transaction
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO entries (key, kind, value, tokens, duration_ms, created_at, used_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![&key.0[..], kind, value, tokens, duration_ms, now])
+                    })
+                    .map_err(sql)?;
+            }
+            Write::Touch(key) => {
+                transaction
+                    .prepare_cached("UPDATE entries SET used_at = ?2 WHERE key = ?1")
+                    .and_then(|mut s| s.execute(params![&key.0[..], now]))
+                    .map_err(sql)?;
+            }
+            Write::FileHash {
+                path,
+                size,
+                modified_ns,
+                sha256,
+            } => {
+                transaction
+                    .execute(
+                        "INSERT OR REPLACE INTO file_hashes (path, size, modified_ns, sha256) VALUES (?1, ?2, ?3, ?4)",
+                        params![path, size, modified_ns, sha256],
+                    )
+                    .map_err(sql)?;
+            }
+            Write::Run(run) => {
+                transaction
+                    .execute(
+                        "INSERT INTO runs (finished_at, hits, misses, tokens_saved, ms_saved) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![now, run.hits, run.misses, run.tokens_saved, run.ms_saved],
+                    )
+                    .map_err(sql)?;
+            }
+            Write::Flush(done) => flushed.push(done),
+        }
+    }
+    transaction.commit().map_err(sql)
+}

@@ -1,0 +1,72 @@
+//! Layer 2: the persistent call cache, so that a re-run costs only what changed.
+//!
+//! A model call's answer is stored under the SHA-256 of everything that decides it — the
+//! engine's identity (model file or embedded model, server and model name, the settings that
+//! change answers) and the exact request (messages, tools, constraint, sampling and seed,
+//! `max_tokens`, and for a sampled call its candidate number) — in an SQLite database (WAL, a
+//! busy timeout), so that any number of batch workers and processes can share it. A
+//! [`CachedEngine`] stands in front of any engine: it answers from the cache when it can and
+//! stores what the model answers otherwise.
+//!
+//! The cache never costs a run: a database that is corrupt, locked past its timeout or on a
+//! full disk is reported once (through the settings' `warn`) and the run goes on uncached.
+//! Writes happen on a thread of their own, in batches, so storing an answer never holds up the
+//! row that produced it.
+
+mod call_cache;
+mod database;
+mod engine;
+mod key;
+
+use std::path::PathBuf;
+
+pub use call_cache::CallCache;
+pub use database::{CacheStats, Database, KindStats, RunStats};
+pub use engine::CachedEngine;
+pub use key::Key;
+
+use crate::inference::{Notice, store};
+
+/// The environment variable that moves the cache (e.g. to a volume shard workers share).
+pub const CACHE_DIR_VAR: &str = "PAGANTIC_CACHE_DIR";
+
+/// The database's file name inside the cache directory.
+pub const DATABASE_FILE: &str = "cache.db";
+
+/// How a run uses the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Neither read nor written.
+    #[default]
+    Off,
+    /// Answers are read from it and new ones stored (the default of the commands).
+    ReadWrite,
+    /// Every answer must come from it: a call it has not seen fails with `CACHE_MISS`.
+    Only,
+}
+
+/// Where the cache is and how to use it.
+#[derive(Clone, Default)]
+pub struct CacheSettings {
+    pub mode: CacheMode,
+    /// The directory holding the database; None: [`default_dir`].
+    pub dir: Option<PathBuf>,
+    /// Where the one warning about a cache that cannot be used goes (stderr in the CLI).
+    pub warn: Option<Notice>,
+}
+
+impl CacheSettings {
+    /// The directory in use: the one given, else [`default_dir`].
+    pub fn directory(&self) -> PathBuf {
+        self.dir.clone().unwrap_or_else(default_dir)
+    }
+}
+
+/// `$PAGANTIC_CACHE_DIR`, else `cache/` in the model store's home (`$PAGANTIC_HOME`, else the
+/// user's cache directory).
+pub fn default_dir() -> PathBuf {
+    match std::env::var_os(CACHE_DIR_VAR) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => store::home().join("cache"),
+    }
+}

@@ -1,0 +1,147 @@
+//! `pagantic cache stats|prune|clear`: look after the call cache.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use crate::cache::{self, CacheStats, CallCache};
+use crate::core::{Failure, FailureCode};
+use crate::plan::duration::DurationSpec;
+
+use super::EXIT_OK;
+use super::common::{Outcome, invalid};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+    /// The call cache's directory (default: $PAGANTIC_CACHE_DIR, else $PAGANTIC_HOME/cache,
+    /// else ~/.cache/pagantic/cache).
+    #[arg(long = "cache", value_name = "DIR", global = true)]
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Action {
+    /// Entries and their size by kind, the file's size, and the hits and misses of recent runs.
+    Stats {
+        /// `text`, or `json` for scripts.
+        #[arg(long, value_enum, default_value_t = StatsFormat::Text)]
+        format: StatsFormat,
+    },
+    /// Delete the entries no run has used for a while.
+    Prune {
+        /// Delete entries unused for this long: `30d`, `12h`, `90m`, `1h30m`.
+        #[arg(long, value_name = "AGE", value_parser = parse_age)]
+        older_than: u64,
+    },
+    /// Delete every entry.
+    Clear,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StatsFormat {
+    Text,
+    Json,
+}
+
+/// An age in seconds from `30d` (days), or any duration a plan may write (`12h`, `1h30m`).
+fn parse_age(text: &str) -> Result<u64, String> {
+    if let Some(days) = text.strip_suffix('d') {
+        return days
+            .parse::<u64>()
+            .ok()
+            .and_then(|days| days.checked_mul(86_400))
+            .ok_or_else(|| format!("`{text}` is not a number of days such as `30d`"));
+    }
+    DurationSpec::parse(text).map(|d| d.get().as_secs())
+}
+
+pub fn run(args: &Args) -> Outcome {
+    let dir = args.cache_dir.clone().unwrap_or_else(cache::default_dir);
+    let database = match CallCache::maintain(&dir) {
+        Ok(database) => database,
+        Err(reason) => {
+            return invalid(
+                &Failure::new(
+                    FailureCode::ConfigFileError,
+                    format!("cannot open the call cache in {}: {reason}", dir.display()),
+                )
+                .with_help("`pagantic cache clear` cannot repair a file that is not a database: delete the directory instead"),
+            );
+        }
+    };
+    let mut stdout = io::stdout().lock();
+    let done = match &args.action {
+        Action::Stats { format } => database.stats().map(|stats| match format {
+            StatsFormat::Json => serde_json::to_string_pretty(&stats).unwrap_or_default(),
+            StatsFormat::Text => describe(&stats),
+        }),
+        Action::Prune { older_than } => database
+            .prune(*older_than)
+            .map(|n| format!("pruned {n} entries unused since {}", age(*older_than))),
+        Action::Clear => database.clear().map(|n| format!("cleared {n} entries")),
+    };
+    match done {
+        Ok(text) => {
+            writeln!(stdout, "{text}")?;
+            Ok(EXIT_OK)
+        }
+        Err(reason) => invalid(&Failure::new(
+            FailureCode::ConfigFileError,
+            format!("the call cache in {}: {reason}", dir.display()),
+        )),
+    }
+}
+
+fn age(seconds: u64) -> String {
+    match seconds {
+        s if s % 86_400 == 0 => format!("{} days ago", s / 86_400),
+        s => format!("{s} s ago"),
+    }
+}
+
+fn describe(stats: &CacheStats) -> String {
+    let mut lines = vec![format!(
+        "{} ({:.1} MB)",
+        stats.path.display(),
+        stats.file_bytes as f64 / 1e6
+    )];
+    if stats.kinds.is_empty() {
+        lines.push("no entries".into());
+    }
+    for kind in &stats.kinds {
+        lines.push(format!(
+            "{}: {} entries, {:.1} MB",
+            kind.kind,
+            kind.entries,
+            kind.bytes as f64 / 1e6
+        ));
+    }
+    let recent = &stats.recent;
+    let asked = recent.hits + recent.misses;
+    if asked > 0 {
+        lines.push(format!(
+            "last {} runs: {} hits, {} misses ({:.0}% hit rate); saved {} tokens and {:.1} s of model time",
+            stats.recent_runs,
+            recent.hits,
+            recent.misses,
+            100.0 * recent.hits as f64 / asked as f64,
+            recent.tokens_saved,
+            recent.ms_saved / 1000.0
+        ));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_days_or_durations() {
+        assert_eq!(parse_age("30d"), Ok(30 * 86_400));
+        assert_eq!(parse_age("1h30m"), Ok(5_400));
+        assert!(parse_age("xd").is_err());
+        assert!(parse_age("soon").is_err());
+    }
+}
