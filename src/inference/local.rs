@@ -566,32 +566,21 @@ impl LocalModel {
     }
 
     /// The loaded file with this model's settings (loading it on first use).
+    ///
+    /// The load runs in a task of its own: a caller that gives up (a step past its timeout, a
+    /// cancelled run) does not abort it half-way, and the next caller waits for that same load
+    /// instead of starting the file over.
     async fn engine(&self) -> Result<LocalEngine, Failure> {
-        let loaded = self.loaded.get_or_init(|| self.load()).await;
-        Ok(LocalEngine {
-            weights: Arc::clone(loaded.as_ref().map_err(Clone::clone)?),
-            settings: self.settings.clone(),
-        })
-    }
-
-    async fn load(&self) -> Result<Arc<Weights>, Failure> {
-        let path = match &self.source {
-            LocalSource::File(path) => path.clone(),
-            LocalSource::HuggingFace { repo, file } => {
-                (self.notice)(&format!(
-                    "fetching {file} from the Hugging Face repository {repo} (kept in the Hugging Face cache) …"
-                ));
-                fetch_from_hub(repo, file).await?
-            }
-            LocalSource::Embedded(model) => {
-                let model: &'static EmbeddedModel = model;
+        let weights = match self.loaded.get() {
+            Some(loaded) => loaded.clone()?,
+            None => {
+                let cell = Arc::clone(&self.loaded);
+                let (source, max_batch) = (self.source.clone(), self.settings.max_batch);
                 let notice = Arc::clone(&self.notice);
-                tokio::task::spawn_blocking(move || {
-                    store::ensure(model, &mut |progress| {
-                        if let Some(line) = describe(model, &progress) {
-                            notice(&line);
-                        }
-                    })
+                tokio::spawn(async move {
+                    cell.get_or_init(|| load(source, max_batch, notice))
+                        .await
+                        .clone()
                 })
                 .await
                 .map_err(|e| {
@@ -599,11 +588,42 @@ impl LocalModel {
                 })??
             }
         };
-        (self.notice)(&format!("loading {} …", path.display()));
-        Ok(Arc::new(
-            Weights::load(&path, self.settings.max_batch).await?,
-        ))
+        Ok(LocalEngine {
+            weights,
+            settings: self.settings.clone(),
+        })
     }
+}
+
+/// Finds (pulling or fetching it if needed) and loads the file of `source`.
+async fn load(
+    source: LocalSource,
+    max_batch: usize,
+    notice: Notice,
+) -> Result<Arc<Weights>, Failure> {
+    let path = match source {
+        LocalSource::File(path) => path,
+        LocalSource::HuggingFace { repo, file } => {
+            notice(&format!(
+                "fetching {file} from the Hugging Face repository {repo} (kept in the Hugging Face cache) …"
+            ));
+            fetch_from_hub(&repo, &file).await?
+        }
+        LocalSource::Embedded(model) => {
+            let notice = Arc::clone(&notice);
+            tokio::task::spawn_blocking(move || {
+                store::ensure(model, &mut |progress| {
+                    if let Some(line) = describe(model, &progress) {
+                        notice(&line);
+                    }
+                })
+            })
+            .await
+            .map_err(|e| Failure::new(FailureCode::InferenceModelUnavailable, e.to_string()))??
+        }
+    };
+    notice(&format!("loading {} …", path.display()));
+    Ok(Arc::new(Weights::load(&path, max_batch).await?))
 }
 
 /// One line about pull progress, for the user.
