@@ -13,6 +13,7 @@ mod render;
 mod report;
 mod run;
 mod schema;
+mod serve;
 mod transcript;
 mod validate;
 
@@ -64,6 +65,10 @@ enum Command {
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
     Graph(graph::Args),
+    /// Serve plans over HTTP: run them with POST /v1/plans/{name}/runs, or through the
+    /// OpenAI-compatible POST /v1/chat/completions; /healthz and Prometheus /metrics. Every plan
+    /// is checked first (exit 2 if any is invalid); SIGTERM drains and exits 0.
+    Serve(serve::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
     /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
     Diff(diff::Args),
@@ -89,6 +94,7 @@ pub fn main() -> ExitCode {
         Command::Schema(args) => schema::run(&args).map_err(Exit::from),
         Command::Graph(args) => graph::run(&args).map_err(Exit::from),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
+        Command::Serve(args) => serve::run(&args),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -258,6 +258,8 @@ struct Inner {
     /// What they cost, where priced; None while no priced model answered.
     cost: Mutex<Option<Cost>>,
     outputs: Arc<Outputs>,
+    /// Shown this run's events alone (a server's stream of one run to its client).
+    watcher: Option<Observer>,
 }
 
 /// Where events go; cheap to clone and share between steps.
@@ -302,6 +304,10 @@ impl Events {
     }
 
     fn for_outputs(outputs: Arc<Outputs>) -> Self {
+        Self::for_outputs_watched(outputs, None)
+    }
+
+    fn for_outputs_watched(outputs: Arc<Outputs>, watcher: Option<Observer>) -> Self {
         Events {
             inner: Arc::new(Inner {
                 run_id: new_run_id(),
@@ -310,6 +316,7 @@ impl Events {
                 model_calls: AtomicU64::new(0),
                 cost: Mutex::new(None),
                 outputs,
+                watcher,
             }),
         }
     }
@@ -318,6 +325,11 @@ impl Events {
     /// row of a batch and every turn of a chat is a run of its own in the same events file.
     pub fn new_run(&self) -> Events {
         Self::for_outputs(Arc::clone(&self.inner.outputs))
+    }
+
+    /// [`Events::new_run`] whose events `watcher` is shown too, as they happen.
+    pub fn new_run_watched(&self, watcher: Observer) -> Events {
+        Self::for_outputs_watched(Arc::clone(&self.inner.outputs), Some(watcher))
     }
 
     pub fn run_id(&self) -> &str {
@@ -379,6 +391,9 @@ impl Events {
         let outputs = &self.inner.outputs;
         if let Some(observer) = &outputs.observer {
             observer(&event);
+        }
+        if let Some(watcher) = &self.inner.watcher {
+            watcher(&event);
         }
         let line = match &outputs.session {
             Some(session) => serde_json::to_string(&InSession {

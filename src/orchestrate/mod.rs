@@ -30,4 +30,4 @@ pub use pipeline::{
     StepOutput,
 };
 pub use record::{AnsweredBy, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord};
-pub use session::{Session, SessionOptions};
+pub use session::{RunRequest, Runner, Session, SessionOptions};

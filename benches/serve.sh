@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `pagantic serve` under load, on loopback only, stopping by itself: REQUESTS (default 20,000)
+# POSTs at CONCURRENCY (default 64) against the scripted 3-step plan
+# (benches/peers/pagantic/three-steps.yaml), with --max-concurrent and --queue above the load so
+# nothing may be refused (errors must be 0); requests/s, p50 / p99 latency, the server's RSS
+# before and after. Then, on the embedded model (needs `models pull`), the time of a one-word
+# answer through `serve` once the model is warm against `pagantic run` (a fresh process: load +
+# answer).
+#
+#   bash benches/serve.sh                       # REQUESTS=20000 CONCURRENCY=64 by default
+#   SKIP_LOCAL=1 bash benches/serve.sh          # without the embedded-model part
+#
+# The dev build (the profile of the README commands); the load generator is
+# examples/serve_load.rs (reqwest, one keep-alive connection per worker).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --locked --quiet --bin pagantic --example serve_load
+bin=./target/debug/pagantic
+load=./target/debug/examples/serve_load
+dir=target/bench-serve
+mkdir -p "$dir"
+requests=${REQUESTS:-20000}
+concurrency=${CONCURRENCY:-64}
+
+start_server() { # log file, args…
+  local log=$1; shift
+  "$bin" serve "$@" --addr 127.0.0.1:0 2> "$log" &
+  server=$!
+  until grep -q "listening on" "$log"; do
+    kill -0 "$server" 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 0.05
+  done
+  url=$(grep -o "http://[0-9.:]*" "$log" | head -n 1)
+}
+rss_mib() { awk '/VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
+
+start_server "$dir/scripted.log" benches/peers/pagantic/three-steps.yaml \
+  --max-concurrent "$concurrency" --queue "$requests"
+before=$(rss_mib "$server")
+"$load" "$url/v1/plans/three-steps/runs" '{"question": "What is a GGUF file?"}' 200 8 > /dev/null
+warm=$(rss_mib "$server")
+result=$("$load" "$url/v1/plans/three-steps/runs" '{"question": "What is a GGUF file?"}' \
+  "$requests" "$concurrency")
+after=$(rss_mib "$server")
+kill -TERM "$server"; wait "$server"
+echo "scripted 3-step plan, $requests requests at concurrency $concurrency: $result"
+echo "  server RSS: ${before} MiB at start, ${warm} MiB after 200 warm-up requests, ${after} MiB after the run"
+
+if [[ -z "${SKIP_LOCAL:-}" ]]; then
+  plan=benches/plans/one-word.yaml
+  body='{"question": "Answer with one word: what colour is the sky on a clear day?"}'
+  start=$(date +%s.%N)
+  "$bin" run --quiet "$plan" -i question="Answer with one word: what colour is the sky on a clear day?" > "$dir/cold.txt"
+  cold=$(echo "$(date +%s.%N) - $start" | bc)
+  start_server "$dir/local.log" "$plan"
+  "$load" "$url/v1/plans/one-word/runs" "$body" 1 1 > /dev/null      # loads the model
+  warm=$("$load" "$url/v1/plans/one-word/runs" "$body" 5 1)
+  kill -TERM "$server"; wait "$server"
+  echo "one-word answer on the embedded model: pagantic run (cold) ${cold} s; through serve, warm, 5 requests one at a time: $warm"
+  echo "  answer: $(cat "$dir/cold.txt")"
+fi
