@@ -21,7 +21,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(1).build()?;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()?;
         let (url, body, next) = (url.clone(), body.clone(), Arc::clone(&next));
         workers.spawn(async move {
             let mut latencies = Vec::new();

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
+use crate::inference::TokenSink;
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -258,8 +259,17 @@ struct Inner {
     /// What they cost, where priced; None while no priced model answered.
     cost: Mutex<Option<Cost>>,
     outputs: Arc<Outputs>,
-    /// Shown this run's events alone (a server's stream of one run to its client).
-    watcher: Option<Observer>,
+    /// Who watches this run alone (a server's stream of one run to its client).
+    watch: Watch,
+}
+
+/// What one run shows whoever watches it alone (a server's client), besides the session's
+/// outputs: its events as they happen, and the text its streamed steps generate — the steps built
+/// to stream (see `BuildOptions::stream`) send their tokens here as well as to the build's sink.
+#[derive(Default)]
+pub struct Watch {
+    pub events: Option<Observer>,
+    pub tokens: Option<TokenSink>,
 }
 
 /// Where events go; cheap to clone and share between steps.
@@ -304,10 +314,10 @@ impl Events {
     }
 
     fn for_outputs(outputs: Arc<Outputs>) -> Self {
-        Self::for_outputs_watched(outputs, None)
+        Self::for_outputs_watched(outputs, Watch::default())
     }
 
-    fn for_outputs_watched(outputs: Arc<Outputs>, watcher: Option<Observer>) -> Self {
+    fn for_outputs_watched(outputs: Arc<Outputs>, watch: Watch) -> Self {
         Events {
             inner: Arc::new(Inner {
                 run_id: new_run_id(),
@@ -316,7 +326,7 @@ impl Events {
                 model_calls: AtomicU64::new(0),
                 cost: Mutex::new(None),
                 outputs,
-                watcher,
+                watch,
             }),
         }
     }
@@ -327,9 +337,14 @@ impl Events {
         Self::for_outputs(Arc::clone(&self.inner.outputs))
     }
 
-    /// [`Events::new_run`] whose events `watcher` is shown too, as they happen.
-    pub fn new_run_watched(&self, watcher: Observer) -> Events {
-        Self::for_outputs_watched(Arc::clone(&self.inner.outputs), Some(watcher))
+    /// [`Events::new_run`] watched by `watch` too.
+    pub fn new_run_watched(&self, watch: Watch) -> Events {
+        Self::for_outputs_watched(Arc::clone(&self.inner.outputs), watch)
+    }
+
+    /// Where this run's streamed text goes besides the build's sink, if anyone watches it.
+    pub fn tokens(&self) -> Option<&TokenSink> {
+        self.inner.watch.tokens.as_ref()
     }
 
     pub fn run_id(&self) -> &str {
@@ -392,7 +407,7 @@ impl Events {
         if let Some(observer) = &outputs.observer {
             observer(&event);
         }
-        if let Some(watcher) = &self.inner.watcher {
+        if let Some(watcher) = &self.inner.watch.events {
             watcher(&event);
         }
         let line = match &outputs.session {

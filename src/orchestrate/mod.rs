@@ -21,7 +21,7 @@ pub mod tools;
 pub mod voting;
 
 pub use events::{
-    Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome,
+    Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome, Watch,
     new_run_id,
 };
 pub use executor::{RunOptions, execute, render_step};

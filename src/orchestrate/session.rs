@@ -14,7 +14,7 @@
 //! Every run goes through one [`Runner::run`]: the commands that own the terminal call
 //! [`Session::run`], which blocks on it; a server, already inside the session's runtime, clones
 //! the [`Runner`] into its request handlers and awaits it, giving each run its own cancellation
-//! (a client that went away) and its own watcher (an event stream to that client).
+//! (a client that went away) and its own [`Watch`] (its events and tokens, streamed to that client).
 
 use std::future::Future;
 use std::io::Write;
@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use super::events::{Events, Observer};
+use super::events::{Events, Observer, Watch};
 use super::executor::{RunOptions, execute, render_step};
 use super::pipeline::{Pipeline, Rendered};
 use super::record::{Lifecycle, RunRecord};
@@ -80,8 +80,9 @@ pub struct RunRequest {
     pub globals: Map<String, Value>,
     /// Cancels this run when it turns true; None: the session's Ctrl-C and SIGTERM do.
     pub cancel: Option<watch::Receiver<bool>>,
-    /// Shown this run's events as they happen (besides the session's observer).
-    pub watcher: Option<Observer>,
+    /// Who watches this run alone: shown its events and streamed text as they happen (besides
+    /// the session's observer).
+    pub watch: Watch,
 }
 
 impl Session {
@@ -194,7 +195,7 @@ impl Session {
         target: usize,
         inputs: Value,
     ) -> Result<Rendered, Failure> {
-        let events = self.runner.events_for_next_run(None);
+        let events = self.runner.events_for_next_run(Watch::default());
         self.runtime.block_on(render_step(
             pipeline,
             target,
@@ -232,7 +233,7 @@ impl Runner {
     /// CANCELLED. The first run uses the session's run id; later ones (chat turns, requests)
     /// each get their own.
     pub async fn run(&self, pipeline: &Pipeline, inputs: Value, request: RunRequest) -> RunRecord {
-        let events = self.events_for_next_run(request.watcher);
+        let events = self.events_for_next_run(request.watch);
         let mut options = self.run_options();
         options.globals.extend(request.globals);
         if let Some(cancel) = request.cancel {
@@ -256,12 +257,15 @@ impl Runner {
         options
     }
 
-    fn events_for_next_run(&self, watcher: Option<Observer>) -> Events {
+    fn events_for_next_run(&self, watch: Watch) -> Events {
         let first = !self.first_run_done.swap(true, Ordering::Relaxed);
-        match watcher {
-            Some(watcher) => self.events.new_run_watched(watcher),
-            None if first => self.events.clone(),
-            None => self.events.new_run(),
+        let watched = watch.events.is_some() || watch.tokens.is_some();
+        if watched {
+            self.events.new_run_watched(watch)
+        } else if first {
+            self.events.clone()
+        } else {
+            self.events.new_run()
         }
     }
 }

@@ -89,6 +89,9 @@ pub fn load(path: &Path, notice: &Notice) -> Result<Served, Rejected> {
     let pipeline = plan
         .build(BuildOptions {
             notice: Some(Arc::clone(notice)),
+            // Built to stream its final answer, into nothing here: each run's own watcher (a
+            // client that asked for a stream) gets the text.
+            stream: Some(Arc::new(|_: &str| {})),
             ..BuildOptions::default()
         })
         .map_err(Rejected::Unbuildable)?;

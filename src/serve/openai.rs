@@ -2,8 +2,9 @@
 //! were a model: `model` names the plan, the last message is bound to the plan's first string
 //! input, and the messages before it reach the plan's templates (and an agent step) as `history`.
 //! The answer is a `chat.completion` whose message is the plan's output; with `"stream": true`,
-//! `chat.completion.chunk` events and `data: [DONE]`. The plan's output arrives as one chunk
-//! when the run ends: tokens are not forwarded as the model writes them.
+//! `chat.completion.chunk` events and `data: [DONE]`: the text as the model writes it when the
+//! plan's final step streams (an `infer` step whose answer is the plan's output), else the whole
+//! answer in one chunk when the run ends.
 
 use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -167,8 +168,20 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The chunks of a streamed answer: the assistant's role at once, its text when the run ends
-/// (or the error), the end, then `[DONE]`.
+/// Where a streamed answer is.
+struct Chunking {
+    receiver: mpsc::UnboundedReceiver<Streamed>,
+    /// Cancels the run if the client goes away before its end.
+    _cancel_if_gone: CancelOnDrop,
+    /// Whether the assistant's role was sent.
+    started: bool,
+    /// Whether text arrived as the model wrote it (then the record's output is not sent again).
+    streamed: bool,
+}
+
+/// The chunks of a streamed answer: the assistant's role at once, then the text as the plan's
+/// streamed step writes it — or, when its final step does not stream, the whole answer when the
+/// run ends —, the end (or the error), then `[DONE]`.
 fn chunks(
     model: String,
     receiver: mpsc::UnboundedReceiver<Streamed>,
@@ -186,29 +199,42 @@ fn chunks(
         });
         SseEvent::default().data(data.to_string())
     };
-    futures_util::stream::unfold((Some((receiver, guard)), true), move |(state, first)| {
+    let state = Chunking {
+        receiver,
+        _cancel_if_gone: guard,
+        started: false,
+        streamed: false,
+    };
+    futures_util::stream::unfold(Some(state), move |state| {
         let chunk = chunk.clone();
         async move {
-            let (mut receiver, guard) = state?;
-            if first {
+            let mut state = state?;
+            if !state.started {
+                state.started = true;
                 let start = chunk(json!({ "role": "assistant", "content": "" }), None);
-                return Some((vec![start], (Some((receiver, guard)), false)));
+                return Some((vec![start], Some(state)));
             }
             loop {
-                match receiver.recv().await? {
+                match state.receiver.recv().await? {
                     Streamed::Event(_) => continue,
+                    Streamed::Token(text) => {
+                        state.streamed = true;
+                        let piece = chunk(json!({ "content": text }), None);
+                        return Some((vec![piece], Some(state)));
+                    }
                     Streamed::Record(record) => {
                         let mut events = Vec::new();
                         if run_status(&record) == StatusCode::OK {
-                            events.push(chunk(json!({ "content": answer(&record) }), None));
+                            if !state.streamed {
+                                events.push(chunk(json!({ "content": answer(&record) }), None));
+                            }
                             events.push(chunk(json!({}), Some("stop")));
                         } else {
                             let error = json!({ "error": record.error });
                             events.push(SseEvent::default().data(error.to_string()));
                         }
                         events.push(SseEvent::default().data("[DONE]"));
-                        drop(guard);
-                        return Some((events, (None, false)));
+                        return Some((events, None));
                     }
                 }
             }

@@ -28,7 +28,10 @@ use super::auth::Token;
 use super::catalog::{Catalog, Served};
 use super::metrics::{Gauges, Metrics, Refusal};
 use crate::core::{Failure, FailureCode, text::suggestion};
-use crate::orchestrate::{Event, EventData, Observer, RunRecord, RunRequest, RunStatus, Runner};
+use crate::inference::TokenSink;
+use crate::orchestrate::{
+    Event, EventData, Observer, RunRecord, RunRequest, RunStatus, Runner, Watch,
+};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -60,9 +63,11 @@ impl Refused {
     }
 }
 
-/// What a run sends to a client that streams it: its events as they happen, then its record.
+/// What a run sends to a client that streams it: its events and the text of its streamed step
+/// as they happen, then its record.
 pub enum Streamed {
     Event(Event),
+    Token(String),
     Record(RunRecord),
 }
 
@@ -199,6 +204,11 @@ impl App {
                 }
             })
         };
+        let tokens = stream.clone().map(|stream| {
+            Arc::new(move |piece: &str| {
+                let _ = stream.send(Streamed::Token(piece.to_string()));
+            }) as TokenSink
+        });
         let runner = self.runner.clone();
         let metrics = Arc::clone(&self.metrics);
         let mut stop_runs = self.stop_runs.clone();
@@ -207,7 +217,10 @@ impl App {
             let request = RunRequest {
                 globals,
                 cancel: Some(cancelled),
-                watcher: Some(watcher),
+                watch: Watch {
+                    events: Some(watcher),
+                    tokens,
+                },
             };
             let run = runner.run(&served.pipeline, inputs, request);
             tokio::pin!(run);
@@ -409,8 +422,9 @@ async fn run(
     }
 }
 
-/// The stream of a run: `event: <kind>` with the event as `data` for each event, then
-/// `event: record` with the record; dropping it (the client went away) cancels the run.
+/// The stream of a run: `event: <kind>` with the event as `data` for each event, `event: token`
+/// with `{"text": …}` for each piece of the streamed step's answer, then `event: record` with the
+/// record; dropping it (the client went away) cancels the run.
 fn events_then_record(
     receiver: mpsc::UnboundedReceiver<Streamed>,
     guard: CancelOnDrop,
@@ -422,6 +436,11 @@ fn events_then_record(
                 let data = serde_json::to_value(&event).unwrap_or_default();
                 let kind = data["kind"].as_str().unwrap_or("event").to_string();
                 let sse = SseEvent::default().event(kind).data(data.to_string());
+                Some((Ok(sse), Some((receiver, guard))))
+            }
+            Streamed::Token(text) => {
+                let data = json!({ "text": text }).to_string();
+                let sse = SseEvent::default().event("token").data(data);
                 Some((Ok(sse), Some((receiver, guard))))
             }
             Streamed::Record(record) => {

@@ -412,6 +412,37 @@ async fn a_run_streams_its_events_then_its_record() {
     }
 }
 
+/// A final `infer` step whose answer is the plan's output streams its text as `token` events
+/// (the scripted engine gives its whole answer as one piece), before the record.
+#[tokio::test]
+async fn the_text_of_a_streamed_step_arrives_as_token_events() {
+    let server = Server::start(&["tests/plans/serve/stream.yaml"], &[]);
+    let response = client()
+        .post(server.url("/v1/plans/stream/runs?stream=true"))
+        .json(&json!({ "question": "why?" }))
+        .send()
+        .await
+        .expect("answer");
+    let events = sse_events(&response.text().await.expect("text"));
+    let text: String = events
+        .iter()
+        .filter(|(kind, _)| kind == "token")
+        .filter_map(|(_, data)| data["text"].as_str())
+        .collect();
+    let (last, record) = events.last().expect("events");
+    assert_eq!(last, "record");
+    assert!(!text.is_empty(), "no token events in {events:?}");
+    assert_eq!(record["output"], text);
+    let tokens_at = events.iter().position(|(kind, _)| kind == "token");
+    let answer_end = events
+        .iter()
+        .position(|(kind, data)| kind == "step_end" && data["step"] == "answer");
+    assert!(
+        tokens_at < answer_end,
+        "the text comes before its step ends"
+    );
+}
+
 /// `event:` and `data:` of every server-sent event in `text` (keep-alive comments skipped).
 fn sse_events(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
@@ -482,6 +513,22 @@ async fn an_openai_client_calls_a_plan_as_a_model() {
             .iter()
             .all(|(_, c)| c == "[DONE]" || c["object"] == "chat.completion.chunk")
     );
+
+    // A plan whose final step streams sends its text as it comes, once.
+    let streaming = Server::start(&["tests/plans/serve/stream.yaml"], &[]);
+    let request = json!({ "model": "stream", "messages": [{ "role": "user", "content": "hi" }], "stream": true });
+    let response = client()
+        .post(streaming.url("/v1/chat/completions"))
+        .json(&request)
+        .send()
+        .await
+        .expect("answer");
+    let chunks = sse_events(&response.text().await.expect("text"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|(_, chunk)| chunk["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "You asked: hi");
 
     let (status, _) = post(
         &server,
