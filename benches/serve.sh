@@ -3,12 +3,16 @@
 # POSTs at CONCURRENCY (default 64) against the scripted 3-step plan
 # (benches/peers/pagantic/three-steps.yaml), with --max-concurrent and --queue above the load so
 # nothing may be refused (errors must be 0); requests/s, p50 / p99 latency, the server's RSS
-# before and after. Then, on the embedded model (needs `models pull`), the time of a one-word
+# before and after. With HAYHOOKS_VENV, the same pipeline served by Hayhooks
+# (benches/peers/hayhooks/three_steps) under the same load, in the same run. Then, on the embedded model (needs `models pull`), the time of a one-word
 # answer through `serve` once the model is warm against `pagantic run` (a fresh process: load +
 # answer).
 #
 #   bash benches/serve.sh                       # REQUESTS=20000 CONCURRENCY=64 by default
 #   SKIP_LOCAL=1 bash benches/serve.sh          # without the embedded-model part
+#   HAYHOOKS_VENV=/tmp/hayhooks-venv bash benches/serve.sh
+#
+# The Hayhooks venv: python3 -m venv /tmp/hayhooks-venv && /tmp/hayhooks-venv/bin/pip install hayhooks==2.1.0
 #
 # The dev build (the profile of the README commands); the load generator is
 # examples/serve_load.rs (reqwest, one keep-alive connection per worker).
@@ -45,6 +49,28 @@ after=$(rss_mib "$server")
 kill -TERM "$server"; wait "$server"
 echo "scripted 3-step plan, $requests requests at concurrency $concurrency: $result"
 echo "  server RSS: ${before} MiB at start, ${warm} MiB after 200 warm-up requests, ${after} MiB after the run"
+
+if [[ -n "${HAYHOOKS_VENV:-}" ]]; then
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$HAYHOOKS_VENV/bin/hayhooks" run --host 127.0.0.1 --port "$port" \
+    --pipelines-dir benches/peers/hayhooks > "$dir/hayhooks.log" 2>&1 &
+  hayhooks=$!
+  until curl -sf "http://127.0.0.1:$port/status" > /dev/null; do
+    kill -0 "$hayhooks" 2>/dev/null || { cat "$dir/hayhooks.log"; exit 1; }
+    sleep 0.2
+  done
+  # uvicorn's worker is the child of the `hayhooks` process; its RSS is what serves.
+  worker=$(pgrep -P "$hayhooks" | head -n 1 || true); worker=${worker:-$hayhooks}
+  before=$(rss_mib "$worker")
+  "$load" "http://127.0.0.1:$port/three_steps/run" '{"question": "What is a GGUF file?"}' 200 8 > /dev/null
+  warm=$(rss_mib "$worker")
+  result=$("$load" "http://127.0.0.1:$port/three_steps/run" '{"question": "What is a GGUF file?"}' \
+    "$requests" "$concurrency")
+  after=$(rss_mib "$worker")
+  kill -TERM "$hayhooks"; wait "$hayhooks" || true
+  echo "Hayhooks $("$HAYHOOKS_VENV/bin/pip" show hayhooks | awk '/^Version/ { print $2 }'), same pipeline and load: $result"
+  echo "  server RSS: ${before} MiB at start, ${warm} MiB after 200 warm-up requests, ${after} MiB after the run"
+fi
 
 if [[ -z "${SKIP_LOCAL:-}" ]]; then
   plan=benches/plans/one-word.yaml

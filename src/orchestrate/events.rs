@@ -738,6 +738,35 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_run_shows_its_own_events_to_its_watcher_and_the_others_to_nobody_else() {
+        let session = Events::recording();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let watcher: Observer = {
+            let seen = Arc::clone(&seen);
+            Box::new(move |event: &Event| {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(event.run_id.clone());
+                }
+            })
+        };
+        let tokens: TokenSink = Arc::new(|_: &str| {});
+        let watched = session.new_run_watched(Watch {
+            events: Some(watcher),
+            tokens: Some(tokens),
+        });
+        let other = session.new_run();
+        watched.lifecycle(Lifecycle::Execute);
+        other.lifecycle(Lifecycle::Execute);
+        assert_eq!(*seen.lock().expect("seen"), [watched.run_id().to_string()]);
+        assert_eq!(
+            session.recorded().len(),
+            2,
+            "both still reach the session's outputs"
+        );
+        assert!(watched.tokens().is_some() && other.tokens().is_none());
+    }
+
+    #[test]
     fn on_drop_runs_only_when_not_disarmed() {
         let ran = std::sync::atomic::AtomicU32::new(0);
         drop(OnDrop::new(|| {
