@@ -19,9 +19,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --quiet --bin pagantic --example serve_load
-bin=./target/debug/pagantic
-load=./target/debug/examples/serve_load
-dir=target/bench-serve
+target=${CARGO_TARGET_DIR:-target}
+bin=$target/debug/pagantic
+load=$target/debug/examples/serve_load
+dir=$target/bench-serve
 mkdir -p "$dir"
 requests=${REQUESTS:-20000}
 concurrency=${CONCURRENCY:-64}
@@ -37,18 +38,22 @@ start_server() { # log file, args…
   url=$(grep -o "http://[0-9.:]*" "$log" | head -n 1)
 }
 rss_mib() { awk '/VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
+measure() { # label, server pid, url: 200 warm-up requests, then the load; RSS before and after
+  local before warm result after
+  before=$(rss_mib "$2")
+  "$load" "$3" '{"question": "What is a GGUF file?"}' 200 8 > /dev/null
+  warm=$(rss_mib "$2")
+  result=$("$load" "$3" '{"question": "What is a GGUF file?"}' "$requests" "$concurrency")
+  after=$(rss_mib "$2")
+  echo "$1: $result"
+  echo "  server RSS: ${before} MiB at start, ${warm} MiB after 200 warm-up requests, ${after} MiB after the run"
+}
 
 start_server "$dir/scripted.log" benches/peers/pagantic/three-steps.yaml \
   --max-concurrent "$concurrency" --queue "$requests"
-before=$(rss_mib "$server")
-"$load" "$url/v1/plans/three-steps/runs" '{"question": "What is a GGUF file?"}' 200 8 > /dev/null
-warm=$(rss_mib "$server")
-result=$("$load" "$url/v1/plans/three-steps/runs" '{"question": "What is a GGUF file?"}' \
-  "$requests" "$concurrency")
-after=$(rss_mib "$server")
+measure "scripted 3-step plan, pagantic serve, $requests requests at concurrency $concurrency" \
+  "$server" "$url/v1/plans/three-steps/runs"
 kill -TERM "$server"; wait "$server"
-echo "scripted 3-step plan, $requests requests at concurrency $concurrency: $result"
-echo "  server RSS: ${before} MiB at start, ${warm} MiB after 200 warm-up requests, ${after} MiB after the run"
 
 if [[ -n "${HAYHOOKS_VENV:-}" ]]; then
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -61,15 +66,9 @@ if [[ -n "${HAYHOOKS_VENV:-}" ]]; then
   done
   # uvicorn's worker is the child of the `hayhooks` process; its RSS is what serves.
   worker=$(pgrep -P "$hayhooks" | head -n 1 || true); worker=${worker:-$hayhooks}
-  before=$(rss_mib "$worker")
-  "$load" "http://127.0.0.1:$port/three_steps/run" '{"question": "What is a GGUF file?"}' 200 8 > /dev/null
-  warm=$(rss_mib "$worker")
-  result=$("$load" "http://127.0.0.1:$port/three_steps/run" '{"question": "What is a GGUF file?"}' \
-    "$requests" "$concurrency")
-  after=$(rss_mib "$worker")
+  version=$("$HAYHOOKS_VENV/bin/pip" show hayhooks | awk '/^Version/ { print $2 }')
+  measure "the same pipeline, Hayhooks $version, same load" "$worker" "http://127.0.0.1:$port/three_steps/run"
   kill -TERM "$hayhooks"; wait "$hayhooks" || true
-  echo "Hayhooks $("$HAYHOOKS_VENV/bin/pip" show hayhooks | awk '/^Version/ { print $2 }'), same pipeline and load: $result"
-  echo "  server RSS: ${before} MiB at start, ${warm} MiB after 200 warm-up requests, ${after} MiB after the run"
 fi
 
 if [[ -z "${SKIP_LOCAL:-}" ]]; then

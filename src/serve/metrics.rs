@@ -143,78 +143,67 @@ impl Metrics {
         let Ok(counts) = self.counts.lock() else {
             return out;
         };
-        header(
+        let runs = counts.runs.iter().map(|((plan, status), count)| {
+            (
+                format!("plan=\"{}\",status=\"{status}\"", escape(plan)),
+                *count,
+            )
+        });
+        counter(
             &mut out,
             "pagantic_runs_total",
-            "counter",
             "Runs finished, by plan and status.",
+            runs,
         );
-        for ((plan, status), count) in &counts.runs {
-            let _ = writeln!(
-                out,
-                "pagantic_runs_total{{plan=\"{}\",status=\"{status}\"}} {count}",
-                escape(plan)
-            );
-        }
-        header(
+        let runs = counts
+            .run_seconds
+            .iter()
+            .map(|(plan, histogram)| (format!("plan=\"{}\"", escape(plan)), histogram));
+        histograms(
             &mut out,
             "pagantic_run_duration_seconds",
-            "histogram",
             "How long runs took, by plan.",
+            runs,
         );
-        for (plan, histogram) in &counts.run_seconds {
-            let labels = format!("plan=\"{}\"", escape(plan));
-            histogram.write(&mut out, "pagantic_run_duration_seconds", &labels);
-        }
-        header(
+        let steps = counts.step_seconds.iter().map(|((plan, step), histogram)| {
+            let labels = format!("plan=\"{}\",step=\"{}\"", escape(plan), escape(step));
+            (labels, histogram)
+        });
+        histograms(
             &mut out,
             "pagantic_step_duration_seconds",
-            "histogram",
             "How long steps took (all attempts), by plan and step.",
+            steps,
         );
-        for ((plan, step), histogram) in &counts.step_seconds {
-            let labels = format!("plan=\"{}\",step=\"{}\"", escape(plan), escape(step));
-            histogram.write(&mut out, "pagantic_step_duration_seconds", &labels);
-        }
-        header(
+        let tokens = counts.tokens.iter().map(|((plan, kind), count)| {
+            (format!("plan=\"{}\",kind=\"{kind}\"", escape(plan)), *count)
+        });
+        counter(
             &mut out,
             "pagantic_tokens_total",
-            "counter",
             "Tokens of model calls, by plan and kind (prompt or completion).",
+            tokens,
         );
-        for ((plan, kind), count) in &counts.tokens {
-            let _ = writeln!(
-                out,
-                "pagantic_tokens_total{{plan=\"{}\",kind=\"{kind}\"}} {count}",
-                escape(plan)
-            );
-        }
-        header(
+        let calls = counts
+            .model_calls
+            .iter()
+            .map(|(plan, count)| (format!("plan=\"{}\"", escape(plan)), *count));
+        counter(
             &mut out,
             "pagantic_model_calls_total",
-            "counter",
             "Model calls (every attempt, vote and tool round), by plan.",
+            calls,
         );
-        for (plan, count) in &counts.model_calls {
-            let _ = writeln!(
-                out,
-                "pagantic_model_calls_total{{plan=\"{}\"}} {count}",
-                escape(plan)
-            );
-        }
-        header(
+        let refused = counts
+            .refused
+            .iter()
+            .map(|(why, count)| (format!("reason=\"{}\"", why.label()), *count));
+        counter(
             &mut out,
             "pagantic_requests_refused_total",
-            "counter",
             "Requests refused before they ran, by reason.",
+            refused,
         );
-        for (why, count) in &counts.refused {
-            let _ = writeln!(
-                out,
-                "pagantic_requests_refused_total{{reason=\"{}\"}} {count}",
-                why.label()
-            );
-        }
         header(
             &mut out,
             "pagantic_runs_in_flight",
@@ -236,6 +225,27 @@ impl Metrics {
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A counter: its header, then one line per set of labels.
+fn counter(out: &mut String, name: &str, help: &str, rows: impl Iterator<Item = (String, u64)>) {
+    header(out, name, "counter", help);
+    for (labels, value) in rows {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+/// A histogram: its header, then the buckets, sum and count per set of labels.
+fn histograms<'a>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    rows: impl Iterator<Item = (String, &'a Histogram)>,
+) {
+    header(out, name, "histogram", help);
+    for (labels, histogram) in rows {
+        histogram.write(out, name, &labels);
+    }
 }
 
 /// A label value with `\`, `"` and line breaks escaped.
