@@ -19,6 +19,7 @@
 //! failure's stable code, message and help, as the command line prints them.
 
 mod admission;
+mod app;
 mod auth;
 mod catalog;
 mod metrics;
@@ -91,7 +92,7 @@ pub async fn serve(
     })?;
     let catalog = Arc::new(catalog);
     let (stop_runs, stop_runs_seen) = watch::channel(false);
-    let app = routes::App::new(runner, Arc::clone(&catalog), &options, stop_runs_seen);
+    let app = app::App::new(runner, Arc::clone(&catalog), &options, stop_runs_seen);
     let in_flight = app.admission();
     if let Some(every) = options.watch {
         tokio::spawn(watch_files(
@@ -125,7 +126,7 @@ pub async fn serve(
         stop_runs.closed().await;
     });
     let mut drained = drained;
-    axum::serve(listener, app.router())
+    axum::serve(listener, routes::router(app))
         .with_graceful_shutdown(async move {
             let _ = drained.wait_for(|draining| *draining).await;
         })

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::routes::{
+use super::app::{
     App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
 };
 use crate::core::{Failure, FailureCode, Message, Role};
