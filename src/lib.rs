@@ -18,6 +18,7 @@
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
 //! | 5 | [`serve`] | plans as an HTTP service: routes, admission (slots, queue), bearer token, metrics, reloading changed plans |
+//! | 5 | [`evals`] | test files run: cases × variants through the run session, assertions scored, reports |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
 pub mod batch;
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod constraint;
 pub mod context;
 pub mod core;
+pub mod evals;
 pub mod inference;
 pub mod orchestrate;
 pub mod plan;

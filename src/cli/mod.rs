@@ -14,6 +14,7 @@ mod report;
 mod run;
 mod schema;
 mod serve;
+mod test;
 mod transcript;
 mod validate;
 
@@ -61,7 +62,7 @@ enum Command {
     Render(render::Args),
     /// Fetch, verify and list the embedded default models.
     Models(models::Args),
-    /// Write the JSON Schemas of plan and policy files (for editors and CI), or check they are current.
+    /// Write the JSON Schemas of plan, policy and test files (for editors and CI), or check they are current.
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
     Graph(graph::Args),
@@ -69,6 +70,10 @@ enum Command {
     /// OpenAI-compatible POST /v1/chat/completions; /healthz and Prometheus /metrics. Every plan
     /// is checked first (exit 2 if any is invalid); SIGTERM drains and exits 0.
     Serve(serve::Args),
+    /// Test plans: run every case of test files (`*.test.yaml`) under every variant of the plan
+    /// and score the assertions. Exit 0 when every suite reaches its pass rate, 1 when one does
+    /// not, 2 when a test file or its plan is invalid (nothing ran).
+    Test(test::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
     /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
     Diff(diff::Args),
@@ -95,6 +100,7 @@ pub fn main() -> ExitCode {
         Command::Graph(args) => graph::run(&args).map_err(Exit::from),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
         Command::Serve(args) => serve::run(&args),
+        Command::Test(args) => test::run(&args),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -10,6 +10,7 @@ use clap::ValueEnum;
 use miette::{GraphicalReportHandler, GraphicalTheme};
 use serde_json::json;
 
+use crate::core::text::{workflow_data, workflow_property};
 use crate::plan::Diagnostic;
 
 /// How diagnostics are printed.
@@ -182,11 +183,11 @@ fn render_json(diagnostic: &Diagnostic) -> String {
 fn render_github(diagnostic: &Diagnostic) -> String {
     let mut properties = Vec::new();
     if let Some((file, line, column)) = diagnostic.location() {
-        properties.push(format!("file={}", escape_property(file)));
+        properties.push(format!("file={}", workflow_property(file)));
         properties.push(format!("line={line}"));
         properties.push(format!("col={column}"));
     }
-    properties.push(format!("title={}", escape_property(&diagnostic.code())));
+    properties.push(format!("title={}", workflow_property(&diagnostic.code())));
     let mut message = diagnostic.to_string();
     if let Some(help) = diagnostic.help_text() {
         message.push_str("\nhelp: ");
@@ -195,18 +196,8 @@ fn render_github(diagnostic: &Diagnostic) -> String {
     format!(
         "::error {}::{}",
         properties.join(","),
-        escape_data(&message)
+        workflow_data(&message)
     )
-}
-
-fn escape_data(text: &str) -> String {
-    text.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
-}
-
-fn escape_property(text: &str) -> String {
-    escape_data(text).replace(':', "%3A").replace(',', "%2C")
 }
 
 #[cfg(test)]

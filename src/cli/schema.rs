@@ -1,4 +1,5 @@
-//! `pagantic schema` — write (or check) the JSON Schemas generated from the plan types.
+//! `pagantic schema` — write (or check) the JSON Schemas generated from the plan, policy and
+//! test-file types.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use super::{EXIT_FAILED, EXIT_OK};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Directory to write `plan.schema.json` and `policy.schema.json` into.
+    /// Directory to write `plan.schema.json`, `policy.schema.json` and `test.schema.json` into.
     #[arg(long, value_name = "DIR", default_value = "schemas")]
     out: PathBuf,
     /// Write nothing; exit 1 if the files in DIR differ from what this version generates.

@@ -1,9 +1,11 @@
-//! `pagantic validate FILES…` — check plans the way CI should: every error at once, no model loaded.
+//! `pagantic validate FILES…` — check plans and test files the way CI should: every error at
+//! once, no model loaded. A test file (`*.test.yaml`) is checked with the plan it names.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::plan::suite::{is_test_file, load_suite};
 use crate::plan::{self, Diagnostic, PlanError};
 
 use super::report::{self, Format};
@@ -42,7 +44,37 @@ pub fn run(args: &Args) -> io::Result<u8> {
     let mut invalid = 0;
     let mut errors = unmatched.len();
     report::print(&unmatched, args.format)?;
+    let mut tests = 0;
     for file in &files {
+        if is_test_file(file) {
+            tests += 1;
+            match load_suite(file) {
+                Ok(suite) => {
+                    if human {
+                        let cases = suite.cases.len();
+                        writeln!(
+                            io::stderr(),
+                            "ok: {} ({cases} {}{}, {} {})",
+                            file.display(),
+                            plural(cases, "case"),
+                            if suite.dataset.is_some() {
+                                " and a dataset"
+                            } else {
+                                ""
+                            },
+                            suite.variants.len(),
+                            plural(suite.variants.len(), "variant")
+                        )?;
+                    }
+                }
+                Err(diagnostics) => {
+                    invalid += 1;
+                    errors += diagnostics.len();
+                    report::print(&diagnostics, args.format)?;
+                }
+            }
+            continue;
+        }
         match plan::load_plan(file, policy.as_ref()) {
             Ok(plan) => {
                 if human {
@@ -63,11 +95,16 @@ pub fn run(args: &Args) -> io::Result<u8> {
         }
     }
     if human {
+        let plans = files.len() - tests;
+        let test_files = if tests > 0 {
+            format!(", {tests} test {}", plural(tests, "file"))
+        } else {
+            String::new()
+        };
         writeln!(
             io::stderr(),
-            "{} {} checked in {} ms: {} valid, {invalid} invalid ({errors} {})",
-            files.len(),
-            plural(files.len(), "plan"),
+            "{plans} {}{test_files} checked in {} ms: {} valid, {invalid} invalid ({errors} {})",
+            plural(plans, "plan"),
             started.elapsed().as_millis(),
             files.len() - invalid,
             plural(errors, "error"),
@@ -85,7 +122,7 @@ fn plural(count: usize, word: &str) -> String {
 }
 
 /// Expands glob patterns; an argument matching nothing is reported as unreadable.
-fn expand(arguments: &[String]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
+pub fn expand(arguments: &[String]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
     let mut files = Vec::new();
     let mut missing = Vec::new();
     for argument in arguments {

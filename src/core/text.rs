@@ -73,6 +73,18 @@ pub fn excerpt(text: &str, max: usize) -> String {
     }
 }
 
+/// A GitHub Actions workflow command's message (`::error …::MESSAGE`): `%`, CR and LF escaped.
+pub fn workflow_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A GitHub Actions workflow command's property value (`file=…`, `title=…`): also `:` and `,`.
+pub fn workflow_property(text: &str) -> String {
+    workflow_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

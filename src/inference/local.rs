@@ -48,17 +48,27 @@ pub struct LocalConfig {
     pub settings: LocalSettings,
 }
 
-/// A loaded local model.
+/// A loaded local model, used with one set of settings.
 pub struct LocalEngine {
+    weights: Arc<Weights>,
+    settings: LocalSettings,
+}
+
+/// What loading a model file makes: the mistral.rs runner and what is read from the vocabulary.
+/// Only the file and `max_batch` (the scheduler's size) go into it; the other settings apply per
+/// request, so models that differ only in them share one load.
+struct Weights {
     model: Model,
     name: String,
     /// The end markers of this model's vocabulary that llguidance may force once a grammar is
     /// complete; they stop decoding (see [`GRAMMAR_END_MARKERS`]).
     grammar_ends: Vec<String>,
-    settings: LocalSettings,
     /// Counts the tokens of a text with the model's tokenizer (none: the model has no tokenizer).
     count_tokens: Option<TokenCounter>,
 }
+
+/// A model file's load, shared by every [`LocalModel`] over the same source and `max_batch`.
+type SharedLoad = OnceCell<Result<Arc<Weights>, Failure>>;
 
 type TokenCounter = Box<dyn Fn(&str) -> usize + Send + Sync>;
 
@@ -88,20 +98,28 @@ fn load_failure(path: &Path, error: impl std::fmt::Display) -> Failure {
 impl LocalEngine {
     /// Loads the model (checking the file first, so a bad file is a failure, not a panic).
     pub async fn load(config: &LocalConfig) -> Result<Self, Failure> {
-        super::gguf::inspect(&config.path)?;
-        let dir = config
-            .path
+        Ok(LocalEngine {
+            weights: Arc::new(Weights::load(&config.path, config.settings.max_batch).await?),
+            settings: config.settings.clone(),
+        })
+    }
+}
+
+impl Weights {
+    /// Reads the file at `path` into a runner that decodes up to `max_batch` sequences together.
+    async fn load(path: &Path, max_batch: usize) -> Result<Self, Failure> {
+        super::gguf::inspect(path)?;
+        let dir = path
             .parent()
             .unwrap_or(Path::new("."))
             .to_string_lossy()
             .into_owned();
-        let file = config
-            .path
+        let file = path
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
-            .ok_or_else(|| load_failure(&config.path, "not a file path"))?;
-        let path = config.path.clone();
-        let max_batch = config.settings.max_batch.max(1);
+            .ok_or_else(|| load_failure(path, "not a file path"))?;
+        let path = path.to_path_buf();
+        let max_batch = max_batch.max(1);
         // Loading reads ~600 MB and builds the model: keep it off the async threads.
         let pipeline = tokio::task::spawn_blocking(move || {
             let loader = GGUFLoaderBuilder::new(
@@ -153,20 +171,22 @@ impl LocalEngine {
             .with_no_prefix_cache(true)
             .build()
             .await;
-        Ok(LocalEngine {
+        Ok(Weights {
             model: Model::new(runner),
             grammar_ends,
-            settings: config.settings.clone(),
             count_tokens,
             name: path
                 .file_name()
                 .map_or_else(|| "local".into(), |f| f.to_string_lossy().into_owned()),
         })
     }
+}
 
+impl LocalEngine {
     /// Refuses a request that cannot fit in `context_length` (prompt, template and `max_tokens`).
     fn check_context(&self, request: &Request) -> Result<(), Failure> {
-        let (Some(limit), Some(count)) = (self.settings.context_length, &self.count_tokens) else {
+        let (Some(limit), Some(count)) = (self.settings.context_length, &self.weights.count_tokens)
+        else {
             return Ok(());
         };
         let prompt: usize = request
@@ -246,7 +266,7 @@ impl LocalEngine {
         }
         let mut stop = request.stop.clone();
         if constrained {
-            stop.extend(self.grammar_ends.iter().cloned());
+            stop.extend(self.weights.grammar_ends.iter().cloned());
         }
         if !stop.is_empty() {
             builder = builder.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(stop));
@@ -356,6 +376,7 @@ impl Engine for LocalEngine {
         Box::pin(async move {
             let builder = self.build_request(&request)?;
             let response = self
+                .weights
                 .model
                 .send_chat_request(builder)
                 .await
@@ -368,6 +389,7 @@ impl Engine for LocalEngine {
         Box::pin(async move {
             let builder = self.build_request(&request)?;
             let mut stream = self
+                .weights
                 .model
                 .stream_chat_request(builder)
                 .await
@@ -422,7 +444,7 @@ impl Engine for LocalEngine {
 
     fn model_info(&self) -> ModelInfo {
         ModelInfo {
-            name: self.name.clone(),
+            name: self.weights.name.clone(),
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
@@ -506,7 +528,7 @@ pub struct LocalModel {
     source: LocalSource,
     settings: LocalSettings,
     notice: Notice,
-    loaded: OnceCell<Result<LocalEngine, Failure>>,
+    loaded: Arc<SharedLoad>,
 }
 
 impl LocalModel {
@@ -515,35 +537,39 @@ impl LocalModel {
             source,
             settings,
             notice,
-            loaded: OnceCell::new(),
+            loaded: Arc::new(OnceCell::new()),
         }
     }
 
-    /// This model, or the one already made with the same source and settings and still in use:
-    /// plans built in one process (a plan and its sub-plans) then load the file once.
-    pub fn shared(self) -> Arc<LocalModel> {
-        static SHARED: Mutex<Vec<(String, Weak<LocalModel>)>> = Mutex::new(Vec::new());
-        let key = format!("{}|{:?}", self.source.describe(), self.settings);
+    /// This model, sharing the load of any other model still in use with the same source and
+    /// `max_batch`: the models of a plan and its sub-plans, or two models that differ only in
+    /// `context_length` or `decoder_constraints`, then read the file once.
+    pub fn shared(mut self) -> Arc<LocalModel> {
+        static SHARED: Mutex<Vec<(String, Weak<SharedLoad>)>> = Mutex::new(Vec::new());
+        let key = format!("{}|{}", self.source.describe(), self.settings.max_batch);
         let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.retain(|(_, model)| model.strong_count() > 0);
-        if let Some(model) = shared
+        shared.retain(|(_, load)| load.strong_count() > 0);
+        match shared
             .iter()
             .find(|(k, _)| *k == key)
-            .and_then(|(_, model)| model.upgrade())
+            .and_then(|(_, load)| load.upgrade())
         {
-            return model;
+            Some(load) => self.loaded = load,
+            None => shared.push((key, Arc::downgrade(&self.loaded))),
         }
-        let model = Arc::new(self);
-        shared.push((key, Arc::downgrade(&model)));
-        model
+        Arc::new(self)
     }
 
-    async fn engine(&self) -> Result<&LocalEngine, Failure> {
+    /// The loaded file with this model's settings (loading it on first use).
+    async fn engine(&self) -> Result<LocalEngine, Failure> {
         let loaded = self.loaded.get_or_init(|| self.load()).await;
-        loaded.as_ref().map_err(Clone::clone)
+        Ok(LocalEngine {
+            weights: Arc::clone(loaded.as_ref().map_err(Clone::clone)?),
+            settings: self.settings.clone(),
+        })
     }
 
-    async fn load(&self) -> Result<LocalEngine, Failure> {
+    async fn load(&self) -> Result<Arc<Weights>, Failure> {
         let path = match &self.source {
             LocalSource::File(path) => path.clone(),
             LocalSource::HuggingFace { repo, file } => {
@@ -569,11 +595,9 @@ impl LocalModel {
             }
         };
         (self.notice)(&format!("loading {} …", path.display()));
-        LocalEngine::load(&LocalConfig {
-            path,
-            settings: self.settings.clone(),
-        })
-        .await
+        Ok(Arc::new(
+            Weights::load(&path, self.settings.max_batch).await?,
+        ))
     }
 }
 
@@ -623,20 +647,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn models_with_the_same_source_and_settings_are_shared() {
+    fn models_with_the_same_source_and_batch_size_share_one_load() {
         let quiet: Notice = Arc::new(|_: &str| {});
-        let make = |path: &str, context_length| {
+        let make = |path: &str, max_batch, context_length, decoder_constraints| {
             let settings = LocalSettings {
-                max_batch: 8,
+                max_batch,
                 context_length,
-                decoder_constraints: true,
+                decoder_constraints,
             };
             LocalModel::new(LocalSource::File(path.into()), settings, Arc::clone(&quiet)).shared()
         };
-        let first = make("/models/a.gguf", None);
-        assert!(Arc::ptr_eq(&first, &make("/models/a.gguf", None)));
-        assert!(!Arc::ptr_eq(&first, &make("/models/a.gguf", Some(512))));
-        assert!(!Arc::ptr_eq(&first, &make("/models/b.gguf", None)));
+        let first = make("/models/a.gguf", 8, None, true);
+        let same_load = |other: Arc<LocalModel>| Arc::ptr_eq(&first.loaded, &other.loaded);
+        assert!(same_load(make("/models/a.gguf", 8, None, true)));
+        assert!(same_load(make("/models/a.gguf", 8, Some(512), false)));
+        assert!(!same_load(make("/models/a.gguf", 1, None, true)));
+        assert!(!same_load(make("/models/b.gguf", 8, None, true)));
     }
 
     #[test]

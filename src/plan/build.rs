@@ -128,6 +128,38 @@ impl Plan {
         })
     }
 
+    /// The scorer a test's `similar` assertion embeds with: the plan's bi-encoder `model`, else
+    /// the embedded all-MiniLM-L6-v2; on `--dry-run`, the keyword scorer.
+    pub fn build_similarity(
+        &self,
+        model: Option<&str>,
+        options: BuildOptions,
+    ) -> Result<Arc<dyn Scorer>, Failure> {
+        if options.dry_run {
+            return Ok(Arc::new(KeywordScorer));
+        }
+        let notice = options
+            .notice
+            .clone()
+            .unwrap_or_else(|| Arc::new(|_: &str| {}));
+        let Some(name) = model else {
+            return Ok(Arc::new(super::models::onnx::embedded_bi_encoder(notice)));
+        };
+        let mut builder = Builder {
+            plan: self,
+            options,
+            dir: self.dir(),
+            models: HashMap::new(),
+            corpora: HashMap::new(),
+            tools: HashMap::new(),
+            step: 0,
+        };
+        match builder.built_model(name)? {
+            BuiltModel::Bi(encoder) => Ok(encoder),
+            _ => Err(wrong_kind(name, "a bi-encoder")),
+        }
+    }
+
     /// The directory paths in the plan are relative to.
     pub fn dir(&self) -> PathBuf {
         match self.path.parent() {

@@ -1,4 +1,4 @@
-//! Diagnostics about plan and policy files: what went wrong, where, and what to do.
+//! Diagnostics about plan, policy and test files: what went wrong, where, and what to do.
 //!
 //! What kind of problem it is ([`PlanError`], with its stable code, message and help) is kept apart
 //! from where it is ([`Diagnostic`]: the source file, labelled byte spans, and a run-time hint such
@@ -73,7 +73,7 @@ impl SourceCode for Source {
     }
 }
 
-/// Every kind of problem found while loading and checking a plan or policy file.
+/// Every kind of problem found while loading and checking a plan, policy or test file.
 #[derive(Debug, Clone, Error, miette::Diagnostic)]
 pub enum PlanError {
     /// The file could not be read. Check the path and permissions.
@@ -507,6 +507,110 @@ pub enum PlanError {
         help("declare it under `properties`, or remove it from `required`")
     )]
     RequiredNotDeclared { name: String },
+
+    /// The plan a test file names is invalid (its problems follow, located in its file).
+    #[error("the plan {path} is not valid ({count} problem{plural}); nothing can be tested")]
+    #[diagnostic(
+        code(test::plan_invalid),
+        help("fix the problems listed for the plan; `plan:` is relative to the test file")
+    )]
+    TestPlanInvalid {
+        path: String,
+        count: usize,
+        plural: &'static str,
+    },
+
+    /// A variant's overrides leave a plan that is not valid (its problems follow).
+    #[error("variant `{variant}` makes the plan invalid ({count} problem{plural})")]
+    #[diagnostic(
+        code(test::variant_invalid),
+        help(
+            "the problems listed next are in the plan as this variant sets it; fix the values in `set`"
+        )
+    )]
+    VariantInvalid {
+        variant: String,
+        count: usize,
+        plural: &'static str,
+    },
+
+    /// A test file with nothing to run.
+    #[error("the test file has no cases")]
+    #[diagnostic(
+        code(test::no_cases),
+        help("add `cases:` (inputs and assertions) or a `dataset:` (a JSON Lines or CSV file)")
+    )]
+    NoCases,
+
+    /// Two cases with one name.
+    #[error("duplicate case name `{name}`")]
+    #[diagnostic(
+        code(test::duplicate_case),
+        help("case names are unique in a test file (reports and --filter use them); rename one")
+    )]
+    DuplicateCase { name: String },
+
+    /// Two variants with one name.
+    #[error("duplicate variant name `{name}`")]
+    #[diagnostic(
+        code(test::duplicate_variant),
+        help(
+            "variant names are unique in a test file (reports and --variant use them); rename one"
+        )
+    )]
+    DuplicateVariant { name: String },
+
+    /// An assertion's `step` names no step of the plan.
+    #[error("the plan has no step `{name}`")]
+    #[diagnostic(
+        code(test::unknown_step),
+        help(
+            "`step:` names a step of the plan under test; leave it out to check the plan's output"
+        )
+    )]
+    UnknownAssertionStep { name: String },
+
+    /// A retrieval metric on something that has no candidates.
+    #[error("`{assertion}` reads candidates, but `{step}` is {kind}")]
+    #[diagnostic(
+        code(test::not_retrieval_step),
+        help(
+            "retrieval metrics (hit_at_k, recall_at_k, mrr) need `step:` naming a `retrieve` or `rerank` step"
+        )
+    )]
+    NotRetrievalStep {
+        step: String,
+        kind: String,
+        assertion: String,
+    },
+
+    /// `fails_with` names no failure code.
+    #[error("`{code}` is not a failure code")]
+    #[diagnostic(
+        code(test::unknown_failure_code),
+        help("docs/failures.md lists the codes, e.g. VALIDATION_RULE_FAILED")
+    )]
+    UnknownFailureCode { code: String },
+
+    /// The dataset file cannot be read.
+    #[error("cannot read the dataset {path}: {reason}")]
+    #[diagnostic(
+        code(test::dataset_unreadable),
+        help(
+            "`dataset.file` is relative to the test file: a .jsonl file or a .csv file with a header"
+        )
+    )]
+    DatasetUnreadable { path: String, reason: String },
+
+    /// A variant's `set` key that names nothing in the plan.
+    #[error("cannot set `{key}`: {reason}")]
+    #[diagnostic(
+        code(test::bad_override),
+        help(
+            "keys are `STEP.FIELD` (`answer.prompt`, `answer.temperature`) or a path from the plan's top (`models.llm.source`)"
+        )
+    )]
+    BadOverride { key: String, reason: String },
 
     /// A step whose type the policy does not allow.
     #[error("step type `{step_type}` is not allowed by the {origin}")]

@@ -26,6 +26,17 @@ pub fn load_file<T: DeserializeOwned>(
     path: &Path,
     kind: DocumentKind,
 ) -> Result<Loaded<T>, Vec<Diagnostic>> {
+    load_file_edited(path, kind, |_| {})
+}
+
+/// Reads `path` and loads it as a document of `kind`, with `edit` applied to its JSON before the
+/// schema check (a test file's variant setting fields of a plan). Diagnostics still point into the
+/// file: at the edited node, or the nearest one that exists there.
+pub fn load_file_edited<T: DeserializeOwned>(
+    path: &Path,
+    kind: DocumentKind,
+    edit: impl FnOnce(&mut Value),
+) -> Result<Loaded<T>, Vec<Diagnostic>> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| {
         vec![Diagnostic::new(PlanError::ReadFailed {
@@ -33,7 +44,7 @@ pub fn load_file<T: DeserializeOwned>(
             reason: e.to_string(),
         })]
     })?;
-    load_bytes(&name, bytes, kind)
+    load_bytes_edited(&name, bytes, kind, edit)
 }
 
 /// Loads a document of `kind` from bytes, naming it `name` in diagnostics.
@@ -41,6 +52,15 @@ pub fn load_bytes<T: DeserializeOwned>(
     name: &str,
     bytes: Vec<u8>,
     kind: DocumentKind,
+) -> Result<Loaded<T>, Vec<Diagnostic>> {
+    load_bytes_edited(name, bytes, kind, |_| {})
+}
+
+fn load_bytes_edited<T: DeserializeOwned>(
+    name: &str,
+    bytes: Vec<u8>,
+    kind: DocumentKind,
+    edit: impl FnOnce(&mut Value),
 ) -> Result<Loaded<T>, Vec<Diagnostic>> {
     let text = match String::from_utf8(bytes) {
         Ok(text) => text,
@@ -57,7 +77,8 @@ pub fn load_bytes<T: DeserializeOwned>(
     };
     let source = Source::new(name, text);
     let root = yaml::parse(&source.text).map_err(|e| vec![yaml_diagnostic(e, &source)])?;
-    let instance = root.to_json();
+    let mut instance = root.to_json();
+    edit(&mut instance);
     let problems = schema::validate(kind, &root, &instance, &source);
     if !problems.is_empty() {
         return Err(problems);

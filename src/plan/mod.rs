@@ -17,6 +17,7 @@ pub mod models;
 pub mod policy;
 pub mod schema;
 pub mod steps;
+pub mod suite;
 pub mod tools;
 pub mod yaml;
 
@@ -31,7 +32,7 @@ pub use model::RawPlan;
 pub use policy::{EffectivePolicy, PlanPolicy};
 pub use steps::{RawStep, StepType};
 
-use load::{Loaded, load_file};
+use load::{Loaded, load_bytes, load_file, load_file_edited};
 use schema::DocumentKind;
 
 /// The canonical form of a plan's path, for telling whether two names are the same file.
@@ -126,6 +127,33 @@ pub fn load_within(
 ) -> Result<Plan, Vec<Diagnostic>> {
     let loaded: Loaded<RawPlan> = load_file(path, DocumentKind::Plan)?;
     check_loaded(loaded, path, policy_file, enclosing)
+}
+
+/// [`load_plan`] with fields set otherwise (a test file's variant: `STEP.FIELD` or a path from the
+/// plan's top, see [`suite::overrides`]); a key that names nothing is left to the caller, which
+/// checks the keys first.
+pub fn load_plan_with(
+    path: &Path,
+    set: &[(String, serde_json::Value)],
+) -> Result<Plan, Vec<Diagnostic>> {
+    let loaded: Loaded<RawPlan> = load_file_edited(path, DocumentKind::Plan, |plan| {
+        for (key, value) in set {
+            // The keys were checked against this plan before; one that fails changes nothing.
+            let _ = suite::overrides::apply(plan, key, value);
+        }
+    })?;
+    check_loaded(loaded, path, None, &[])
+}
+
+/// Loads and checks a plan from `text`, as if it were the file at `path` (whose directory its
+/// relative paths are resolved from): a plan pagantic writes itself, such as a test's judge.
+pub fn load_plan_text(path: &Path, text: String) -> Result<Plan, Vec<Diagnostic>> {
+    let loaded: Loaded<RawPlan> = load_bytes(
+        &path.display().to_string(),
+        text.into_bytes(),
+        DocumentKind::Plan,
+    )?;
+    check_loaded(loaded, path, None, &[])
 }
 
 /// Runs the semantic checks on a plan loaded from `path`.

@@ -22,15 +22,17 @@ use super::duration::DURATION_PATTERN;
 use super::model::RawPlan;
 use super::policy::PlanPolicy;
 use super::steps::StepType;
+use super::suite::model::RawSuite;
 use super::yaml::{Node, NodeValue};
 
 /// Makes one generated schema.
 pub type SchemaMaker = fn() -> Value;
 
 /// The file name under `schemas/` and the generated schema of each kind of file.
-pub const SCHEMA_FILES: [(&str, SchemaMaker); 2] = [
+pub const SCHEMA_FILES: [(&str, SchemaMaker); 3] = [
     ("plan.schema.json", plan_schema),
     ("policy.schema.json", policy_schema),
+    ("test.schema.json", suite_schema),
 ];
 
 /// The JSON Schema of a plan file.
@@ -49,20 +51,32 @@ pub fn policy_schema() -> Value {
     schema
 }
 
+/// The JSON Schema of a test file (`*.test.yaml`).
+pub fn suite_schema() -> Value {
+    let generator = SchemaSettings::draft2020_12().into_generator();
+    let mut schema = generator.into_root_schema_for::<RawSuite>().to_value();
+    reshape(&mut schema);
+    schema
+}
+
 /// What kind of file is being validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DocumentKind {
     Plan,
     Policy,
+    /// A test file.
+    Suite,
 }
 
 impl DocumentKind {
     fn schema(self) -> &'static (Value, Result<Validator, String>) {
         static PLAN: OnceLock<(Value, Result<Validator, String>)> = OnceLock::new();
         static POLICY: OnceLock<(Value, Result<Validator, String>)> = OnceLock::new();
+        static SUITE: OnceLock<(Value, Result<Validator, String>)> = OnceLock::new();
         let (cell, make): (_, SchemaMaker) = match self {
             DocumentKind::Plan => (&PLAN, plan_schema),
             DocumentKind::Policy => (&POLICY, policy_schema),
+            DocumentKind::Suite => (&SUITE, suite_schema),
         };
         cell.get_or_init(|| {
             let schema = make();
@@ -422,6 +436,22 @@ fn first_line(node: &Node) -> std::ops::Range<usize> {
 pub fn describe_place(kind: DocumentKind, root: &Node, path: &[String]) -> String {
     let (owner, rest) = match (kind, path) {
         (DocumentKind::Policy, rest) => ("the policy".to_string(), rest),
+        (DocumentKind::Suite, [section, index, rest @ ..])
+            if matches!(section.as_str(), "cases" | "variants") =>
+        {
+            let what = if section == "cases" {
+                "case"
+            } else {
+                "variant"
+            };
+            let located = root.locate([section.as_str(), index.as_str(), "name"]);
+            let owner = match (located.key_span, located.node.as_str()) {
+                (Some(_), Some(name)) => format!("{what} `{name}`"),
+                _ => format!("{what} #{}", index.parse::<usize>().map_or(0, |i| i + 1)),
+            };
+            (owner, rest)
+        }
+        (DocumentKind::Suite, rest) => ("the test file".to_string(), rest),
         (DocumentKind::Plan, [steps, index, rest @ ..]) if steps == "steps" => {
             let located = root.locate([steps.as_str(), index.as_str(), "name"]);
             let owner = match (located.key_span, located.node.as_str()) {

@@ -173,16 +173,40 @@ impl Templates {
             .map_err(|e| render_failure(name, &e))
     }
 
+    /// Evaluates an expression to a JSON value (an undefined result is an error).
+    pub fn evaluate(
+        &self,
+        expression: &str,
+        context: &impl Serialize,
+    ) -> Result<serde_json::Value, Failure> {
+        let value = self.eval(expression, context)?;
+        if value.is_undefined() {
+            return Err(Failure::new(
+                FailureCode::ConfigTemplateError,
+                format!("cannot render expression: `{expression}` is undefined"),
+            ));
+        }
+        serde_json::to_value(&value).map_err(|e| {
+            Failure::new(
+                FailureCode::ConfigTemplateError,
+                format!("cannot render expression: {e}"),
+            )
+        })
+    }
+
     /// Evaluates an expression and tells whether the result is true (minijinja truthiness).
     pub fn is_true(&self, expression: &str, context: &impl Serialize) -> Result<bool, Failure> {
+        Ok(self.eval(expression, context)?.is_true())
+    }
+
+    fn eval(&self, expression: &str, context: &impl Serialize) -> Result<TemplateValue, Failure> {
         let compiled = self
             .env
             .compile_expression(expression)
             .map_err(|e| render_failure("expression", &e))?;
-        let value: TemplateValue = compiled
+        compiled
             .eval(TemplateValue::from(Serde(context)))
-            .map_err(|e| render_failure("expression", &e))?;
-        Ok(value.is_true())
+            .map_err(|e| render_failure("expression", &e))
     }
 }
 

@@ -12,6 +12,7 @@ mod cost;
 mod diff;
 mod docs;
 mod engines;
+mod evals;
 mod graph;
 mod invalid_corpus;
 mod onnx;

@@ -57,6 +57,42 @@ fn run_under_a_policy_file_refuses_what_each_tightened_limit_forbids() {
     }
 }
 
+/// Allow-lists only narrow: a policy file that allows more tools and step types than the plan's
+/// own policy leaves the plan's lists in force, at `validate` and at `run`, and the violation is
+/// still reported against the plan's policy.
+#[test]
+fn a_policy_file_cannot_widen_the_plans_allow_lists() {
+    let file = "tests/policies/wide-lists.policy.yaml";
+    for (plan, code, message) in [
+        (
+            "tests/invalid/policy_tool.yaml",
+            "policy::tool_not_allowed",
+            "`shell`",
+        ),
+        (
+            "tests/invalid/policy_step_type.yaml",
+            "policy::step_type_not_allowed",
+            "`infer`",
+        ),
+    ] {
+        for command in ["validate", "run"] {
+            let run = pagantic(&[command, "--policy", file, plan]);
+            assert_eq!(run.code, 2, "{command} {plan}: {}", run.stderr);
+            assert_eq!(run.stdout, "", "nothing ran");
+            assert!(
+                run.stderr.contains(code) && run.stderr.contains(message),
+                "{command} {plan}: {}",
+                run.stderr
+            );
+            assert!(
+                run.stderr.contains("the plan's policy") && !run.stderr.contains(file),
+                "the plan's own list is the one in force: {}",
+                run.stderr
+            );
+        }
+    }
+}
+
 /// A step that sets no timeout runs under the policy file's `timeout_per_step`: a model that
 /// stalls for a minute is stopped after the file's one second.
 #[test]

@@ -19,12 +19,18 @@ fn require_model() {
 
 /// `pagantic run --no-stream --format json ARGS…` on the real models; the run must complete.
 fn completed_record(args: &[&str]) -> Value {
+    completed_run(args).0
+}
+
+/// Like [`completed_record`], with what the run printed on stderr.
+fn completed_run(args: &[&str]) -> (Value, String) {
     require_model();
     let mut argv = vec!["run", "--no-stream", "--format", "json"];
     argv.extend_from_slice(args);
     let run = pagantic(&argv);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    serde_json::from_str(&run.stdout).expect("json record")
+    let record = serde_json::from_str(&run.stdout).expect("json record");
+    (record, run.stderr)
 }
 
 /// The stderr of `pagantic run --no-stream PLAN`, which must fail (exit 1).
@@ -50,7 +56,12 @@ fn the_quickstart_plan_answers_paris() {
 
 #[test]
 fn decoder_constraints_hold_on_the_local_model() {
-    let record = completed_record(&["tests/plans/constraints-local.yaml"]);
+    let (record, stderr) = completed_run(&["tests/plans/constraints-local.yaml"]);
+    assert_eq!(
+        stderr.matches("loading ").count(),
+        1,
+        "two models differing only in decoder_constraints share one load: {stderr}"
+    );
     let yes_no = step(&record, "yes_no");
     let answer = yes_no["output"].as_str().unwrap_or_default();
     assert!(answer == "yes" || answer == "no", "regex: {answer:?}");
@@ -81,6 +92,17 @@ fn decoder_constraints_hold_on_the_local_model() {
     );
     let rating = review["output"]["rating"].as_i64().unwrap_or_default();
     assert!((1..=5).contains(&rating), "{review}");
+
+    // Without decoder constraints the schema is checked after decoding, and still holds.
+    let unguided = step(&record, "unguided_review");
+    assert_eq!(unguided["detail"]["constrained"], false, "{unguided}");
+    let sentiment = unguided["output"]["sentiment"].as_str().unwrap_or_default();
+    assert!(
+        ["positive", "negative", "neutral"].contains(&sentiment),
+        "{unguided}"
+    );
+    let rating = unguided["output"]["rating"].as_i64().unwrap_or_default();
+    assert!((1..=5).contains(&rating), "{unguided}");
 }
 
 #[test]

@@ -20,6 +20,7 @@ fn every_example_plan_runs_on_dry_run() {
         .expect("plans/")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter(|p| !p.to_string_lossy().ends_with(".test.yaml"))
         .collect();
     plans.sort();
     for plan in plans {

@@ -3,24 +3,27 @@
 use crate::pagantic;
 
 #[test]
-fn every_example_plan_is_valid() {
+fn every_example_plan_and_test_file_is_valid() {
     let run = pagantic(&["validate", "plans/*.yaml"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let plans = std::fs::read_dir(crate::root().join("plans"))
+    let names: Vec<String> = std::fs::read_dir(crate::root().join("plans"))
         .expect("plans/ exists")
-        .filter(|e| {
-            e.as_ref()
-                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "yaml"))
-        })
-        .count();
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    let tests = names.iter().filter(|n| n.ends_with(".test.yaml")).count();
+    let plans = names.len() - tests;
     assert!(plans >= 6, "at least six example plans");
+    assert!(tests >= 2, "at least two example test files");
     assert!(
-        run.stderr.contains(&format!("{plans} plans checked")),
+        run.stderr
+            .contains(&format!("{plans} plans, {tests} test files checked")),
         "{}",
         run.stderr
     );
     assert!(
-        run.stderr.contains(&format!("{plans} valid, 0 invalid")),
+        run.stderr
+            .contains(&format!("{} valid, 0 invalid", plans + tests)),
         "{}",
         run.stderr
     );
@@ -49,8 +52,15 @@ fn every_example_plan_carries_the_schema_modeline() {
         let path = entry.expect("entry").path();
         if path.extension().is_some_and(|x| x == "yaml") {
             let text = std::fs::read_to_string(&path).expect("readable");
+            let schema = if path.to_string_lossy().ends_with(".test.yaml") {
+                "test"
+            } else {
+                "plan"
+            };
             assert!(
-                text.starts_with("# yaml-language-server: $schema=../schemas/plan.schema.json\n"),
+                text.starts_with(&format!(
+                    "# yaml-language-server: $schema=../schemas/{schema}.schema.json\n"
+                )),
                 "{} lacks the modeline",
                 path.display()
             );

@@ -19,7 +19,7 @@ use crate::inference::{Engine, Notice};
 use crate::rerank::{BiEncoder, CrossEncoder};
 
 mod mistralrs;
-mod onnx;
+pub(crate) mod onnx;
 mod openai;
 mod scripted;
 

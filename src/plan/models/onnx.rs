@@ -86,10 +86,7 @@ impl ModelKind for OnnxModelSpec {
     fn build(&self, env: &ModelEnv<'_>) -> Result<BuiltModel, Failure> {
         // `validate` refuses `source: default` with `task: cross-encoder`.
         let (source, default_max_length) = if self.source == "default" {
-            (
-                OnnxSource::Embedded(&store::DEFAULT_SCORER),
-                Some(DEFAULT_SCORER_MAX_LENGTH),
-            )
+            embedded_source()
         } else {
             let path = env.dir.join(&self.source);
             let model = if path.is_dir() {
@@ -106,10 +103,7 @@ impl ModelKind for OnnxModelSpec {
         let config = OnnxConfig {
             source,
             batch_size: self.batch_size.map_or(DEFAULT_ONNX_BATCH, |b| b as usize),
-            threads: self.threads.map_or_else(
-                || std::thread::available_parallelism().map_or(1, |n| n.get()),
-                |t| t as usize,
-            ),
+            threads: self.threads.map_or_else(all_cpus, |t| t as usize),
             max_length: self.max_length.map(|m| m as usize).or(default_max_length),
         };
         let model = OnnxModel::new(config, env.notice.clone());
@@ -121,4 +115,31 @@ impl ModelKind for OnnxModelSpec {
             OnnxTask::BiEncoder => BuiltModel::Bi(Arc::new(BiEncoder::new(model))),
         })
     }
+}
+
+/// The embedded all-MiniLM-L6-v2 and its longest input.
+fn embedded_source() -> (OnnxSource, Option<usize>) {
+    (
+        OnnxSource::Embedded(&store::DEFAULT_SCORER),
+        Some(DEFAULT_SCORER_MAX_LENGTH),
+    )
+}
+
+fn all_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The embedded all-MiniLM-L6-v2 as a bi-encoder with the default settings (`source: default`),
+/// for what needs embeddings without a plan declaring a model (a test's `similar` assertion).
+pub fn embedded_bi_encoder(notice: crate::inference::Notice) -> BiEncoder {
+    let (source, max_length) = embedded_source();
+    BiEncoder::new(OnnxModel::new(
+        OnnxConfig {
+            source,
+            batch_size: DEFAULT_ONNX_BATCH,
+            threads: all_cpus(),
+            max_length,
+        },
+        notice,
+    ))
 }

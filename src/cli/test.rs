@@ -1,0 +1,204 @@
+//! `pagantic test FILES…` — run test files (`*.test.yaml`): every case under every variant of
+//! the plan, scored by its assertions; a report for people (a table, one HTML file) and for tools
+//! (JSON, JUnit XML, GitHub annotations). Every file is checked before anything runs.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use clap::ValueEnum;
+
+use crate::core::{Failure, FailureCode};
+use crate::evals::{self, CaseResult, EvalOptions, SuiteResult, report};
+use crate::orchestrate::{Lifecycle, SessionOptions};
+use crate::plan::suite::{Suite, load_suite};
+
+use super::common::{Outcome, invalid, open_session, stderr_notice};
+use super::report::{self as diagnostics, Format};
+use super::validate::expand;
+use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
+
+/// How the results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// A table: cases × variants, pass rates, metrics, then every failure.
+    Text,
+    /// One JSON document with every case, assertion and step.
+    Json,
+    /// JUnit XML, for CI systems.
+    Junit,
+    /// GitHub Actions annotations on the test files' lines.
+    Github,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Test files (`*.test.yaml`); quoted glob patterns are expanded.
+    #[arg(required = true, value_name = "FILES")]
+    files: Vec<String>,
+    /// Run only the cases whose name contains CASE.
+    #[arg(long, value_name = "CASE")]
+    filter: Option<String>,
+    /// Cases in flight at once; they share one loaded model.
+    #[arg(
+        short = 'j',
+        long = "concurrency",
+        default_value_t = 4,
+        value_name = "N"
+    )]
+    concurrency: usize,
+    /// Run only this variant.
+    #[arg(long, value_name = "NAME")]
+    variant: Option<String>,
+    /// How to print the results.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    format: ReportFormat,
+    /// Write the results to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Also write one self-contained HTML report to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Replace every model with a scripted echo, ONNX scorers with the keyword scorer, and tools
+    /// with side effects with a stand-in (as `run --dry-run`); judges answer from the echo.
+    #[arg(long)]
+    dry_run: bool,
+    /// No progress lines on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(args: &Args) -> Outcome {
+    let (files, unmatched) = expand(&args.files);
+    let mut problems = unmatched;
+    let mut suites: Vec<Suite> = Vec::new();
+    for file in &files {
+        match load_suite(file) {
+            Ok(suite) => suites.push(suite),
+            Err(found) => problems.extend(found),
+        }
+    }
+    let annotate = if args.format == ReportFormat::Github {
+        Format::Github
+    } else {
+        Format::Human
+    };
+    if !problems.is_empty() {
+        diagnostics::print(&problems, annotate)?;
+        return Ok(EXIT_INVALID);
+    }
+    if let Some(name) = &args.variant
+        && let Some(suite) = suites
+            .iter()
+            .find(|s| !s.variants.iter().any(|v| &v.name == name))
+    {
+        let known: Vec<&str> = suite.variants.iter().map(|v| v.name.as_str()).collect();
+        return invalid(
+            &Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!("{} has no variant `{name}`", suite.path.display()),
+            )
+            .with_help(format!("its variants: {}", known.join(", "))),
+        );
+    }
+    if let Some(filter) = &args.filter {
+        let mut any = false;
+        for suite in &suites {
+            match evals::cases::expand(suite, Some(filter)) {
+                Ok(cases) => any |= !cases.is_empty(),
+                Err(failure) => return invalid(&failure),
+            }
+        }
+        if !any {
+            return invalid(
+                &Failure::new(
+                    FailureCode::ConfigInvalidInput,
+                    format!("no case name contains `{filter}`"),
+                )
+                .with_help("--filter keeps the cases whose name contains it (a dataset case is named FILE:ID)"),
+            );
+        }
+    }
+    // The session every case runs in, as `run --batch` rows do.
+    let session = open_session(SessionOptions {
+        max_parallel: 4,
+        ..SessionOptions::default()
+    })?;
+    let options = EvalOptions {
+        concurrency: args.concurrency,
+        filter: args.filter.clone(),
+        variant: args.variant.clone(),
+        dry_run: args.dry_run,
+        notice: (!args.quiet).then(stderr_notice),
+    };
+    let show = !args.quiet;
+    let counter = Mutex::new(0usize);
+    let progress = |variant: &str, case: &CaseResult| {
+        if !show {
+            return;
+        }
+        let mut done = counter.lock().unwrap_or_else(|p| p.into_inner());
+        *done += 1;
+        let mark = if case.passed { "✓" } else { "✗" };
+        let _ = writeln!(
+            io::stderr(),
+            "  {mark} {} [{variant}] {:.2} ({:.0} ms){}",
+            case.name,
+            case.score,
+            case.duration_ms,
+            if io::stderr().is_terminal() {
+                format!(" — {} done", *done)
+            } else {
+                String::new()
+            }
+        );
+    };
+    let mut results: Vec<SuiteResult> = Vec::new();
+    for suite in &suites {
+        if show {
+            writeln!(io::stderr(), "{}:", suite.path.display())?;
+        }
+        match session.block_on(evals::run_suite(&session, suite, &options, &progress)) {
+            Ok(result) => {
+                let cancelled = result.cancelled;
+                results.push(result);
+                if cancelled {
+                    break;
+                }
+            }
+            Err(failure) => {
+                session.finish(Lifecycle::Error);
+                return invalid(&failure);
+            }
+        }
+    }
+    let passed = results.len() == suites.len() && results.iter().all(SuiteResult::passed);
+    session.finish(if results.iter().any(|r| r.cancelled) {
+        Lifecycle::Cancelled
+    } else if passed {
+        Lifecycle::Complete
+    } else {
+        Lifecycle::Error
+    });
+    let text = match args.format {
+        ReportFormat::Text => report::text(&results),
+        ReportFormat::Json => report::json(&results),
+        ReportFormat::Junit => report::junit(&results),
+        ReportFormat::Github => report::github(&results),
+    };
+    match &args.out {
+        Some(path) => std::fs::write(path, text)?,
+        None => {
+            let mut stdout = io::stdout().lock();
+            stdout.write_all(text.as_bytes())?;
+            stdout.flush()?;
+        }
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, report::html(&results))?;
+        if show {
+            writeln!(io::stderr(), "wrote {}", path.display())?;
+        }
+    }
+    Ok(if passed { EXIT_OK } else { EXIT_FAILED })
+}
