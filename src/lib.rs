@@ -18,6 +18,7 @@
 //! | 3 | [`orchestrate`] | the run session, a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records, events |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
+//! | 5 | [`serve`] | plans as an HTTP service: routes, admission (slots, queue), bearer token, metrics, reloading changed plans |
 //! | 5 | [`evals`] | test files run: cases × variants through the run session, assertions scored, reports |
 //! | 5 | [`cli`] | clap commands: thin adapters that translate and print |
 
@@ -33,5 +34,6 @@ pub mod orchestrate;
 pub mod plan;
 pub mod prompt;
 pub mod rerank;
+pub mod serve;
 pub mod tool;
 pub mod validate;

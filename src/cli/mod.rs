@@ -15,6 +15,7 @@ mod render;
 mod report;
 mod run;
 mod schema;
+mod serve;
 mod test;
 mod transcript;
 mod validate;
@@ -67,6 +68,10 @@ enum Command {
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
     Graph(graph::Args),
+    /// Serve plans over HTTP: run them with POST /v1/plans/{name}/runs, or through the
+    /// OpenAI-compatible POST /v1/chat/completions; /healthz and Prometheus /metrics. Every plan
+    /// is checked first (exit 2 if any is invalid); SIGTERM drains and exits 0.
+    Serve(serve::Args),
     /// Test plans: run every case of test files (`*.test.yaml`) under every variant of the plan
     /// and score the assertions. Exit 0 when every suite reaches its pass rate, 1 when one does
     /// not, 2 when a test file or its plan is invalid (nothing ran).
@@ -101,6 +106,7 @@ pub fn main() -> ExitCode {
         Command::Schema(args) => schema::run(&args).map_err(Exit::from),
         Command::Graph(args) => graph::run(&args),
         Command::Diff(args) => diff::run(&args).map_err(Exit::from),
+        Command::Serve(args) => serve::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Cache(args) => cache::run(&args),
         Command::Lock(args) => lock::run(&args),

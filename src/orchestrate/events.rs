@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 use crate::inference::CacheStatus;
+use crate::inference::TokenSink;
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -302,6 +303,17 @@ struct Inner {
     /// What they cost, where priced; None while no priced model answered.
     cost: Mutex<Option<Cost>>,
     outputs: Arc<Outputs>,
+    /// Who watches this run alone (a server's stream of one run to its client).
+    watch: Watch,
+}
+
+/// What one run shows whoever watches it alone (a server's client), besides the session's
+/// outputs: its events as they happen, and the text its streamed steps generate — the steps built
+/// to stream (see `BuildOptions::stream`) send their tokens here as well as to the build's sink.
+#[derive(Default)]
+pub struct Watch {
+    pub events: Option<Observer>,
+    pub tokens: Option<TokenSink>,
 }
 
 /// Where events go; cheap to clone and share between steps.
@@ -346,6 +358,10 @@ impl Events {
     }
 
     fn for_outputs(outputs: Arc<Outputs>) -> Self {
+        Self::for_outputs_watched(outputs, Watch::default())
+    }
+
+    fn for_outputs_watched(outputs: Arc<Outputs>, watch: Watch) -> Self {
         Events {
             inner: Arc::new(Inner {
                 run_id: new_run_id(),
@@ -355,6 +371,7 @@ impl Events {
                 cache: Mutex::default(),
                 cost: Mutex::new(None),
                 outputs,
+                watch,
             }),
         }
     }
@@ -363,6 +380,16 @@ impl Events {
     /// row of a batch and every turn of a chat is a run of its own in the same events file.
     pub fn new_run(&self) -> Events {
         Self::for_outputs(Arc::clone(&self.inner.outputs))
+    }
+
+    /// [`Events::new_run`] watched by `watch` too.
+    pub fn new_run_watched(&self, watch: Watch) -> Events {
+        Self::for_outputs_watched(Arc::clone(&self.inner.outputs), watch)
+    }
+
+    /// Where this run's streamed text goes besides the build's sink, if anyone watches it.
+    pub fn tokens(&self) -> Option<&TokenSink> {
+        self.inner.watch.tokens.as_ref()
     }
 
     pub fn run_id(&self) -> &str {
@@ -452,6 +479,9 @@ impl Events {
         let outputs = &self.inner.outputs;
         if let Some(observer) = &outputs.observer {
             observer(&event);
+        }
+        if let Some(watcher) = &self.inner.watch.events {
+            watcher(&event);
         }
         let line = match &outputs.session {
             Some(session) => serde_json::to_string(&InSession {
@@ -781,6 +811,35 @@ mod tests {
         assert_eq!(events.model_calls(), 2);
         assert_eq!(events.cost().map(Cost::amount), Some(0.25));
         assert_eq!(events.recorded().len(), 4);
+    }
+
+    #[test]
+    fn a_watched_run_shows_its_own_events_to_its_watcher_and_the_others_to_nobody_else() {
+        let session = Events::recording();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let watcher: Observer = {
+            let seen = Arc::clone(&seen);
+            Box::new(move |event: &Event| {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(event.run_id.clone());
+                }
+            })
+        };
+        let tokens: TokenSink = Arc::new(|_: &str| {});
+        let watched = session.new_run_watched(Watch {
+            events: Some(watcher),
+            tokens: Some(tokens),
+        });
+        let other = session.new_run();
+        watched.lifecycle(Lifecycle::Execute);
+        other.lifecycle(Lifecycle::Execute);
+        assert_eq!(*seen.lock().expect("seen"), [watched.run_id().to_string()]);
+        assert_eq!(
+            session.recorded().len(),
+            2,
+            "both still reach the session's outputs"
+        );
+        assert!(watched.tokens().is_some() && other.tokens().is_none());
     }
 
     #[test]

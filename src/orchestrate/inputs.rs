@@ -177,6 +177,37 @@ pub(super) fn from_row(
     resolve(declared, &[], Some(given))
 }
 
+/// The declarations as a JSON Schema of the inputs object (what a server lists for a plan): one
+/// property per input with its type, description, default and allowed values; `required` names
+/// the inputs a run must supply.
+pub fn json_schema(declared: &IndexMap<String, InputSpec>) -> Value {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for (name, spec) in declared {
+        let mut property = Map::new();
+        property.insert("type".into(), Value::from(spec.kind.name()));
+        if let Some(description) = &spec.description {
+            property.insert("description".into(), Value::from(description.as_str()));
+        }
+        if let Some(default) = &spec.default {
+            property.insert("default".into(), default.clone());
+        }
+        if let Some(allowed) = &spec.allowed {
+            property.insert("enum".into(), Value::Array(allowed.clone()));
+        }
+        properties.insert(name.clone(), Value::Object(property));
+        if spec.default.is_none() && spec.required.unwrap_or(true) {
+            required.push(Value::from(name.as_str()));
+        }
+    }
+    serde_json::json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
 /// Parses `-i` text as the input's type: strings as they are, everything else as JSON.
 fn parse(kind: InputType, text: &str) -> Result<Value, String> {
     match kind {
@@ -201,6 +232,25 @@ mod tests {
             "tags": { "type": "array", "required": false }
         }))
         .expect("specs")
+    }
+
+    #[test]
+    fn the_declarations_become_a_json_schema_with_the_inputs_a_run_must_give_required() {
+        let schema = json_schema(&declared());
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "question": { "type": "string" },
+                    "count": { "type": "integer", "default": 3 },
+                    "mode": { "type": "string", "default": "fast", "enum": ["fast", "slow"] },
+                    "tags": { "type": "array" }
+                },
+                "required": ["question"],
+                "additionalProperties": false
+            })
+        );
     }
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {

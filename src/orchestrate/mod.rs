@@ -22,7 +22,7 @@ pub mod voting;
 
 pub use events::{
     CacheTally, Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome,
-    ToolOutcome, new_run_id,
+    ToolOutcome, Watch, new_run_id,
 };
 pub use executor::{RunOptions, execute, render_step};
 pub use pipeline::{
@@ -30,4 +30,4 @@ pub use pipeline::{
     StepOutput,
 };
 pub use record::{AnsweredBy, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord};
-pub use session::{Session, SessionOptions};
+pub use session::{RunRequest, Runner, Session, SessionOptions};

@@ -266,6 +266,17 @@ impl StepContext {
         };
         let span = self.events.new_span();
         let started = Instant::now();
+        // A run watched alone (a server's client) gets the text of the steps built to stream too.
+        let stream = match (stream, self.events.tokens()) {
+            (Some(built), Some(watched)) => {
+                let watched = Arc::clone(watched);
+                Some(Arc::new(move |piece: &str| {
+                    built(piece);
+                    watched(piece);
+                }) as TokenSink)
+            }
+            (stream, _) => stream,
+        };
         let answered = match stream {
             Some(sink) => engine.infer_streaming(request, sink).await,
             None => engine.infer(request).await,

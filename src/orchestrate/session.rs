@@ -10,6 +10,11 @@
 //!
 //! Runs get their step timeout from the pipeline (the policy's `timeout_per_step`), never from
 //! the command, so no adapter can forget it.
+//!
+//! Every run goes through one [`Runner::run`]: the commands that own the terminal call
+//! [`Session::run`], which blocks on it; a server, already inside the session's runtime, clones
+//! the [`Runner`] into its request handlers and awaits it, giving each run its own cancellation
+//! (a client that went away) and its own [`Watch`] (its events and tokens, streamed to that client).
 
 use std::future::Future;
 use std::io::Write;
@@ -21,7 +26,7 @@ use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use super::events::{Events, Observer};
+use super::events::{Events, Observer, Watch};
 use super::executor::{RunOptions, execute, render_step};
 use super::pipeline::{Pipeline, Rendered};
 use super::record::{Lifecycle, RunRecord};
@@ -58,13 +63,32 @@ impl Default for SessionOptions {
 /// An open session; see the module docs.
 pub struct Session {
     runtime: tokio::runtime::Runtime,
+    runner: Runner,
+}
+
+/// What a session runs pipelines with, without its runtime: cheap to clone into the tasks of a
+/// server that runs on the session's runtime.
+#[derive(Clone)]
+pub struct Runner {
     events: Events,
     /// Set to true by Ctrl-C or SIGTERM.
     interrupt: watch::Sender<bool>,
     /// Whether the session's own run id is taken (later runs get their own).
-    first_run_done: AtomicBool,
+    first_run_done: Arc<AtomicBool>,
     max_parallel: usize,
     cache: Option<Arc<CallCache>>,
+}
+
+/// What one run brings besides its pipeline and inputs.
+#[derive(Default)]
+pub struct RunRequest {
+    /// Names added to every template's scope (a chat's `history`).
+    pub globals: Map<String, Value>,
+    /// Cancels this run when it turns true; None: the session's Ctrl-C and SIGTERM do.
+    pub cancel: Option<watch::Receiver<bool>>,
+    /// Who watches this run alone: shown its events and streamed text as they happen (besides
+    /// the session's observer).
+    pub watch: Watch,
 }
 
 impl Session {
@@ -121,53 +145,60 @@ impl Session {
         }
         let session = Session {
             runtime,
-            events,
-            interrupt,
-            first_run_done: AtomicBool::new(false),
-            max_parallel: options.max_parallel.max(1),
-            cache: CallCache::open(&options.cache),
+            runner: Runner {
+                events,
+                interrupt,
+                first_run_done: Arc::new(AtomicBool::new(false)),
+                max_parallel: options.max_parallel.max(1),
+                cache: CallCache::open(&options.cache),
+            },
         };
-        session.events.lifecycle(Lifecycle::Init);
-        session.events.lifecycle(Lifecycle::Plan);
+        session.events().lifecycle(Lifecycle::Init);
+        session.events().lifecycle(Lifecycle::Plan);
         Ok(session)
     }
 
     /// The call cache the session's runs use, when it is on: the build puts it in front of the
     /// plan's engines.
     pub fn cache(&self) -> Option<Arc<CallCache>> {
-        self.cache.clone()
+        self.runner.cache.clone()
     }
 
     /// The session's events (its own run id); [`Events::new_run`] gives another run's.
     pub fn events(&self) -> &Events {
-        &self.events
+        &self.runner.events
+    }
+
+    /// What runs pipelines in this session, for tasks on its runtime.
+    pub fn runner(&self) -> Runner {
+        self.runner.clone()
     }
 
     /// Records PREPARE, then builds (engines, corpora, tools: this may load models).
     pub fn prepare<T>(&self, build: impl FnOnce() -> T) -> T {
-        self.events.lifecycle(Lifecycle::Prepare);
+        self.events().lifecycle(Lifecycle::Prepare);
         build()
     }
 
     /// Records the session's own end state (a batch's, after its rows' runs ended).
     pub fn finish(&self, state: Lifecycle) {
-        self.events.lifecycle(state);
+        self.events().lifecycle(state);
     }
 
-    /// Runs `pipeline` once on bound `inputs`, with `globals` (a chat's `history`) added to
-    /// every template's scope: EXECUTE, the steps, then COMPLETE, ERROR or CANCELLED. The first
-    /// run uses the session's run id; later ones (chat turns) each get their own.
+    /// [`Runner::run`] with `globals` (a chat's `history`), waited for on the session's runtime;
+    /// Ctrl-C and SIGTERM cancel it.
     pub fn run(
         &self,
         pipeline: &Pipeline,
         inputs: Value,
         globals: Map<String, Value>,
     ) -> RunRecord {
-        let events = self.events_for_next_run();
-        let mut options = self.run_options();
-        options.globals.extend(globals);
+        let request = RunRequest {
+            globals,
+            ..RunRequest::default()
+        };
         self.runtime
-            .block_on(execute(pipeline, inputs, options, &events))
+            .block_on(self.runner.run(pipeline, inputs, request))
     }
 
     /// Runs the steps upstream of step `target`, then returns what it would send.
@@ -177,7 +208,7 @@ impl Session {
         target: usize,
         inputs: Value,
     ) -> Result<Rendered, Failure> {
-        let events = self.events_for_next_run();
+        let events = self.runner.events_for_next_run(Watch::default());
         self.runtime.block_on(render_step(
             pipeline,
             target,
@@ -189,14 +220,39 @@ impl Session {
 
     /// Options for a run in this session: its parallelism and its cancellation.
     pub fn run_options(&self) -> RunOptions {
-        let mut options = RunOptions::new(self.max_parallel);
-        options.cancel = self.interrupt.subscribe();
-        options
+        self.runner.run_options()
     }
 
-    /// Runs a future on the session's runtime (a batch, a chat's wait for its next line).
+    /// Runs a future on the session's runtime (a batch, a chat's wait for its next line, a
+    /// server).
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
+    }
+
+    /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
+    pub fn wait_for_interrupt(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.runner.wait_for_interrupt()
+    }
+
+    /// Forgets an interruption that has been dealt with, so the next run is not cancelled at
+    /// once (a chat goes on after a cancelled turn).
+    pub fn clear_interrupt(&self) {
+        self.runner.interrupt.send_replace(false);
+    }
+}
+
+impl Runner {
+    /// Runs `pipeline` once on bound `inputs`: EXECUTE, the steps, then COMPLETE, ERROR or
+    /// CANCELLED. The first run uses the session's run id; later ones (chat turns, requests)
+    /// each get their own.
+    pub async fn run(&self, pipeline: &Pipeline, inputs: Value, request: RunRequest) -> RunRecord {
+        let events = self.events_for_next_run(request.watch);
+        let mut options = self.run_options();
+        options.globals.extend(request.globals);
+        if let Some(cancel) = request.cancel {
+            options.cancel = cancel;
+        }
+        execute(pipeline, inputs, options, &events).await
     }
 
     /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
@@ -208,17 +264,21 @@ impl Session {
         }
     }
 
-    /// Forgets an interruption that has been dealt with, so the next run is not cancelled at
-    /// once (a chat goes on after a cancelled turn).
-    pub fn clear_interrupt(&self) {
-        self.interrupt.send_replace(false);
+    fn run_options(&self) -> RunOptions {
+        let mut options = RunOptions::new(self.max_parallel);
+        options.cancel = self.interrupt.subscribe();
+        options
     }
 
-    fn events_for_next_run(&self) -> Events {
-        if self.first_run_done.swap(true, Ordering::Relaxed) {
-            self.events.new_run()
-        } else {
+    fn events_for_next_run(&self, watch: Watch) -> Events {
+        let first = !self.first_run_done.swap(true, Ordering::Relaxed);
+        let watched = watch.events.is_some() || watch.tokens.is_some();
+        if watched {
+            self.events.new_run_watched(watch)
+        } else if first {
             self.events.clone()
+        } else {
+            self.events.new_run()
         }
     }
 }
@@ -226,7 +286,7 @@ impl Session {
 impl Drop for Session {
     /// Commits what the cache still has queued and records the session's hits and misses.
     fn drop(&mut self) {
-        if let Some(cache) = &self.cache {
+        if let Some(cache) = &self.runner.cache {
             cache.finish();
         }
     }
@@ -275,7 +335,7 @@ mod tests {
     fn an_interrupt_cancels_runs_until_it_is_cleared() {
         let session = Session::open(SessionOptions::default()).expect("open");
         assert!(!*session.run_options().cancel.borrow());
-        session.interrupt.send_replace(true);
+        session.runner.interrupt.send_replace(true);
         assert!(*session.run_options().cancel.borrow());
         session.block_on(session.wait_for_interrupt());
         session.clear_interrupt();

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("orchestrate", 3),
     ("plan", 4),
     ("batch", 5),
+    ("serve", 5),
     ("evals", 5),
     ("cli", 5),
 ];

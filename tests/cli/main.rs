@@ -26,6 +26,7 @@ mod robustness;
 mod route;
 mod run;
 mod schema;
+mod serve;
 mod session;
 mod validate;
 

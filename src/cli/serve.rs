@@ -1,0 +1,170 @@
+//! `pagantic serve PLANS…` — serve plans over HTTP (see [`crate::serve`]): every plan is checked
+//! and built first (any invalid plan: its diagnostics and exit 2, nothing served); the address
+//! actually bound is printed on stderr (`--addr 127.0.0.1:0` picks a free port); SIGTERM or
+//! Ctrl-C drains the server and exits 0.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::{Failure, FailureCode};
+use crate::orchestrate::{Lifecycle, SessionOptions};
+use crate::plan::Diagnostic;
+use crate::plan::build::BuildOptions;
+use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions};
+
+use super::common::{
+    CacheArgs, Exit, Outcome, invalid, open_session, print_failure, stderr_notice,
+};
+use super::report::{self, Format};
+use super::{EXIT_INVALID, EXIT_OK};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Plan files, directories (their `*.yaml` / `*.yml` files) or globs; each plan is served
+    /// under its `name`.
+    #[arg(required = true, value_name = "PLANS")]
+    plans: Vec<String>,
+    /// The address to listen on (port 0: any free port; the one bound is printed on stderr).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
+    addr: SocketAddr,
+    /// Most runs at once, over all plans.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    max_concurrent: usize,
+    /// Most requests waiting for a run slot; more get 429 with Retry-After.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    queue: usize,
+    /// Require `Authorization: Bearer <token>` on every request but /healthz, the token read
+    /// from the environment variable NAME.
+    #[arg(long, value_name = "NAME")]
+    token_env: Option<String>,
+    /// Largest request body accepted (bigger: 413).
+    #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
+    max_body_bytes: usize,
+    /// Seconds the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    grace: f64,
+    /// Check plan and prompt files for changes every half second; a changed plan that passes
+    /// its checks is swapped in, one that fails keeps the previous version serving.
+    #[arg(long)]
+    watch: bool,
+    /// Most steps of one run running at once.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    max_parallel: usize,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// How often `--watch` looks at the files.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+
+pub fn run(args: &Args) -> Outcome {
+    let paths = serve::expand(&args.plans).or_else(|failure| invalid(&failure))?;
+    let token = match &args.token_env {
+        Some(name) => match std::env::var(name) {
+            Ok(token) if !token.is_empty() => Some(token),
+            _ => {
+                return invalid(
+                    &Failure::new(
+                        FailureCode::ConfigInvalidInput,
+                        format!("--token-env {name}: the environment variable `{name}` is not set or empty"),
+                    )
+                    .with_help(format!("export {name}=<a secret token> before starting the server")),
+                );
+            }
+        },
+        None => None,
+    };
+    let session = open_session(SessionOptions {
+        max_parallel: args.max_parallel,
+        cache: args.cache.settings(),
+        ..SessionOptions::default()
+    })?;
+    let build = BuildOptions {
+        notice: Some(stderr_notice()),
+        cache: session.cache(),
+        ..BuildOptions::default()
+    };
+    let loaded: Vec<_> =
+        session.prepare(|| paths.iter().map(|path| serve::load(path, &build)).collect());
+    let mut plans = Vec::new();
+    let mut rejected = false;
+    for result in loaded {
+        match result {
+            Ok(served) => plans.push(served),
+            Err(Rejected::Invalid(diagnostics)) => {
+                report::print(&diagnostics, Format::Human)?;
+                rejected = true;
+            }
+            Err(Rejected::Unbuildable(failure)) => {
+                print_failure(&failure)?;
+                rejected = true;
+            }
+        }
+    }
+    if rejected {
+        session.finish(Lifecycle::Error);
+        return Err(Exit::Code(EXIT_INVALID));
+    }
+    let catalog = Catalog::new(plans).or_else(|failure| {
+        session.finish(Lifecycle::Error);
+        invalid(&failure)
+    })?;
+    if token.is_none() && !args.addr.ip().is_loopback() {
+        writeln!(
+            io::stderr(),
+            "warning: serving on {} without a token: anyone who can reach it can run these plans (use --token-env)",
+            args.addr
+        )?;
+    }
+    let options = ServeOptions {
+        addr: args.addr,
+        max_concurrent: args.max_concurrent,
+        queue: args.queue,
+        token,
+        max_body_bytes: args.max_body_bytes,
+        grace: Duration::from_secs_f64(args.grace.max(0.0)),
+        watch: args.watch.then_some(WATCH_EVERY),
+        cache: session.cache(),
+    };
+    let served = session.block_on(serve::serve(
+        session.runner(),
+        catalog,
+        options,
+        Arc::new(StderrReporter),
+        session.wait_for_interrupt(),
+    ));
+    match served {
+        Ok(()) => {
+            session.finish(Lifecycle::Complete);
+            Ok(EXIT_OK)
+        }
+        Err(failure) => {
+            session.finish(Lifecycle::Error);
+            invalid(&failure)
+        }
+    }
+}
+
+/// Prints the server's news on stderr.
+struct StderrReporter;
+
+impl Reporter for StderrReporter {
+    fn line(&self, text: &str) {
+        let _ = writeln!(io::stderr(), "pagantic: {text}");
+    }
+
+    fn rejected(&self, path: &Path, diagnostics: &[Diagnostic], failure: Option<&Failure>) {
+        let _ = writeln!(
+            io::stderr(),
+            "pagantic: {} changed but is rejected; the previous version goes on serving:",
+            path.display()
+        );
+        let _ = report::print(diagnostics, Format::Human);
+        if let Some(failure) = failure {
+            let _ = print_failure(failure);
+        }
+    }
+}

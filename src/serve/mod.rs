@@ -1,0 +1,188 @@
+//! `pagantic serve`: plans as an HTTP service.
+//!
+//! Every plan named on the command line is checked and built once at start (an invalid one
+//! stops the server before it binds) and served under its `name`; models load lazily, on the
+//! first call that needs them, once per process, and every request shares them. Each request is
+//! one run of the session ([`Runner::run`]) with the plan's timeouts, its own cancellation — a
+//! client that goes away cancels its run — and its own event watcher, which feeds the metrics and,
+//! when the client asked for it, a server-sent event stream.
+//!
+//! At most `max_concurrent` runs go at once and at most `queue` requests wait for a slot; beyond
+//! that a request gets 429 with `Retry-After`. SIGTERM or Ctrl-C stops accepting connections and
+//! lets the runs in flight finish for a grace period, then cancels what is left; the server then
+//! returns.
+//!
+//! The status rule, the same for every endpoint that runs a plan: 200 with the record when the
+//! run completes, 422 with the record when it fails or is cancelled, 400 when the request or its
+//! inputs are invalid (nothing ran), 404 for an unknown plan, 401 without the bearer token,
+//! 413 for a body over the limit, 429 when full. Errors are `{"error": FAILURE}` with the
+//! failure's stable code, message and help, as the command line prints them.
+
+mod admission;
+mod app;
+mod auth;
+mod catalog;
+mod metrics;
+mod openai;
+mod routes;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::cache::CallCache;
+use crate::core::{Failure, FailureCode};
+use crate::inference::Notice;
+use crate::orchestrate::Runner;
+use crate::plan::Diagnostic;
+use crate::plan::build::BuildOptions;
+
+pub use catalog::{Catalog, Rejected, Served, expand, load};
+
+/// How to serve.
+pub struct ServeOptions {
+    pub addr: SocketAddr,
+    /// Most runs at once.
+    pub max_concurrent: usize,
+    /// Most requests waiting for a run slot.
+    pub queue: usize,
+    /// The bearer token every request but `/healthz` must carry, if any.
+    pub token: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// How long runs in flight may go on after SIGTERM before they are cancelled.
+    pub grace: Duration,
+    /// How often plan and prompt files are looked at for changes; None: never.
+    pub watch: Option<Duration>,
+    /// The call cache plans swapped in by `watch` are built with.
+    pub cache: Option<Arc<CallCache>>,
+}
+
+/// What the server tells its operator; the command prints it.
+pub trait Reporter: Send + Sync {
+    /// One line of news (listening, draining, a plan swapped in).
+    fn line(&self, text: &str);
+    /// A changed plan file that was rejected, with why; the previous version goes on serving.
+    fn rejected(&self, path: &Path, diagnostics: &[Diagnostic], failure: Option<&Failure>);
+}
+
+/// Binds `options.addr`, says so, and serves `catalog` until `shutdown` resolves; then drains
+/// (see the module docs) and returns.
+pub async fn serve(
+    runner: Runner,
+    catalog: Catalog,
+    options: ServeOptions,
+    reporter: Arc<dyn Reporter>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Failure> {
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!("cannot listen on {}: {e}", options.addr),
+            )
+            .with_help("choose a free port with --addr (port 0 picks one)")
+        })?;
+    let bound = listener.local_addr().map_err(|e| {
+        Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!("cannot read the address listened on: {e}"),
+        )
+    })?;
+    let catalog = Arc::new(catalog);
+    let (stop_runs, stop_runs_seen) = watch::channel(false);
+    let app = app::App::new(runner, Arc::clone(&catalog), &options, stop_runs_seen);
+    let in_flight = app.admission();
+    if let Some(every) = options.watch {
+        tokio::spawn(watch_files(
+            Arc::clone(&catalog),
+            every,
+            Arc::clone(&reporter),
+            options.cache.clone(),
+        ));
+    }
+    let names: Vec<String> = catalog.all().keys().cloned().collect();
+    reporter.line(&format!(
+        "listening on http://{bound} — serving {}",
+        names.join(", ")
+    ));
+    let (draining, drained) = watch::channel(false);
+    let grace = options.grace;
+    let drain_reporter = Arc::clone(&reporter);
+    tokio::spawn(async move {
+        shutdown.await;
+        drain_reporter.line(&format!(
+            "shutting down: no new connections; {} runs in flight get {} s to finish",
+            in_flight.running(),
+            grace.as_secs_f64()
+        ));
+        draining.send_replace(true);
+        tokio::time::sleep(grace).await;
+        if in_flight.running() > 0 {
+            drain_reporter.line("grace period over: cancelling the runs still in flight");
+        }
+        stop_runs.send_replace(true);
+        // Keep the sender until the server is gone, so runs never see it dropped.
+        stop_runs.closed().await;
+    });
+    let mut drained = drained;
+    axum::serve(listener, routes::router(app))
+        .with_graceful_shutdown(async move {
+            let _ = drained.wait_for(|draining| *draining).await;
+        })
+        .await
+        .map_err(|e| {
+            Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!("the server stopped: {e}"),
+            )
+        })?;
+    reporter.line("stopped");
+    Ok(())
+}
+
+/// Looks at the served plans' files every `every`, swapping in the plans that changed and pass
+/// their checks, and reporting the ones that do not.
+async fn watch_files(
+    catalog: Arc<Catalog>,
+    every: Duration,
+    reporter: Arc<dyn Reporter>,
+    cache: Option<Arc<CallCache>>,
+) {
+    let notice: Notice = {
+        let reporter = Arc::clone(&reporter);
+        Arc::new(move |line: &str| reporter.line(line))
+    };
+    let build = BuildOptions {
+        notice: Some(notice),
+        cache,
+        ..BuildOptions::default()
+    };
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let catalog = Arc::clone(&catalog);
+        let build = build.clone();
+        // Checking and building read files: off the async workers.
+        let Ok(changes) = tokio::task::spawn_blocking(move || catalog.refresh(&build)).await else {
+            continue;
+        };
+        for change in changes {
+            match change {
+                catalog::Change::Swapped { name, path } => {
+                    reporter.line(&format!("reloaded {} (serving as {name})", path.display()));
+                }
+                catalog::Change::Kept { path, why } => match why {
+                    Rejected::Invalid(diagnostics) => reporter.rejected(&path, &diagnostics, None),
+                    Rejected::Unbuildable(failure) => reporter.rejected(&path, &[], Some(&failure)),
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! `POST /v1/chat/completions`, OpenAI-compatible, so any OpenAI client can call a plan as if it
+//! were a model: `model` names the plan, the last message is bound to the plan's first string
+//! input, and the messages before it reach the plan's templates (and an agent step) as `history`.
+//! The answer is a `chat.completion` whose message is the plan's output; with `"stream": true`,
+//! `chat.completion.chunk` events and `data: [DONE]`: the text as the model writes it when the
+//! plan's final step streams (an `infer` step whose answer is the plan's output), else the whole
+//! answer in one chunk when the run ends.
+
+use std::convert::Infallible;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::app::{
+    App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
+};
+use crate::core::{Failure, FailureCode, Message, Role};
+use crate::orchestrate::inputs::InputType;
+use crate::orchestrate::{RunRecord, new_run_id};
+
+/// The part of an OpenAI chat request a plan uses; other fields (temperature, …) are ignored:
+/// the plan decides how its models are called.
+#[derive(Deserialize)]
+struct ChatRequest {
+    model: String,
+    messages: Vec<ChatMessage>,
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Deserialize)]
+struct ChatMessage {
+    role: Role,
+    /// Text, or a list of parts of which the `text` ones are read.
+    #[serde(default)]
+    content: Value,
+}
+
+impl ChatMessage {
+    fn text(&self) -> String {
+        match &self.content {
+            Value::String(text) => text.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+            _ => String::new(),
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>, help: &str) -> Refused {
+    Refused::bad_request(Failure::new(FailureCode::ConfigInvalidInput, message).with_help(help))
+}
+
+pub async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+    let prepared = (|| {
+        let body = App::json_body(body)?;
+        let request: ChatRequest = serde_json::from_value(body).map_err(|e| {
+            invalid(
+                format!("not a chat completion request: {e}"),
+                "send {\"model\": PLAN, \"messages\": [{\"role\": \"user\", \"content\": \"…\"}]}",
+            )
+        })?;
+        let served = app.plan(&request.model)?;
+        let message_input = served
+            .pipeline
+            .inputs
+            .iter()
+            .find(|(_, spec)| spec.kind == InputType::String)
+            .map(|(name, _)| name.clone())
+            .ok_or_else(|| {
+                invalid(
+                    format!("plan `{}` has no string input for the message", served.name),
+                    "declare a string input; the last message is bound to the first one",
+                )
+            })?;
+        let Some((last, earlier)) = request.messages.split_last() else {
+            return Err(invalid("`messages` is empty", "send at least one message"));
+        };
+        let message = Map::from_iter([(message_input, Value::String(last.text()))]);
+        let inputs = served
+            .pipeline
+            .bind_object(&Value::Object(message))
+            .map_err(Refused::bad_request)?;
+        let history: Vec<Message> = earlier
+            .iter()
+            .map(|m| Message {
+                role: m.role,
+                content: m.text(),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            })
+            .collect();
+        let history = serde_json::to_value(history).unwrap_or_default();
+        Ok((served, inputs, history, request.stream))
+    })();
+    let (served, inputs, history, stream) = match prepared {
+        Ok(prepared) => prepared,
+        Err(refused) => return refuse(&app, refused),
+    };
+    let permit = match app.admit().await {
+        Ok(permit) => permit,
+        Err(refused) => return refuse(&app, refused),
+    };
+    let globals = Map::from_iter([("history".to_string(), history)]);
+    let model = served.name.clone();
+    if stream {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let (_, guard) = app.start(served, inputs, globals, permit, Some(sender));
+        return Sse::new(chunks(model, receiver, guard)).into_response();
+    }
+    let (handle, _cancel_if_gone) = app.start(served, inputs, globals, permit, None);
+    let Ok(record) = handle.await else {
+        return lost_run();
+    };
+    let status = run_status(&record);
+    if status != StatusCode::OK {
+        return json_response(status, &json!({ "error": record.error, "record": record }));
+    }
+    json_response(
+        status,
+        &json!({
+            "id": completion_id(&record),
+            "object": "chat.completion",
+            "created": now(),
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": { "role": "assistant", "content": answer(&record) },
+                "finish_reason": "stop",
+            }],
+            "usage": {
+                "prompt_tokens": record.usage.prompt_tokens,
+                "completion_tokens": record.usage.completion_tokens,
+                "total_tokens": record.usage.total(),
+            },
+        }),
+    )
+}
+
+/// The answer's text: the plan's output as it is when text, else as JSON.
+fn answer(record: &RunRecord) -> String {
+    match &record.output {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+fn completion_id(record: &RunRecord) -> String {
+    format!("chatcmpl-{}", record.run_id)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Where a streamed answer is.
+struct Chunking {
+    receiver: mpsc::UnboundedReceiver<Streamed>,
+    /// Cancels the run if the client goes away before its end.
+    _cancel_if_gone: CancelOnDrop,
+    /// Whether the assistant's role was sent.
+    started: bool,
+    /// Whether text arrived as the model wrote it (then the record's output is not sent again).
+    streamed: bool,
+}
+
+/// The chunks of a streamed answer: the assistant's role at once, then the text as the plan's
+/// streamed step writes it — or, when its final step does not stream, the whole answer when the
+/// run ends —, the end (or the error), then `[DONE]`.
+fn chunks(
+    model: String,
+    receiver: mpsc::UnboundedReceiver<Streamed>,
+    guard: CancelOnDrop,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let created = now();
+    let id = format!("chatcmpl-{}", new_run_id());
+    let chunk = move |delta: Value, finish: Option<&str>| {
+        let data = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+        });
+        SseEvent::default().data(data.to_string())
+    };
+    let state = Chunking {
+        receiver,
+        _cancel_if_gone: guard,
+        started: false,
+        streamed: false,
+    };
+    futures_util::stream::unfold(Some(state), move |state| {
+        let chunk = chunk.clone();
+        async move {
+            let mut state = state?;
+            if !state.started {
+                state.started = true;
+                let start = chunk(json!({ "role": "assistant", "content": "" }), None);
+                return Some((vec![start], Some(state)));
+            }
+            loop {
+                match state.receiver.recv().await? {
+                    Streamed::Event(_) => continue,
+                    Streamed::Token(text) => {
+                        state.streamed = true;
+                        let piece = chunk(json!({ "content": text }), None);
+                        return Some((vec![piece], Some(state)));
+                    }
+                    Streamed::Record(record) => {
+                        let mut events = Vec::new();
+                        if run_status(&record) == StatusCode::OK {
+                            if !state.streamed {
+                                events.push(chunk(json!({ "content": answer(&record) }), None));
+                            }
+                            events.push(chunk(json!({}), Some("stop")));
+                        } else {
+                            let error = json!({ "error": record.error });
+                            events.push(SseEvent::default().data(error.to_string()));
+                        }
+                        events.push(SseEvent::default().data("[DONE]"));
+                        return Some((events, None));
+                    }
+                }
+            }
+        }
+    })
+    .flat_map(|events| futures_util::stream::iter(events.into_iter().map(Ok::<_, Infallible>)))
+}

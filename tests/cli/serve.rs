@@ -1,0 +1,604 @@
+//! `pagantic serve` against a real HTTP client: the binary listens on a free loopback port
+//! (`--addr 127.0.0.1:0`) and every test waits for observable points — the "listening" line,
+//! a metric, a line on stderr, an event — never for a guessed delay.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::root;
+
+/// How long any observable point may take to appear.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A running `pagantic serve`, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    lines: mpsc::Receiver<String>,
+    /// Every stderr line read so far.
+    seen: Vec<String>,
+}
+
+impl Server {
+    /// Starts `pagantic serve ARGS… --addr 127.0.0.1:0` with `env`, and waits until it listens.
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+            .arg("serve")
+            .args(args)
+            .args(["--addr", "127.0.0.1:0"])
+            .current_dir(root())
+            .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pagantic starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            base: String::new(),
+            lines,
+            seen: Vec::new(),
+        };
+        let listening = server.wait_for_line(|l| l.contains("listening on http://"));
+        let address = listening
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("an address");
+        server.base = format!("http://{address}");
+        server
+    }
+
+    /// Waits for a stderr line that satisfies `found` and returns it.
+    fn wait_for_line(&mut self, found: impl Fn(&str) -> bool) -> String {
+        if let Some(line) = self.seen.iter().find(|l| found(l)) {
+            return line.clone();
+        }
+        let deadline = Instant::now() + PATIENCE;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if found(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!("no such line on stderr; saw:\n{}", self.seen.join("\n"));
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends SIGTERM.
+    fn terminate(&self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signalled");
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    fn exit_code(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("waitable") {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the server did not exit");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn metrics(server: &Server) -> String {
+    client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Waits until the metrics have a line `line`.
+async fn wait_for_metric(server: &Server, line: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if metrics(server).await.lines().any(|l| l == line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no `{line}` in\n{}", metrics(server).await);
+}
+
+async fn post(server: &Server, path: &str, body: &Value) -> (StatusCode, Value) {
+    let response = client()
+        .post(server.url(path))
+        .json(body)
+        .send()
+        .await
+        .expect("an answer");
+    let status = response.status();
+    (status, response.json().await.expect("a JSON answer"))
+}
+
+#[tokio::test]
+async fn plans_are_listed_run_and_counted() {
+    let server = Server::start(
+        &["tests/plans/serve/echo.yaml", "tests/plans/failing.yaml"],
+        &[],
+    );
+    let health = client()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(health.status(), StatusCode::OK);
+
+    let listed: Value = client()
+        .get(server.url("/v1/plans"))
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    let echo = listed["plans"]
+        .as_array()
+        .and_then(|plans| plans.iter().find(|p| p["name"] == "echo"))
+        .expect("echo is listed");
+    assert_eq!(
+        echo["description"],
+        "Echoes the question back, three steps deep."
+    );
+    assert_eq!(echo["inputs"]["required"], json!(["question"]));
+    assert_eq!(
+        echo["inputs"]["properties"]["times"],
+        json!({ "type": "integer", "default": 1 })
+    );
+
+    let (status, record) = post(
+        &server,
+        "/v1/plans/echo/runs",
+        &json!({ "question": "hi", "times": 2 }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "complete");
+    assert_eq!(record["output"], "echo: hi x2");
+    assert_eq!(crate::step(&record, "answer")["status"], "ok");
+
+    // A failed run answers its record with 422.
+    let (status, record) = post(&server, "/v1/plans/failing/runs", &json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(record["status"], "error");
+    assert_eq!(record["error"]["code"], "VALIDATION_RULE_FAILED");
+    assert_eq!(crate::step(&record, "draft")["output"], "draft: short");
+
+    let text = metrics(&server).await;
+    for line in [
+        "pagantic_runs_total{plan=\"echo\",status=\"complete\"} 1",
+        "pagantic_runs_total{plan=\"failing\",status=\"error\"} 1",
+        "pagantic_run_duration_seconds_count{plan=\"echo\"} 1",
+        "pagantic_step_duration_seconds_count{plan=\"echo\",step=\"answer\"} 1",
+        "pagantic_model_calls_total{plan=\"echo\"} 1",
+        "pagantic_runs_in_flight 0",
+        "pagantic_queue_depth 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+    }
+    assert!(text.contains("# TYPE pagantic_run_duration_seconds histogram"));
+}
+
+#[tokio::test]
+async fn bad_requests_get_400_404_and_413_with_the_diagnostics_as_json() {
+    let server = Server::start(
+        &["tests/plans/serve/echo.yaml", "--max-body-bytes", "200"],
+        &[],
+    );
+    let (status, answer) = post(&server, "/v1/plans/echo/runs", &json!({ "times": "two" })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer["error"]["code"], "CONFIG_INVALID_INPUT");
+    let message = answer["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("missing input `question` (what to echo)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("input `times` must be of type integer"),
+        "{message}"
+    );
+
+    let not_json = client()
+        .post(server.url("/v1/plans/echo/runs"))
+        .body("{question")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
+
+    let (status, answer) = post(&server, "/v1/plans/ecko/runs", &json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let message = answer["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("`echo`"),
+        "names the closest plan: {message}"
+    );
+
+    let big = json!({ "question": "x".repeat(500) });
+    let (status, answer) = post(&server, "/v1/plans/echo/runs", &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert!(
+        metrics(&server)
+            .await
+            .contains("pagantic_requests_refused_total{reason=\"too_large\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_server_with_a_token_admits_only_requests_that_carry_it() {
+    let server = Server::start(
+        &[
+            "tests/plans/serve/echo.yaml",
+            "--token-env",
+            "SERVE_TEST_TOKEN",
+        ],
+        &[("SERVE_TEST_TOKEN", "open-sesame")],
+    );
+    let inputs = json!({ "question": "hi" });
+    let url = server.url("/v1/plans/echo/runs");
+    let none = client()
+        .post(&url)
+        .json(&inputs)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    let wrong = client()
+        .post(&url)
+        .bearer_auth("open-sesam")
+        .json(&inputs)
+        .send()
+        .await;
+    assert_eq!(wrong.expect("answer").status(), StatusCode::UNAUTHORIZED);
+    let right = client()
+        .post(&url)
+        .bearer_auth("open-sesame")
+        .json(&inputs)
+        .send()
+        .await;
+    assert_eq!(right.expect("answer").status(), StatusCode::OK);
+    let health = client()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(health.status(), StatusCode::OK, "probes need no token");
+}
+
+#[test]
+fn an_invalid_plan_stops_the_server_before_it_serves() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "version: 1\nname: broken\nsteps:\n  - name: a\n    type: nope\n",
+    )
+    .expect("written");
+    let run = crate::pagantic(&[
+        "serve",
+        "tests/plans/serve/echo.yaml",
+        broken.to_str().expect("utf-8"),
+        "--addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("broken.yaml"), "{}", run.stderr);
+    assert!(!run.stderr.contains("listening"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn beyond_the_slots_and_the_queue_requests_get_429_with_retry_after() {
+    let server = Server::start(
+        &[
+            "tests/plans/serve/slow.yaml",
+            "--max-concurrent",
+            "1",
+            "--queue",
+            "1",
+        ],
+        &[],
+    );
+    let url = server.url("/v1/plans/slow/runs");
+    let running = run_in_flight(&server, "slow", json!({})).await;
+    let queued = tokio::spawn(client().post(&url).json(&json!({})).send());
+    wait_for_metric(&server, "pagantic_queue_depth 1").await;
+    let refused = client()
+        .post(&url)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let answer: Value = refused.json().await.expect("json");
+    assert_eq!(answer["error"]["code"], "INFERENCE_RATE_LIMITED");
+    running.abort();
+    queued.abort();
+}
+
+/// A client that goes away cancels its run: the run ends CANCELLED (and is counted so) rather
+/// than running on for nobody.
+#[tokio::test]
+async fn a_client_that_disconnects_cancels_its_run() {
+    let server = Server::start(&["tests/plans/serve/slow.yaml"], &[]);
+    let request = run_in_flight(&server, "slow", json!({})).await;
+    request.abort();
+    wait_for_metric(
+        &server,
+        "pagantic_runs_total{plan=\"slow\",status=\"cancelled\"} 1",
+    )
+    .await;
+    wait_for_metric(&server, "pagantic_runs_in_flight 0").await;
+}
+
+#[tokio::test]
+async fn a_run_streams_its_events_then_its_record() {
+    let server = Server::start(&["tests/plans/serve/echo.yaml"], &[]);
+    for (path, accept) in [
+        ("/v1/plans/echo/runs", Some("text/event-stream")),
+        ("/v1/plans/echo/runs?stream=true", None),
+    ] {
+        let mut request = client()
+            .post(server.url(path))
+            .json(&json!({ "question": "hi" }));
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let response = request.send().await.expect("answer");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let events = sse_events(&response.text().await.expect("text"));
+        let kinds: Vec<&str> = events.iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(kinds.first(), Some(&"lifecycle"), "{kinds:?}");
+        for kind in ["step_start", "inference", "step_end"] {
+            assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+        }
+        let (last, record) = events.last().expect("events");
+        assert_eq!(last, "record");
+        assert_eq!(record["output"], "echo: hi x1");
+        let (_, first) = &events[0];
+        assert_eq!(
+            first["run_id"], record["run_id"],
+            "the events are the record's run's"
+        );
+    }
+}
+
+/// A final `infer` step whose answer is the plan's output streams its text as `token` events
+/// (the scripted engine gives its whole answer as one piece), before the record.
+#[tokio::test]
+async fn the_text_of_a_streamed_step_arrives_as_token_events() {
+    let server = Server::start(&["tests/plans/serve/stream.yaml"], &[]);
+    let response = client()
+        .post(server.url("/v1/plans/stream/runs?stream=true"))
+        .json(&json!({ "question": "why?" }))
+        .send()
+        .await
+        .expect("answer");
+    let events = sse_events(&response.text().await.expect("text"));
+    let text: String = events
+        .iter()
+        .filter(|(kind, _)| kind == "token")
+        .filter_map(|(_, data)| data["text"].as_str())
+        .collect();
+    let (last, record) = events.last().expect("events");
+    assert_eq!(last, "record");
+    assert!(!text.is_empty(), "no token events in {events:?}");
+    assert_eq!(record["output"], text);
+    let tokens_at = events.iter().position(|(kind, _)| kind == "token");
+    let answer_end = events
+        .iter()
+        .position(|(kind, data)| kind == "step_end" && data["step"] == "answer");
+    assert!(
+        tokens_at < answer_end,
+        "the text comes before its step ends"
+    );
+}
+
+/// `event:` and `data:` of every server-sent event in `text` (keep-alive comments skipped).
+fn sse_events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut kind = String::from("message");
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(k) = line.strip_prefix("event: ") {
+                    kind = k.to_string();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = Some(d.to_string());
+                }
+            }
+            let data = data?;
+            Some((
+                kind,
+                serde_json::from_str(&data).unwrap_or(Value::String(data)),
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_openai_client_calls_a_plan_as_a_model() {
+    let server = Server::start(&["tests/plans/chat.yaml"], &[]);
+    let request = json!({
+        "model": "chat",
+        "messages": [
+            { "role": "user", "content": "hello" },
+            { "role": "assistant", "content": "hi" },
+            { "role": "user", "content": "and now?" }
+        ],
+        "temperature": 0.2
+    });
+    let (status, answer) = post(&server, "/v1/chat/completions", &request).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(answer["model"], "chat");
+    assert_eq!(answer["choices"][0]["message"]["role"], "assistant");
+    let content = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("text");
+    assert!(
+        content.contains("2 earlier: and now?"),
+        "the earlier messages are the history: {content}"
+    );
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let response = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&streamed)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let chunks = sse_events(&response.text().await.expect("text"));
+    let (_, done) = chunks.last().expect("chunks");
+    assert_eq!(done, "[DONE]");
+    let text: String = chunks
+        .iter()
+        .filter_map(|(_, chunk)| chunk["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, content);
+    assert!(
+        chunks
+            .iter()
+            .all(|(_, c)| c == "[DONE]" || c["object"] == "chat.completion.chunk")
+    );
+
+    // A plan whose final step streams sends its text as it comes, once.
+    let streaming = Server::start(&["tests/plans/serve/stream.yaml"], &[]);
+    let request = json!({ "model": "stream", "messages": [{ "role": "user", "content": "hi" }], "stream": true });
+    let response = client()
+        .post(streaming.url("/v1/chat/completions"))
+        .json(&request)
+        .send()
+        .await
+        .expect("answer");
+    let chunks = sse_events(&response.text().await.expect("text"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|(_, chunk)| chunk["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "You asked: hi");
+
+    let (status, _) = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({ "model": "nope", "messages": [] }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Starts a run of `plan` in the background and waits until it is in flight.
+async fn run_in_flight(
+    server: &Server,
+    plan: &str,
+    inputs: Value,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let url = server.url(&format!("/v1/plans/{plan}/runs"));
+    let request = tokio::spawn(client().post(url).json(&inputs).send());
+    wait_for_metric(server, "pagantic_runs_in_flight 1").await;
+    request
+}
+
+/// SIGTERM: no new connections; the run in flight finishes within the grace period (a
+/// one-second run, 60 s of grace) or is cancelled after it (a one-minute run, 0.2 s of grace)
+/// and answered as such; either way the server exits 0.
+#[tokio::test]
+async fn sigterm_drains_the_runs_in_flight_then_exits_0() {
+    for (plan, grace, status, ended) in [
+        ("pause", "60", StatusCode::OK, "complete"),
+        ("slow", "0.2", StatusCode::UNPROCESSABLE_ENTITY, "cancelled"),
+    ] {
+        let file = format!("tests/plans/serve/{plan}.yaml");
+        let mut server = Server::start(&[&file, "--grace", grace], &[]);
+        let request = run_in_flight(&server, plan, json!({ "question": "still here" })).await;
+        server.terminate();
+        server.wait_for_line(|l| l.contains("shutting down"));
+        let response = request.await.expect("joined").expect("answered");
+        assert_eq!(response.status(), status, "{plan}");
+        let record: Value = response.json().await.expect("json");
+        assert_eq!(record["status"], ended, "{plan}");
+        if ended == "complete" {
+            assert_eq!(record["output"], "still here");
+        }
+        assert_eq!(server.exit_code(), Some(0), "{plan}");
+    }
+}
+
+/// `--watch`: a valid change is swapped in; an invalid one is reported and the last valid
+/// version goes on serving.
+#[tokio::test]
+async fn watched_plans_are_swapped_in_and_invalid_changes_rejected() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("greet.yaml");
+    let plan = |greeting: &str| {
+        format!(
+            "version: 1\nname: greet\ninputs:\n  who: {{ type: string }}\nsteps:\n  - name: say\n    type: template\n    template: \"{greeting}, {{{{ inputs.who }}}}\"\n"
+        )
+    };
+    std::fs::write(&path, plan("hello")).expect("written");
+    let mut server = Server::start(&[path.to_str().expect("utf-8"), "--watch"], &[]);
+    let ask = async |server: &Server| {
+        let (status, record) = post(server, "/v1/plans/greet/runs", &json!({ "who": "ann" })).await;
+        assert_eq!(status, StatusCode::OK, "{record}");
+        record["output"].clone()
+    };
+    assert_eq!(ask(&server).await, "hello, ann");
+
+    std::fs::write(&path, plan("good day")).expect("written");
+    server.wait_for_line(|l| l.contains("reloaded") && l.contains("greet.yaml"));
+    assert_eq!(ask(&server).await, "good day, ann");
+
+    std::fs::write(&path, plan("bye").replace("inputs.who", "inputs.whom")).expect("written");
+    server.wait_for_line(|l| l.contains("rejected"));
+    server.wait_for_line(|l| l.contains("whom"));
+    assert_eq!(
+        ask(&server).await,
+        "good day, ann",
+        "the last valid version still serves"
+    );
+}
