@@ -3,14 +3,14 @@
 //! a metric, a line on stderr, an event — never for a guessed delay.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::root;
+use crate::{command, fresh_cache_dir, root};
 
 /// How long any observable point may take to appear.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -27,12 +27,11 @@ struct Server {
 impl Server {
     /// Starts `pagantic serve ARGS… --addr 127.0.0.1:0` with `env`, and waits until it listens.
     fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pagantic"))
+        let mut child = command(&fresh_cache_dir())
             .arg("serve")
             .args(args)
             .args(["--addr", "127.0.0.1:0"])
             .current_dir(root())
-            .env("NO_COLOR", "1")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
