@@ -348,6 +348,7 @@ fn to_response(response: ChatCompletionResponse) -> Response {
             prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
             completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
         },
+        schema_mode: None,
     }
 }
 
@@ -416,6 +417,7 @@ impl Engine for LocalEngine {
                 tool_calls: Vec::new(),
                 usage,
                 timings,
+                schema_mode: None,
             })
         })
     }

@@ -160,6 +160,7 @@ impl Engine for ScriptedEngine {
                     completion_tokens,
                 },
                 timings: Timings::default(),
+                schema_mode: None,
             })
         })
     }

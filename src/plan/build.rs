@@ -171,6 +171,7 @@ impl Builder<'_> {
             name,
             dir: &self.dir,
             notice: self.notice(),
+            verbose: self.options.verbose,
         }
     }
 

@@ -117,6 +117,7 @@ impl StreamState {
                 .collect(),
             usage: self.usage,
             timings: Timings::default(),
+            schema_mode: None,
         }
     }
 }
