@@ -11,8 +11,8 @@ use tokio::sync::OnceCell;
 use super::{CallCache, Key};
 use crate::core::{Failure, FailureCode, TokenUsage, ToolCall};
 use crate::inference::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, Timings,
-    TokenSink,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, SchemaMode,
+    Timings, TokenSink,
 };
 
 /// An answer as the cache keeps it.
@@ -24,6 +24,9 @@ struct StoredAnswer {
     usage: TokenUsage,
     prompt_ms: f64,
     completion_ms: f64,
+    /// How the schema was held to when the answer was made (see [`SchemaMode`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema_mode: Option<SchemaMode>,
 }
 
 /// An engine behind the call cache.
@@ -88,6 +91,7 @@ impl CachedEngine {
                 cache: CacheStatus::Hit {
                     original: duration(stored.duration_ms),
                 },
+                schema_mode: answer.schema_mode,
             });
         }
         if self.cache.only() {
@@ -103,6 +107,7 @@ impl CachedEngine {
             usage: response.usage,
             prompt_ms: response.timings.prompt.as_secs_f64() * 1000.0,
             completion_ms: response.timings.completion.as_secs_f64() * 1000.0,
+            schema_mode: response.schema_mode,
         };
         if let Ok(value) = serde_json::to_string(&answer) {
             self.cache

@@ -56,7 +56,8 @@ pub struct Args {
     /// No progress lines on stderr.
     #[arg(long, short)]
     quiet: bool,
-    /// Say more on stderr: which tools are hidden from models, and why.
+    /// Say more on stderr: which tools are hidden from models, and why; when an openai model
+    /// falls back to another response format.
     #[arg(long, short)]
     verbose: bool,
     /// Print the answer token by token as the model writes it (when the plan's last step is an

@@ -79,6 +79,8 @@ failure_codes! {
     InferenceModelUnavailable = "INFERENCE_MODEL_UNAVAILABLE", Inference, false;
     /// The prompt does not fit the model's context window.
     InferenceContextExceeded = "INFERENCE_CONTEXT_EXCEEDED", Inference, false;
+    /// The server refused a part of the request it does not support (tools, a response format); the same request cannot succeed.
+    InferenceRequestRefused = "INFERENCE_REQUEST_REFUSED", Inference, false;
     /// The tool is not declared or not available.
     ToolNotFound = "TOOL_NOT_FOUND", Tool, false;
     /// The arguments do not match the tool's schema.

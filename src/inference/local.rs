@@ -372,6 +372,7 @@ fn to_response(response: ChatCompletionResponse) -> Response {
             completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
         },
         cache: CacheStatus::Unused,
+        schema_mode: None,
     }
 }
 
@@ -443,6 +444,7 @@ impl Engine for LocalEngine {
                 usage,
                 timings,
                 cache: CacheStatus::Unused,
+                schema_mode: None,
             })
         })
     }

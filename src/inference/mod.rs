@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition};
@@ -86,6 +86,41 @@ pub struct Response {
     /// Whether a call cache was asked first, and whether it answered.
     #[serde(skip)]
     pub cache: CacheStatus,
+    /// How the request's JSON schema was held to, where the engine had to choose (the `openai`
+    /// engine negotiates it with the server); None from engines that enforce it as asked or were
+    /// given none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_mode: Option<SchemaMode>,
+}
+
+/// How an engine held an answer to a request's JSON schema.
+/// The modes come in the order an engine falls back through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaMode {
+    /// Enforced while decoding as a JSON Schema (`response_format` of type `json_schema`).
+    JsonSchema,
+    /// Enforced while decoding as JSON with the schema attached (`response_format` of type
+    /// `json_object` plus `schema`, as llama.cpp servers take it), and described in the prompt.
+    JsonObject,
+    /// Only described in the prompt: the answer is left to the caller's repair and validation.
+    Prompt,
+}
+
+impl SchemaMode {
+    /// The mode's name, as events and details write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaMode::JsonSchema => "json_schema",
+            SchemaMode::JsonObject => "json_object",
+            SchemaMode::Prompt => "prompt",
+        }
+    }
+
+    /// Whether the server was asked to enforce the schema while decoding.
+    pub fn decoded(self) -> bool {
+        self != SchemaMode::Prompt
+    }
 }
 
 /// What a call cache did for one call.

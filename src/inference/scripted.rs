@@ -177,6 +177,7 @@ impl Engine for ScriptedEngine {
                 },
                 timings: Timings::default(),
                 cache: CacheStatus::Unused,
+                schema_mode: None,
             })
         })
     }

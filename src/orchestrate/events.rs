@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 use crate::inference::CacheStatus;
+use crate::inference::SchemaMode;
 use crate::inference::TokenSink;
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
@@ -230,6 +231,11 @@ pub struct Sent {
     /// or no constraint).
     pub constrained: bool,
     pub temperature: Option<f64>,
+    /// How the engine held the answer to the JSON schema where it negotiated that with the
+    /// server (`json_schema`, `json_object`, or `prompt`: described in the prompt only, not
+    /// enforced); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_mode: Option<SchemaMode>,
 }
 
 /// One event.
@@ -591,6 +597,7 @@ mod tests {
             constraint: None,
             constrained: false,
             temperature: None,
+            schema_mode: None,
         }
     }
 
@@ -675,6 +682,7 @@ mod tests {
             constraint: Some("json_schema"),
             constrained: true,
             temperature: Some(0.7),
+            schema_mode: None,
         };
         let cost = Some(Cost::from_amount(0.00045));
         let ids = vec!["call_1".into(), "call_2".into()];

@@ -19,7 +19,7 @@ use super::events::{EventData, Events, ModelCall, Sent, SpanId};
 use super::inputs::{self, InputSpec};
 use super::record::VoteRecord;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
-use crate::inference::{CacheStatus, Engine, Grammar, Request, Response, TokenSink};
+use crate::inference::{CacheStatus, Engine, Grammar, Request, Response, SchemaMode, TokenSink};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
 
@@ -257,12 +257,13 @@ impl StepContext {
             (None, Some(Grammar::Lark(_))) => Some("lark"),
             (None, None) => None,
         };
-        let sent = Sent {
+        let mut sent = Sent {
             messages: request.messages.len(),
             tools: request.tools.len(),
             constraint,
             constrained: constraint.is_some() && info.constrained_decoding,
             temperature: request.temperature,
+            schema_mode: None,
         };
         let span = self.events.new_span();
         let started = Instant::now();
@@ -287,6 +288,8 @@ impl StepContext {
             Ok(response) => {
                 let usage = response.usage;
                 let cache = response.cache;
+                sent.schema_mode = response.schema_mode;
+                sent.constrained &= response.schema_mode.is_none_or(SchemaMode::decoded);
                 // A call the cache answered reached no model: it cost nothing.
                 let cost = match cache {
                     CacheStatus::Hit { .. } => info.price.map(|_| Cost::from_amount(0.0)),

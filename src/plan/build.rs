@@ -208,6 +208,7 @@ impl Builder<'_> {
             name,
             dir: &self.dir,
             notice: self.notice(),
+            verbose: self.options.verbose,
         }
     }
 

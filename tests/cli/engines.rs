@@ -10,40 +10,128 @@ use crate::{pagantic_with, step};
 /// A server on a loopback port that answers one HTTP request with `reply` (a JSON body) and
 /// hands back the request's head and body.
 fn serve_once(reply: serde_json::Value) -> (u16, JoinHandle<(String, serde_json::Value)>) {
+    let (port, server) = serve_in_turn(vec![(200, reply.to_string())]);
+    let server = std::thread::spawn(move || {
+        let mut requests = server.join().expect("the server answered");
+        requests.remove(0)
+    });
+    (port, server)
+}
+
+/// A server on a loopback port that answers one request per reply, in turn, with its status and
+/// body, and hands back each request's head and body.
+fn serve_in_turn(
+    replies: Vec<(u16, String)>,
+) -> (u16, JoinHandle<Vec<(String, serde_json::Value)>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
     let port = listener.local_addr().expect("its address").port();
     let server = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().expect("one request");
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).expect("a header line");
-            if line == "\r\n" || line.is_empty() {
-                break;
+        let mut requests = Vec::new();
+        for (status, text) in replies {
+            let (stream, _) = listener.accept().expect("one request");
+            let mut reader = BufReader::new(stream);
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("a header line");
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push_str(&line);
             }
-            head.push_str(&line);
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .expect("a content length");
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("the body");
+            write!(
+                reader.get_mut(),
+                "HTTP/1.1 {status} Stub\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            )
+            .expect("the reply is sent");
+            requests.push((head, serde_json::from_slice(&body).expect("a JSON request")));
         }
-        let length = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse::<usize>().ok())?
-            })
-            .expect("a content length");
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).expect("the body");
-        let text = reply.to_string();
-        write!(
-            reader.get_mut(),
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-            text.len()
-        )
-        .expect("the reply is sent");
-        (head, serde_json::from_slice(&body).expect("a JSON request"))
+        requests
     });
     (port, server)
+}
+
+/// A server that refuses a `json_schema` response format the way llama-cpp-python's does (HTTP 500
+/// naming `response_format`) gets the same request again with `json_object` and the schema, at
+/// once rather than after backoff retries; the step's detail and the inference event say which
+/// mode answered, and `--verbose` says that the engine fell back.
+#[test]
+fn a_structured_step_falls_back_when_the_server_refuses_json_schema() {
+    let refusal = r#"{"error":{"message":"1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}","type":"internal_server_error","param":null,"code":null}}"#;
+    let answer = serde_json::json!({
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "{ \"city\": \"Paris\" }" } }],
+        "usage": { "prompt_tokens": 13, "completion_tokens": 8, "total_tokens": 21 }
+    });
+    let (port, server) = serve_in_turn(vec![(500, refusal.into()), (200, answer.to_string())]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("city.yaml"),
+        format!(
+            "version: 1\nname: city\nmodels:\n  remote: {{ kind: openai, base_url: \"http://127.0.0.1:{port}/v1\", model: served }}\nsteps:\n  - name: city\n    type: structured\n    model: remote\n    template: Capital of France?\n    schema: {{ type: object, required: [city], properties: {{ city: {{ type: string }} }} }}\n"
+        ),
+    )
+    .expect("plan written");
+    let events = dir.path().join("events.jsonl");
+    let run = pagantic_with(
+        dir.path(),
+        &[
+            "run",
+            "--verbose",
+            "--format",
+            "json",
+            "--events",
+            events.to_str().expect("utf-8 path"),
+            "city.yaml",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("model `served`: the server refused a `json_schema` response format")
+            && run.stderr.contains("asking with `json_object` from now on"),
+        "{}",
+        run.stderr
+    );
+    let requests = server.join().expect("the server answered");
+    assert_eq!(
+        requests.len(),
+        2,
+        "one refusal, one answer, no backoff retries"
+    );
+    assert_eq!(requests[1].1["response_format"]["type"], "json_object");
+    let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
+    let city = step(&record, "city");
+    assert_eq!(
+        city["output"],
+        serde_json::json!({ "city": "Paris" }),
+        "{record}"
+    );
+    assert_eq!(city["detail"]["schema_mode"], "json_object", "{record}");
+    assert_eq!(city["detail"]["constrained"], true, "{record}");
+    let inference: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .expect("events")
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["kind"] == "inference")
+        .collect();
+    assert_eq!(
+        inference.len(),
+        1,
+        "the engine's fallback is one model call"
+    );
+    assert_eq!(inference[0]["data"]["schema_mode"], "json_object");
 }
 
 /// `pagantic run` on a `kind: openai` model sends the plan's model name, prompt, limits and API

@@ -1,6 +1,7 @@
 //! What goes wrong talking to a server, as failures with the codes the executor's retry rules
 //! expect: transport errors, HTTP statuses, error bodies (read up to a cap, the key redacted),
-//! and when and how long to wait before trying again (`Retry-After`, else exponential backoff).
+//! refusals of a part of the request (never retried), and when and how long to wait before trying
+//! again (`Retry-After`, else exponential backoff).
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
 
+use super::negotiate::{Refused, refused_part};
 use super::{MAX_BODY, OpenAiEngine};
 use crate::core::{Failure, FailureCode};
 
@@ -37,14 +39,31 @@ impl OpenAiEngine {
         }
     }
 
-    /// The failure for a reply whose status is not a success, and whether to try again.
-    pub(super) async fn status_failure(&self, mut response: reqwest::Response) -> AttemptError {
+    /// The failure for a reply whose status is not a success, and whether to try again: never
+    /// when the error names a part of `sent`, the request, that the server refuses.
+    pub(super) async fn status_failure(
+        &self,
+        mut response: reqwest::Response,
+        sent: &Value,
+    ) -> AttemptError {
         let status = response.status();
         let wait = retry_after(response.headers());
         let mut body = read_body(&mut response, MAX_ERROR_BODY)
             .await
             .unwrap_or_default();
         body.truncate(MAX_ERROR_BODY);
+        let text = String::from_utf8_lossy(&body);
+        let refused = (!mentions_context_limit(&text))
+            .then(|| refused_part(status, &text, sent))
+            .flatten();
+        if let Some(refused) = refused {
+            let said = format!("{} ({status}): {}", self.url, server_message(&body));
+            return AttemptError {
+                failure: self.refusal(refused, &self.redact(&said)),
+                retry: Retry::Never,
+                refused: Some(refused),
+            };
+        }
         let retry = match status {
             StatusCode::TOO_MANY_REQUESTS => wait.map_or(Retry::Backoff, Retry::After),
             status if status.is_server_error() => Retry::Backoff,
@@ -53,7 +72,34 @@ impl OpenAiEngine {
         AttemptError {
             failure: self.reply_failure(status, &body),
             retry,
+            refused: None,
         }
+    }
+
+    /// The failure for a part of the request the server refuses; `said` is what it said.
+    pub(super) fn refusal(&self, refused: Refused, said: &str) -> Failure {
+        let help = match refused {
+            Refused::Tools => {
+                "set `tool_calls: prompt` (or `auto`) on the step: the tools are then described \
+                 in the prompt and the calls read from the answer"
+            }
+            Refused::ResponseFormat => {
+                "the engine already tried every response format it knows; this server cannot \
+                 be asked for JSON this way"
+            }
+            Refused::Field(_) => {
+                "leave the setting out of the step (or the model), or use a server that takes it"
+            }
+        };
+        Failure::new(
+            FailureCode::InferenceRequestRefused,
+            format!(
+                "model `{}`: the server does not take `{}`: {said}",
+                self.config.model,
+                refused.field()
+            ),
+        )
+        .with_help(help)
     }
 
     /// What a reply with this (unsuccessful) status and error body means.
@@ -132,6 +178,8 @@ pub(super) enum Retry {
 pub(super) struct AttemptError {
     pub(super) failure: Failure,
     pub(super) retry: Retry,
+    /// The part of the request the server refused, when its error names one.
+    pub(super) refused: Option<Refused>,
 }
 
 /// The wait before retry number `retries` (from 0): 200 ms, 400 ms, 800 ms…, at most a minute.

@@ -1,39 +1,46 @@
 //! The OpenAI-compatible engine (`kind: openai`): a model served over HTTP by vLLM, a llama.cpp
 //! server, mistralrs-server or OpenAI itself.
 //!
-//! Each request is one `POST {base_url}/chat/completions`. A JSON schema becomes a
-//! `response_format` of type `json_schema`, which these servers enforce while decoding; grammars
-//! are not part of the API and are refused rather than ignored. Rate limits (429), server errors
-//! (5xx) and refused connections are retried here, up to `max_retries` times, waiting as the
-//! server asks (`Retry-After`, capped at a minute) or with an exponential backoff from 200 ms;
-//! every other failure is returned at once with the code the executor's retry rules expect.
-//! Streaming reads the server-sent events of `stream: true` ([`stream`]); the wire format is in
-//! [`wire`], failures and waits in [`failure`]. Replies are read defensively: a
+//! Each request is one `POST {base_url}/chat/completions`. A JSON schema is negotiated with the
+//! server ([`negotiate`]): a `response_format` of type `json_schema`, else `json_object` with the
+//! schema, else the schema described in the prompt; what the server accepted is remembered for
+//! the engine's life (one engine per model per process) and each answer says which mode produced
+//! it. Grammars are not part of the API and are refused rather than ignored. A server that refuses
+//! `tools` is remembered too: later requests with tools fail at once with
+//! INFERENCE_REQUEST_REFUSED, for the agent to describe the tools in the prompt instead. Rate
+//! limits (429), server errors (5xx) and refused connections are retried here, up to
+//! `max_retries` times, waiting as the server asks (`Retry-After`, capped at a minute) or with an
+//! exponential backoff from 200 ms — except an error that names a part of the request, which no
+//! retry can fix; every other failure is returned at once with the code the executor's retry
+//! rules expect. Streaming reads the server-sent events of `stream: true` ([`stream`]); the wire
+//! format is in [`wire`], failures and waits in [`failure`]. Replies are read defensively: a
 //! missing field is empty, a body past its size cap is cut off, nothing a server sends panics.
 //! The API key is sent as a bearer token and never appears in a message.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use reqwest::Url;
 use serde_json::{Map, Value, json};
 
 use super::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
-    Timings, TokenSink,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Notice, Request,
+    Response, SchemaMode, Timings, TokenSink,
 };
 use crate::core::{Failure, FailureCode};
 
 mod failure;
+mod negotiate;
 mod stream;
 #[cfg(test)]
 mod tests;
 mod wire;
 
 use failure::{AttemptError, Retry, backoff, error_chain, read_body, too_long};
-use wire::{
-    PartialCall, WireReply, WireUsage, completions_url, response_format, wire_message, wire_tool,
-};
+use negotiate::{Refused, describe_schema, fallback_after, response_format};
+use wire::{PartialCall, WireReply, WireUsage, completions_url, wire_message, wire_tool};
 
 /// How much of a successful reply (or stream) is read before giving up.
 const MAX_BODY: usize = 32 * 1024 * 1024;
@@ -51,6 +58,8 @@ pub struct OpenAiConfig {
     pub timeout: Duration,
     /// How many times a rate-limited, failed (5xx) or refused request is tried again.
     pub max_retries: u32,
+    /// Told when the engine settles for less than asked (a response format the server refused).
+    pub notice: Option<Notice>,
 }
 
 impl OpenAiConfig {
@@ -62,6 +71,7 @@ impl OpenAiConfig {
             api_key: None,
             timeout: Duration::from_secs(120),
             max_retries: 3,
+            notice: None,
         }
     }
 }
@@ -75,6 +85,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
+            .field("notice", &self.notice.is_some())
             .finish()
     }
 }
@@ -86,6 +97,10 @@ pub struct OpenAiEngine {
     /// `{base_url}/chat/completions`.
     url: Url,
     client: reqwest::Client,
+    /// The first schema mode to try: what the server last accepted.
+    schema_mode: Mutex<SchemaMode>,
+    /// Whether the server refused `tools`.
+    tools_refused: AtomicBool,
 }
 
 impl OpenAiEngine {
@@ -109,35 +124,96 @@ impl OpenAiEngine {
             config,
             url,
             client,
+            schema_mode: Mutex::new(SchemaMode::JsonSchema),
+            tools_refused: AtomicBool::new(false),
         })
     }
 
-    /// The request body of the API for `request`.
-    fn body(&self, request: &Request, stream: bool) -> Result<Value, Failure> {
-        if let Some(grammar) = &request.grammar {
-            let kind = match grammar {
-                Grammar::Regex(_) => "regex",
-                Grammar::Lark(_) => "Lark (or GBNF)",
+    /// Runs `request`, streamed to `sink` when there is one, falling back through the schema
+    /// modes as the server refuses them.
+    async fn complete(
+        &self,
+        request: &Request,
+        sink: Option<&TokenSink>,
+    ) -> Result<Response, Failure> {
+        refuse_grammar(request)?;
+        if !request.tools.is_empty() && self.tools_refused.load(Ordering::Relaxed) {
+            return Err(self.refusal(Refused::Tools, "it refused them before"));
+        }
+        let mut mode = request.json_schema.as_ref().map(|_| self.schema_mode());
+        loop {
+            let body = self.body(request, mode, sink.is_some());
+            let error = match self.send(&body).await {
+                Ok(reply) => {
+                    let mut response = match sink {
+                        Some(sink) => self.read_stream(reply, sink).await?,
+                        None => self.read_completion(reply).await?,
+                    };
+                    response.schema_mode = mode;
+                    return Ok(response);
+                }
+                Err(error) => error,
             };
-            return Err(Failure::new(
-                FailureCode::ConstraintGrammarRejected,
-                format!("the openai engine cannot enforce a {kind} grammar"),
-            )
-            .with_help(
-                "grammars are not part of the OpenAI API: run this step on a local mistralrs \
-                 model, or constrain it with a JSON schema instead",
+            match (error.refused, mode.and_then(fallback_after)) {
+                (Some(Refused::ResponseFormat), Some(next)) => {
+                    self.settle(mode.unwrap_or(next), next, &error.failure);
+                    mode = Some(next);
+                }
+                (Some(Refused::Tools), _) => {
+                    self.tools_refused.store(true, Ordering::Relaxed);
+                    return Err(error.failure);
+                }
+                _ => return Err(error.failure),
+            }
+        }
+    }
+
+    /// The schema mode to start with.
+    fn schema_mode(&self) -> SchemaMode {
+        *self
+            .schema_mode
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers that the server refused `refused` and that `next` comes next, saying so (once,
+    /// however many requests were refused at the same time).
+    fn settle(&self, refused: SchemaMode, next: SchemaMode, why: &Failure) {
+        let mut current = self
+            .schema_mode
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if next <= *current {
+            return;
+        }
+        *current = next;
+        if let Some(notice) = &self.config.notice {
+            notice(&format!(
+                "model `{}`: the server refused a `{}` response format ({}); \
+                 asking with `{}` from now on",
+                self.config.model,
+                refused.name(),
+                why.message,
+                next.name()
             ));
         }
+    }
+
+    /// The request body of the API for `request`, its schema (if any) sent in `mode`.
+    fn body(&self, request: &Request, mode: Option<SchemaMode>, stream: bool) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(self.config.model));
-        let messages = request.messages.iter().map(wire_message).collect();
+        let mut messages = request.messages.iter().map(wire_message).collect();
+        if let (Some(schema), Some(mode)) = (&request.json_schema, mode) {
+            describe_schema(&mut messages, schema, mode);
+            if let Some(format) = response_format(schema, mode) {
+                body.insert("response_format".into(), format);
+            }
+        }
         body.insert("messages".into(), Value::Array(messages));
         if !request.tools.is_empty() {
             let tools = request.tools.iter().map(wire_tool).collect();
             body.insert("tools".into(), Value::Array(tools));
-        }
-        if let Some(schema) = &request.json_schema {
-            body.insert("response_format".into(), response_format(schema));
         }
         if let Some(max_tokens) = request.max_tokens {
             body.insert("max_tokens".into(), json!(max_tokens));
@@ -155,11 +231,11 @@ impl OpenAiEngine {
             body.insert("stream".into(), json!(true));
             body.insert("stream_options".into(), json!({ "include_usage": true }));
         }
-        Ok(Value::Object(body))
+        Value::Object(body)
     }
 
     /// Sends `body`, retrying as the failure allows, and returns the first successful reply.
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, Failure> {
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, AttemptError> {
         let mut retries = 0;
         loop {
             let error = match self.attempt(body).await {
@@ -176,7 +252,7 @@ impl OpenAiEngine {
                     tokio::time::sleep(wait).await;
                     retries += 1;
                 }
-                _ => return Err(error.failure),
+                _ => return Err(error),
             }
         }
     }
@@ -198,11 +274,12 @@ impl OpenAiEngine {
                 Retry::Never
             },
             failure: self.transport_failure(&err),
+            refused: None,
         })?;
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(self.status_failure(response).await)
+        Err(self.status_failure(response, body).await)
     }
 
     /// Reads a whole (non-streamed) reply.
@@ -245,25 +322,20 @@ impl OpenAiEngine {
             usage: reply.usage.map(WireUsage::into_usage).unwrap_or_default(),
             timings: Timings::default(),
             cache: CacheStatus::Unused,
+            schema_mode: None,
         })
     }
 }
 
 impl Engine for OpenAiEngine {
     fn infer(&self, request: Request) -> EngineFuture<'_> {
-        Box::pin(timed(async move {
-            let body = self.body(&request, false)?;
-            let response = self.send(&body).await?;
-            self.read_completion(response).await
-        }))
+        Box::pin(timed(async move { self.complete(&request, None).await }))
     }
 
     fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
-        Box::pin(timed(async move {
-            let body = self.body(&request, true)?;
-            let response = self.send(&body).await?;
-            self.read_stream(response, &sink).await
-        }))
+        Box::pin(timed(
+            async move { self.complete(&request, Some(&sink)).await },
+        ))
     }
 
     fn model_info(&self) -> ModelInfo {
@@ -285,6 +357,25 @@ impl Engine for OpenAiEngine {
             file: None,
         })
     }
+}
+
+/// Refuses a grammar: the API has no way to enforce one.
+fn refuse_grammar(request: &Request) -> Result<(), Failure> {
+    let Some(grammar) = &request.grammar else {
+        return Ok(());
+    };
+    let kind = match grammar {
+        Grammar::Regex(_) => "regex",
+        Grammar::Lark(_) => "Lark (or GBNF)",
+    };
+    Err(Failure::new(
+        FailureCode::ConstraintGrammarRejected,
+        format!("the openai engine cannot enforce a {kind} grammar"),
+    )
+    .with_help(
+        "grammars are not part of the OpenAI API: run this step on a local mistralrs \
+         model, or constrain it with a JSON schema instead",
+    ))
 }
 
 /// Times a call; the whole call counts as completion.

@@ -118,6 +118,7 @@ impl StreamState {
             usage: self.usage,
             timings: Timings::default(),
             cache: CacheStatus::Unused,
+            schema_mode: None,
         }
     }
 }

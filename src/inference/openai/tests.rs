@@ -12,6 +12,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use super::failure::{MAX_WAIT, retry_after};
 use super::*;
 use crate::core::{Message, TokenUsage, ToolCall, ToolDefinition};
+use crate::inference::SchemaMode;
 
 /// How long a stub server lives at most.
 const STUB_LIFETIME: Duration = Duration::from_secs(10);
@@ -670,4 +671,162 @@ fn model_info_names_the_model() {
             price: None,
         }
     );
+}
+
+/// What llama-cpp-python's server (0.3.36) answers to a `json_schema` response format: HTTP 500,
+/// exactly as captured from the real server.
+const LLAMA_CPP_PYTHON_REFUSAL: &str = r#"{"error":{"message":"1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}\n\n  File \"/work/venvs/llamacpp/lib/python3.11/site-packages/llama_cpp/server/app.py\", line 376, in create_chat_completion\n    POST /v1/chat/completions","type":"internal_server_error","param":null,"code":null}}"#;
+
+/// What vLLM answers to `tools` when it was started without a tool-call parser.
+const VLLM_TOOLS_REFUSAL: &str = r#"{"object":"error","message":"\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set","type":"BadRequestError","param":null,"code":400}"#;
+
+fn city_schema() -> Value {
+    json!({ "type": "object", "required": ["city"], "properties": { "city": { "type": "string" } } })
+}
+
+fn ask_city() -> Request {
+    Request {
+        json_schema: Some(city_schema()),
+        ..ask("capital of France?")
+    }
+}
+
+#[tokio::test]
+async fn a_refused_json_schema_is_asked_again_as_json_object_and_remembered() {
+    let stub = Stub::start(vec![
+        Reply::text(500, LLAMA_CPP_PYTHON_REFUSAL),
+        Reply::json(200, answer(json!("{ \"city\": \"Paris\" }"))),
+        Reply::json(200, answer(json!("{ \"city\": \"Rome\" }"))),
+    ])
+    .await;
+    let notices = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&notices);
+    let engine = OpenAiEngine::new(OpenAiConfig {
+        notice: Some(Arc::new(move |line: &str| {
+            heard.lock().expect("notices").push(line.to_string())
+        })),
+        ..stub.config()
+    })
+    .expect("engine");
+    let response = engine.infer(ask_city()).await.expect("an answer");
+    assert_eq!(response.text, "{ \"city\": \"Paris\" }");
+    assert_eq!(response.schema_mode, Some(SchemaMode::JsonObject));
+    let again = engine.infer(ask_city()).await.expect("an answer");
+    assert_eq!(again.schema_mode, Some(SchemaMode::JsonObject));
+    let bodies = stub.bodies();
+    assert_eq!(
+        bodies.len(),
+        3,
+        "the refusal is not retried as a server error"
+    );
+    assert_eq!(bodies[0]["response_format"]["type"], "json_schema");
+    for body in &bodies[1..] {
+        assert_eq!(
+            body["response_format"],
+            json!({ "type": "json_object", "schema": city_schema() })
+        );
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(
+            system.starts_with("be brief\n\nReply with only JSON"),
+            "{system}"
+        );
+    }
+    let notices = notices.lock().expect("notices");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0].contains("refused a `json_schema` response format")
+            && notices[0].contains("Input should be 'text' or 'json_object'")
+            && notices[0].ends_with("asking with `json_object` from now on"),
+        "{}",
+        notices[0]
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_takes_no_response_format_gets_the_schema_in_the_prompt() {
+    let refusal = || {
+        Reply::json(
+            400,
+            json!({ "error": { "message": "Unsupported parameter: 'response_format'" } }),
+        )
+    };
+    let stub = Stub::start(vec![
+        refusal(),
+        refusal(),
+        Reply::sse(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}\n\n\
+             data: [DONE]\n\n",
+            &[],
+        ),
+    ])
+    .await;
+    let sink: TokenSink = Arc::new(|_| {});
+    let response = stub
+        .engine()
+        .infer_streaming(ask_city(), sink)
+        .await
+        .expect("an answer");
+    assert_eq!(response.text, "{\"city\": \"Paris\"}");
+    assert_eq!(response.schema_mode, Some(SchemaMode::Prompt));
+    let bodies = stub.bodies();
+    assert_eq!(bodies.len(), 3);
+    assert_eq!(bodies[1]["response_format"]["type"], "json_object");
+    assert!(bodies[2].get("response_format").is_none(), "{}", bodies[2]);
+    assert_eq!(bodies[2]["stream"], true);
+    let system = bodies[2]["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(system.contains(&city_schema().to_string()), "{system}");
+}
+
+#[tokio::test]
+async fn refused_tools_fail_at_once_and_are_not_sent_again() {
+    let stub = Stub::start(vec![Reply::text(400, VLLM_TOOLS_REFUSAL)]).await;
+    let request = Request {
+        tools: vec![ToolDefinition {
+            name: "weather".into(),
+            description: "The weather in a city.".into(),
+            parameters: json!({ "type": "object" }),
+        }],
+        ..ask("weather in Oslo?")
+    };
+    let engine = stub.engine();
+    for _ in 0..2 {
+        let failure = failure(&engine, request.clone()).await;
+        assert_eq!(
+            failure.code,
+            FailureCode::InferenceRequestRefused,
+            "{failure:?}"
+        );
+        assert!(!failure.retryable);
+        assert!(failure.message.contains("`tools`"), "{}", failure.message);
+        assert!(
+            failure
+                .help
+                .as_deref()
+                .is_some_and(|h| h.contains("tool_calls: prompt")),
+            "{failure:?}"
+        );
+    }
+    assert_eq!(stub.bodies().len(), 1, "the second request never left");
+}
+
+#[tokio::test]
+async fn a_server_error_naming_a_sent_field_is_not_retried() {
+    let stub = Stub::start(vec![
+        Reply::json(
+            500,
+            json!({ "error": { "message": "'seed' is not supported" } }),
+        ),
+        Reply::json(200, answer(json!("never read"))),
+    ])
+    .await;
+    let request = Request {
+        seed: Some(3),
+        ..ask("hi")
+    };
+    let failure = failure(&stub.engine(), request).await;
+    assert_eq!(failure.code, FailureCode::InferenceRequestRefused);
+    assert!(failure.message.contains("`seed`"), "{}", failure.message);
+    assert_eq!(stub.bodies().len(), 1);
 }

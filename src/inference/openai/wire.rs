@@ -70,14 +70,6 @@ pub(super) fn wire_tool(tool: &ToolDefinition) -> Value {
     })
 }
 
-/// The `response_format` that makes the server decode JSON valid against `schema`.
-pub(super) fn response_format(schema: &Value) -> Value {
-    json!({
-        "type": "json_schema",
-        "json_schema": { "name": "answer", "schema": schema, "strict": true },
-    })
-}
-
 /// A chat completion, or one chunk of a streamed one. Every field may be missing.
 #[derive(Deserialize)]
 pub(super) struct WireReply {

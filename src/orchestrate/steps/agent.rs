@@ -7,6 +7,10 @@
 //! [`Memory`]) keeps the system prompt and the task, and trims the rest by whole exchanges;
 //! retrieved context is shown on every turn but never stored. In `constrained` mode the model's tool calls are forced through a JSON Schema
 //! ("final answer" or "call tool X with arguments"), for small models whose native format is weak.
+//! In `prompt` mode the tools and that same JSON are described in the prompt and the calls read
+//! from the answer (the schema still goes to the engine, enforced where it can), for servers that
+//! refuse or ignore `tools`; `auto` starts native and switches to `prompt` for the rest of the
+//! step when the server refuses the tools or the model's first turn answers without calling any.
 //! Each turn's `inference` event lists the ids of the tool calls it made, and those calls' tool
 //! events are children of its span.
 
@@ -37,6 +41,21 @@ pub enum ToolCalls {
     Native,
     /// A JSON grammar of "call tool X with args" or "final answer", enforced while decoding.
     Constrained,
+    /// The tools and that JSON described in the prompt, the calls read from the answer (the
+    /// JSON's schema is also sent as a constraint, enforced where the engine can).
+    Prompt,
+    /// Native, switching to `prompt` for the rest of the step when the server refuses the tools
+    /// or the model's first turn calls none.
+    Auto,
+}
+
+/// Why an `auto` agent left native tool calls for the prompt.
+#[derive(Debug, Clone, Copy)]
+enum Fallback {
+    /// The server refused `tools`.
+    Refused,
+    /// The first turn answered without calling a tool.
+    Ignored,
 }
 
 /// A tool-calling loop.
@@ -88,6 +107,67 @@ impl Agent {
         json!({ "oneOf": branches })
     }
 
+    /// The request of one turn in `mode` (never `auto`): the tools offered natively, or the
+    /// turn's JSON as a constraint (and, in prompt mode, described with the tools).
+    fn turn_request(&self, mode: ToolCalls, messages: Vec<Message>, must_answer: bool) -> Request {
+        let offer = !must_answer;
+        match mode {
+            ToolCalls::Native | ToolCalls::Auto => Request {
+                tools: if offer {
+                    self.definitions()
+                } else {
+                    Vec::new()
+                },
+                ..self.sampling.request(messages)
+            },
+            ToolCalls::Constrained => Request {
+                json_schema: Some(self.turn_schema(offer)),
+                ..self.sampling.request(messages)
+            },
+            ToolCalls::Prompt => Request {
+                json_schema: Some(self.turn_schema(offer)),
+                ..self
+                    .sampling
+                    .request(self.described(plain_turns(messages), offer))
+            },
+        }
+    }
+
+    /// `messages` with the tools and the JSON of a turn described in a system message after the
+    /// pinned system prompt (only the final-answer form when `offer` is false).
+    fn described(&self, mut messages: Vec<Message>, offer: bool) -> Vec<Message> {
+        let mut text = String::new();
+        if offer && !self.tools.is_empty() {
+            text.push_str("You can call these tools:\n");
+            for tool in &self.tools {
+                let parameters = if tool.parameters.is_null() {
+                    json!({ "type": "object" })
+                } else {
+                    tool.parameters.clone()
+                };
+                text.push_str(&format!(
+                    "- `{}`: {} Arguments (JSON Schema): {parameters}\n",
+                    tool.name, tool.description
+                ));
+            }
+            text.push_str(
+                "Reply with only one JSON object and nothing else: \
+                 {\"tool\": \"<tool name>\", \"arguments\": {…}} to call a tool (its result comes \
+                 back in the next message), or {\"final\": \"<your answer>\"} once you can answer.",
+            );
+        } else {
+            text.push_str(
+                "Reply with only one JSON object and nothing else: {\"final\": \"<your answer>\"}.",
+            );
+        }
+        let at = messages
+            .iter()
+            .take_while(|m| m.role == Role::System)
+            .count();
+        messages.insert(at, Message::system(text));
+        messages
+    }
+
     /// What a turn starts with: the prompt, and a chat's earlier turns (`history`) between the
     /// system prompt and the task.
     fn memory(&self, ctx: &StepContext) -> Result<Memory, Failure> {
@@ -118,36 +198,74 @@ impl StepHandler for Agent {
             // (small models otherwise loop on a call whose result they already hold).
             let mut seen = HashSet::new();
             let mut must_answer = false;
-            for round in 0..=self.max_tool_iterations {
-                let messages = with_context(memory.messages(), context.as_deref());
-                let request = Request {
-                    tools: match self.tool_calls {
-                        ToolCalls::Native if !must_answer => self.definitions(),
-                        _ => Vec::new(),
-                    },
-                    json_schema: (self.tool_calls == ToolCalls::Constrained)
-                        .then(|| self.turn_schema(!must_answer)),
-                    ..self.sampling.request(messages)
+            let mut fallback = None;
+            let mut round = 0;
+            while round <= self.max_tool_iterations {
+                let mode = match (self.tool_calls, fallback) {
+                    (ToolCalls::Auto, Some(_)) => ToolCalls::Prompt,
+                    (mode, _) => mode,
                 };
+                let messages = with_context(memory.messages(), context.as_deref());
+                let request = self.turn_request(mode, messages, must_answer);
                 // A constrained turn is read into its tool call (or final text) before the
                 // call's event is written, so the event lists the call's id like a native one.
-                let (response, turn_span) = ctx
+                let turn = ctx
                     .infer_turn(
                         self.engine.as_ref(),
                         request,
                         ModelCall::Round(round + 1),
-                        |response| match self.tool_calls {
-                            ToolCalls::Native => Ok(response),
-                            ToolCalls::Constrained => constrained_turn(response, ctx),
+                        |response| match mode {
+                            ToolCalls::Native | ToolCalls::Auto => Ok(response),
+                            ToolCalls::Constrained | ToolCalls::Prompt => {
+                                constrained_turn(response, ctx)
+                            }
                         },
                     )
-                    .await?;
+                    .await;
+                // `auto` asks the turn again in prompt mode when the server refuses the tools,
+                // or when a first turn that was offered tools answers without calling one.
+                let can_fall_back = mode == ToolCalls::Auto && fallback.is_none();
+                let (response, turn_span) = match turn {
+                    Err(failure)
+                        if can_fall_back
+                            && failure.code == FailureCode::InferenceRequestRefused =>
+                    {
+                        fallback = Some(Fallback::Refused);
+                        continue;
+                    }
+                    turn => turn?,
+                };
+                if can_fall_back
+                    && response.tool_calls.is_empty()
+                    && calls_made.is_empty()
+                    && !must_answer
+                    && !self.tools.is_empty()
+                {
+                    usage += response.usage;
+                    fallback = Some(Fallback::Ignored);
+                    continue;
+                }
                 usage += response.usage;
                 if response.tool_calls.is_empty() {
+                    let mut detail = json!({ "rounds": round + 1, "tool_calls": calls_made });
+                    if self.tool_calls == ToolCalls::Auto {
+                        let used = if fallback.is_some() {
+                            "prompt"
+                        } else {
+                            "native"
+                        };
+                        detail["tool_calls_mode"] = json!(used);
+                    }
+                    if let Some(why) = fallback {
+                        detail["fallback"] = json!(match why {
+                            Fallback::Refused => "the server refused the tools",
+                            Fallback::Ignored => "the first turn called no tool",
+                        });
+                    }
                     return Ok(StepOutput {
                         output: Value::String(response.text),
                         usage,
-                        detail: Some(json!({ "rounds": round + 1, "tool_calls": calls_made })),
+                        detail: Some(detail),
                     });
                 }
                 let calls = response.tool_calls.clone();
@@ -170,6 +288,7 @@ impl StepHandler for Agent {
                     memory.push(Message::user(format!(
                         "You already made that call. The last tool result was: {last_result}\nUse it: give your final answer to the task now."
                     )));
+                    round += 1;
                     continue;
                 }
                 seen.extend(
@@ -209,6 +328,7 @@ impl StepHandler for Agent {
                     memory.push(Message::tool_result(call.id, content));
                 }
                 memory.trim();
+                round += 1;
             }
             Err(Failure::new(
                 FailureCode::OrchestrationIterationLimit,
@@ -221,14 +341,14 @@ impl StepHandler for Agent {
         })
     }
 
-    /// The first round's messages, exactly: the chat's earlier turns and the ephemeral context
-    /// included.
+    /// The first round's messages, exactly: the chat's earlier turns, the ephemeral context and
+    /// (in prompt mode) the description of the tools included.
     fn render(&self, ctx: &StepContext) -> Result<Rendered, Failure> {
         let context = self.context.as_ref().map(|c| ctx.render(c)).transpose()?;
-        Ok(Rendered::Messages(with_context(
-            self.memory(ctx)?.messages(),
-            context.as_deref(),
-        )))
+        let messages = with_context(self.memory(ctx)?.messages(), context.as_deref());
+        Ok(Rendered::Messages(
+            self.turn_request(self.tool_calls, messages, false).messages,
+        ))
     }
 }
 
@@ -243,6 +363,33 @@ fn with_context(mut messages: Vec<Message>, context: Option<&str>) -> Vec<Messag
         messages.insert(at, Message::system(format!("Context:\n{context}")));
     }
     messages
+}
+
+/// The messages as plain text turns, for a model that was never offered tools natively: an
+/// assistant's calls stay as the JSON it wrote, and each result becomes a user message naming
+/// the tool it came from.
+fn plain_turns(messages: Vec<Message>) -> Vec<Message> {
+    let mut names = std::collections::HashMap::new();
+    messages
+        .into_iter()
+        .map(|message| match message.role {
+            Role::Assistant if !message.tool_calls.is_empty() => {
+                for call in &message.tool_calls {
+                    names.insert(call.id.clone(), call.name.clone());
+                }
+                Message::assistant(message.content)
+            }
+            Role::Tool => {
+                let tool = message
+                    .tool_call_id
+                    .as_ref()
+                    .and_then(|id| names.get(id))
+                    .map_or("the tool", String::as_str);
+                Message::user(format!("Result of `{tool}`: {}", message.content))
+            }
+            _ => message,
+        })
+        .collect()
 }
 
 /// Reads a constrained turn — `{"final": …}` or `{"tool": …, "arguments": {…}}` — into the
@@ -331,20 +478,35 @@ mod tests {
         assert_eq!(neither.code, FailureCode::ConstraintSchemaViolation);
     }
 
-    /// Gives its replies in turn and keeps every request's messages.
+    /// Gives its replies (answers or failures) in turn and keeps every request.
     struct Recording {
-        replies: Mutex<VecDeque<Response>>,
-        seen: Mutex<Vec<Vec<Message>>>,
+        replies: Mutex<VecDeque<Result<Response, Failure>>>,
+        seen: Mutex<Vec<Request>>,
+    }
+
+    impl Recording {
+        fn new(replies: impl IntoIterator<Item = Result<Response, Failure>>) -> Arc<Self> {
+            Arc::new(Recording {
+                replies: Mutex::new(replies.into_iter().collect()),
+                seen: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn requests(&self) -> Vec<Request> {
+            self.seen.lock().expect("the requests").clone()
+        }
     }
 
     impl Engine for Recording {
         fn infer(&self, request: Request) -> EngineFuture<'_> {
             Box::pin(async move {
                 if let Ok(mut seen) = self.seen.lock() {
-                    seen.push(request.messages);
+                    seen.push(request);
                 }
                 let reply = self.replies.lock().ok().and_then(|mut r| r.pop_front());
-                reply.ok_or_else(|| Failure::new(FailureCode::InferenceEngineError, "no reply"))
+                reply.unwrap_or_else(|| {
+                    Err(Failure::new(FailureCode::InferenceEngineError, "no reply"))
+                })
             })
         }
 
@@ -369,19 +531,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_short_memory_keeps_the_task_and_each_call_with_its_result() {
-        let engine = Arc::new(Recording {
-            replies: Mutex::new(VecDeque::from([
-                calculate("c1", "1+1"),
-                calculate("c2", "2+2"),
-                Response {
-                    text: "4".into(),
-                    ..Response::default()
-                },
-            ])),
-            seen: Mutex::new(Vec::new()),
-        });
+    /// A calculator agent on `engine`, asked to add things.
+    fn calculator_agent(engine: Arc<Recording>, tool_calls: ToolCalls) -> Agent {
         let (description, parameters) = Builtin::Calculator.definition();
         let calculator = ToolRuntime::new(
             "calculator".into(),
@@ -392,8 +543,8 @@ mod tests {
             ToolAction::Builtin(Builtin::Calculator),
         )
         .expect("a valid tool");
-        let agent = Agent {
-            engine: engine.clone(),
+        Agent {
+            engine,
             prompt: Prompt {
                 user: PromptSource::Inline("TASK: add things".into()),
                 system: Some("You calculate.".into()),
@@ -401,14 +552,27 @@ mod tests {
             sampling: Sampling::default(),
             tools: vec![Arc::new(calculator)],
             max_tool_iterations: 5,
-            memory: Some(2),
+            memory: None,
             context: None,
-            tool_calls: ToolCalls::Native,
+            tool_calls,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_short_memory_keeps_the_task_and_each_call_with_its_result() {
+        let engine = Recording::new([
+            Ok(calculate("c1", "1+1")),
+            Ok(calculate("c2", "2+2")),
+            Ok(turn("4")),
+        ]);
+        let agent = Agent {
+            memory: Some(2),
+            ..calculator_agent(Arc::clone(&engine), ToolCalls::Native)
         };
         let ctx = context();
         let output = agent.run(&ctx).await.expect("the agent answers");
         assert_eq!(output.output, "4");
-        let seen = engine.seen.lock().expect("the requests").clone();
+        let seen: Vec<Vec<Message>> = engine.requests().into_iter().map(|r| r.messages).collect();
         assert_eq!(seen.len(), 3);
         let last: Vec<(Role, &str)> = seen[2]
             .iter()
@@ -427,5 +591,112 @@ mod tests {
         );
         assert_eq!(seen[2][2].tool_calls[0].id, "c2");
         assert_eq!(seen[2][3].tool_call_id.as_deref(), Some("c2"));
+    }
+
+    #[tokio::test]
+    async fn in_prompt_mode_the_tools_are_described_and_the_calls_read_from_the_text() {
+        let engine = Recording::new([
+            Ok(turn(
+                r#"{"tool": "calculator", "arguments": {"expression": "1+1"}}"#,
+            )),
+            Ok(turn(
+                r#"{"tool": "calculator", "arguments": {"formula": "2+2"}}"#,
+            )),
+            Ok(turn(r#"{"final": "2"}"#)),
+        ]);
+        let agent = calculator_agent(Arc::clone(&engine), ToolCalls::Prompt);
+        let output = agent.run(&context()).await.expect("the agent answers");
+        assert_eq!(output.output, "2");
+        let detail = output.detail.expect("a detail");
+        // The second call's arguments are checked against the tool's schema like a native one's.
+        assert_eq!(detail["tool_calls"][0]["ok"], true);
+        assert_eq!(detail["tool_calls"][1]["ok"], false);
+        assert_eq!(
+            detail["tool_calls"][1]["error"]["code"],
+            "TOOL_INVALID_ARGUMENTS"
+        );
+        let requests = engine.requests();
+        assert_eq!(requests.len(), 3);
+        let first = &requests[0];
+        assert!(first.tools.is_empty(), "no tools offered natively");
+        assert_eq!(first.json_schema, Some(agent.turn_schema(true)));
+        assert_eq!(first.messages[0].content, "You calculate.");
+        assert_eq!(first.messages[1].role, Role::System);
+        assert!(
+            first.messages[1].content.contains("- `calculator`: "),
+            "{}",
+            first.messages[1].content
+        );
+        assert!(first.messages[1].content.contains(r#"{"final": "#));
+        // Later turns carry the calls as the JSON written and the results as plain messages.
+        let second: Vec<(Role, &str)> = requests[1]
+            .messages
+            .iter()
+            .skip(3)
+            .map(|m| (m.role, m.content.as_str()))
+            .collect();
+        assert_eq!(
+            second,
+            [
+                (
+                    Role::Assistant,
+                    r#"{"tool": "calculator", "arguments": {"expression": "1+1"}}"#
+                ),
+                (Role::User, r#"Result of `calculator`: {"result":2}"#),
+            ]
+        );
+        assert!(requests[1].messages.iter().all(|m| m.tool_calls.is_empty()));
+    }
+
+    #[tokio::test]
+    async fn auto_falls_back_to_the_prompt_when_the_tools_are_refused() {
+        let refused = Failure::new(FailureCode::InferenceRequestRefused, "no `tools` here");
+        let engine = Recording::new([
+            Err(refused),
+            Ok(turn(
+                r#"{"tool": "calculator", "arguments": {"expression": "3*3"}}"#,
+            )),
+            Ok(turn(r#"{"final": "9"}"#)),
+        ]);
+        let agent = calculator_agent(Arc::clone(&engine), ToolCalls::Auto);
+        let output = agent.run(&context()).await.expect("the agent answers");
+        assert_eq!(output.output, "9");
+        let detail = output.detail.expect("a detail");
+        assert_eq!(detail["tool_calls_mode"], "prompt");
+        assert_eq!(detail["fallback"], "the server refused the tools");
+        assert_eq!(detail["rounds"], 2, "the refused call is not a round");
+        let requests = engine.requests();
+        assert_eq!(requests[0].tools.len(), 1, "native first");
+        assert!(requests[1].tools.is_empty() && requests[1].json_schema.is_some());
+    }
+
+    #[tokio::test]
+    async fn auto_asks_again_in_the_prompt_when_the_first_turn_calls_no_tool() {
+        let engine = Recording::new([
+            Ok(turn("It is probably 10.")),
+            Ok(turn(
+                r#"{"tool": "calculator", "arguments": {"expression": "3*3"}}"#,
+            )),
+            Ok(turn(r#"{"final": "9"}"#)),
+        ]);
+        let output = calculator_agent(Arc::clone(&engine), ToolCalls::Auto)
+            .run(&context())
+            .await
+            .expect("the agent answers");
+        assert_eq!(output.output, "9");
+        let detail = output.detail.expect("a detail");
+        assert_eq!(detail["fallback"], "the first turn called no tool");
+        assert_eq!(engine.requests().len(), 3);
+
+        // A native turn that calls a tool keeps the step native.
+        let engine = Recording::new([Ok(calculate("c1", "3*3")), Ok(turn("9"))]);
+        let output = calculator_agent(Arc::clone(&engine), ToolCalls::Auto)
+            .run(&context())
+            .await
+            .expect("the agent answers");
+        let detail = output.detail.expect("a detail");
+        assert_eq!(detail["tool_calls_mode"], "native");
+        assert!(detail.get("fallback").is_none());
+        assert!(engine.requests().iter().all(|r| r.json_schema.is_none()));
     }
 }

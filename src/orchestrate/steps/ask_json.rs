@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
-use crate::inference::{Engine, Request};
+use crate::inference::{Engine, Request, SchemaMode};
 use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::StepContext;
 
@@ -30,8 +30,11 @@ pub struct JsonAnswer<T> {
     pub value: T,
     /// Over every attempt.
     pub usage: TokenUsage,
-    /// One record per attempt: its number, usage, whether it was accepted, and why not.
+    /// One record per attempt: its number, usage, whether it was accepted, and why not (and the
+    /// engine's schema mode, where it negotiated one).
     pub attempts: Vec<Value>,
+    /// How the engine held the accepted answer to the schema, where it negotiated that.
+    pub schema_mode: Option<SchemaMode>,
 }
 
 /// Asks until `check` accepts an answer or the attempts run out. `correction` words the message
@@ -58,18 +61,25 @@ pub async fn ask_json<T>(
             .infer(engine, request.clone(), None, call(attempt))
             .await?;
         usage += response.usage;
+        let mut record = json!({ "attempt": attempt, "usage": response.usage });
+        if let Some(mode) = response.schema_mode {
+            record["schema_mode"] = json!(mode);
+        }
         match check(&response.text) {
             Ok(value) => {
-                attempts
-                    .push(json!({ "attempt": attempt, "usage": response.usage, "valid": true }));
+                record["valid"] = json!(true);
+                attempts.push(record);
                 return Ok(Ok(JsonAnswer {
                     value,
                     usage,
                     attempts,
+                    schema_mode: response.schema_mode,
                 }));
             }
             Err(failure) => {
-                attempts.push(json!({ "attempt": attempt, "usage": response.usage, "valid": false, "error": failure }));
+                record["valid"] = json!(false);
+                record["error"] = json!(failure);
+                attempts.push(record);
                 request.messages.push(Message::assistant(response.text));
                 request.messages.push(Message::user(correction(&failure)));
                 refusal = Some(failure);

@@ -16,7 +16,7 @@ use super::ask_json::{JsonQuestion, ask_json};
 use super::infer::Sampling;
 use crate::constraint::conform;
 use crate::core::{Failure, Message, TokenUsage};
-use crate::inference::{Engine, Request};
+use crate::inference::{Engine, Request, SchemaMode};
 use crate::orchestrate::events::ModelCall;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
@@ -74,14 +74,17 @@ impl StepHandler for Structured {
             )
             .await??;
             usage += answer.usage;
-            let detail = json!({
-                "constrained": constrained,
+            let mut detail = json!({
+                "constrained": constrained && answer.schema_mode.is_none_or(SchemaMode::decoded),
                 "repairs": answer.value.fixes,
                 "normalized": answer.value.normalized,
                 "retries": answer.attempts.len() - 1,
                 "attempts": answer.attempts,
                 "tool_phase": tools,
             });
+            if let Some(mode) = answer.schema_mode {
+                detail["schema_mode"] = json!(mode);
+            }
             Ok(StepOutput {
                 output: answer.value.value,
                 usage,

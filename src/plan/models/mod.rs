@@ -86,6 +86,8 @@ pub struct ModelEnv<'a> {
     pub dir: &'a Path,
     /// Where one-time work (pulling, loading) is announced.
     pub notice: Notice,
+    /// Whether `--verbose` asked to hear more (an engine settling for less than asked).
+    pub verbose: bool,
 }
 
 /// A built model, by what it computes.

@@ -79,6 +79,7 @@ impl ModelKind for OpenaiModel {
         };
         let mut config = OpenAiConfig::new(self.base_url.clone(), self.model.clone());
         config.api_key = api_key;
+        config.notice = env.verbose.then(|| env.notice.clone());
         if let Some(timeout) = self.timeout {
             config.timeout = timeout.get();
         }

@@ -32,7 +32,7 @@ pub struct AgentStep {
     /// A template for retrieved context shown before the user message on every turn, never stored in memory.
     #[serde(default)]
     pub context: Option<String>,
-    /// How tool calls are obtained: the model's native format, or forced through constrained decoding.
+    /// How tool calls are obtained: `native` (the server's own format), `constrained` (a JSON turn forced while decoding), `prompt` (tools described in the prompt, calls read from the reply) or `auto` (native, falling back to prompt when the server refuses or ignores the tools).
     #[serde(default)]
     pub tool_calls: ToolCallMode,
 }
