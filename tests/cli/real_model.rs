@@ -1,9 +1,11 @@
 //! A few short tests on the real embedded model (Qwen2.5-Coder-0.5B on mistral.rs, CPU). They need
 //! the model in the cache: the README's test command runs `pagantic models pull` first, and so
-//! does CI. Each loads the model once (~6 s) and generates a handful of tokens.
+//! does CI. Each loads the model once (~6 s) and generates a handful of tokens; the example plans
+//! share one load, served by one `pagantic serve`.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use crate::serve::{Server, post};
 use crate::{pagantic, step};
 
 /// Fails with the fix when the model has not been pulled.
@@ -151,9 +153,42 @@ fn a_prompt_longer_than_context_length_is_refused_before_decoding() {
     );
 }
 
-#[test]
-fn the_agent_plan_calls_the_calculator_and_answers() {
-    let record = completed_record(&["plans/agent.yaml"]);
+/// The agent, classify and RAG example plans, served by one `pagantic serve` and run through its
+/// HTTP API: one process, so the LLM is loaded once for the three (and the server is tried on the
+/// real models), each record checked as a `run` of the plan would be.
+#[tokio::test]
+async fn the_example_plans_share_one_loaded_model_through_serve() {
+    require_model();
+    let mut server = Server::start(
+        &["plans/agent.yaml", "plans/classify.yaml", "plans/rag.yaml"],
+        &[],
+    );
+    let run = async |plan: &str, inputs: Value| {
+        let (status, record) = post(&server, &format!("/v1/plans/{plan}/runs"), &inputs).await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{plan}: {record}");
+        record
+    };
+    the_agent_called_the_calculator(&run("research-agent", json!({})).await);
+    let review = "The battery died after two days and support never answered. Avoid.";
+    the_review_was_extracted_and_voted_on(
+        &run("classify-review", json!({ "review": review })).await,
+    );
+    let question = "How do I resume a batch?";
+    the_rag_answer_was_reranked_by_minilm(
+        &run("support-answer", json!({ "question": question })).await,
+    );
+    server.terminate();
+    server.wait_for_line(|l| l.contains("stopped"));
+    let loads = server
+        .seen()
+        .iter()
+        .filter(|l| l.contains("loading "))
+        .count();
+    assert_eq!(loads, 1, "one load for three plans: {:#?}", server.seen());
+}
+
+/// The agent plan's answer has the product, and the calculator was called.
+fn the_agent_called_the_calculator(record: &Value) {
     assert!(
         record["output"]
             .as_str()
@@ -172,13 +207,8 @@ fn the_agent_plan_calls_the_calculator_and_answers() {
     );
 }
 
-#[test]
-fn the_classify_plan_extracts_json_and_votes_on_the_local_model() {
-    let record = completed_record(&[
-        "plans/classify.yaml",
-        "-i",
-        "review=The battery died after two days and support never answered. Avoid.",
-    ]);
+/// The classify plan extracted constrained JSON and three candidates voted "negative".
+fn the_review_was_extracted_and_voted_on(record: &Value) {
     let extract = &record["steps"][0];
     assert_eq!(extract["output"]["sentiment"], "negative", "{extract}");
     assert_eq!(extract["detail"]["constrained"], true);
@@ -192,11 +222,9 @@ fn the_classify_plan_extracts_json_and_votes_on_the_local_model() {
     );
 }
 
-/// Issue 6's acceptance: rag.yaml retrieves from corpus/docs, reranks with the embedded MiniLM on
-/// ONNX Runtime, and answers with the local LLM; the record shows every candidate's rerank score.
-#[test]
-fn the_rag_plan_reranks_with_minilm_and_answers() {
-    let record = completed_record(&["plans/rag.yaml", "-i", "question=How do I resume a batch?"]);
+/// rag.yaml retrieved from corpus/docs, reranked with the embedded MiniLM on ONNX Runtime and
+/// answered with the local LLM; the record shows every candidate's rerank score.
+fn the_rag_answer_was_reranked_by_minilm(record: &Value) {
     assert_eq!(record["status"], "complete", "{record}");
     let rerank = step(&record, "rerank");
     assert!(

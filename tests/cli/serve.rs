@@ -16,7 +16,7 @@ use crate::{command, fresh_cache_dir, root};
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A running `pagantic serve`, killed when dropped.
-struct Server {
+pub struct Server {
     child: Child,
     base: String,
     lines: mpsc::Receiver<String>,
@@ -26,7 +26,7 @@ struct Server {
 
 impl Server {
     /// Starts `pagantic serve ARGS… --addr 127.0.0.1:0` with `env`, and waits until it listens.
-    fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = command(&fresh_cache_dir())
             .arg("serve")
             .args(args)
@@ -64,7 +64,7 @@ impl Server {
     }
 
     /// Waits for a stderr line that satisfies `found` and returns it.
-    fn wait_for_line(&mut self, found: impl Fn(&str) -> bool) -> String {
+    pub fn wait_for_line(&mut self, found: impl Fn(&str) -> bool) -> String {
         if let Some(line) = self.seen.iter().find(|l| found(l)) {
             return line.clone();
         }
@@ -83,12 +83,17 @@ impl Server {
         panic!("no such line on stderr; saw:\n{}", self.seen.join("\n"));
     }
 
+    /// Every stderr line read so far.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Sends SIGTERM.
-    fn terminate(&self) {
+    pub fn terminate(&self) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"));
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signalled");
     }
@@ -140,7 +145,7 @@ async fn wait_for_metric(server: &Server, line: &str) {
     panic!("no `{line}` in\n{}", metrics(server).await);
 }
 
-async fn post(server: &Server, path: &str, body: &Value) -> (StatusCode, Value) {
+pub async fn post(server: &Server, path: &str, body: &Value) -> (StatusCode, Value) {
     let response = client()
         .post(server.url(path))
         .json(body)
