@@ -490,3 +490,30 @@ fn a_csv_dataset_binds_columns_to_inputs_and_expected_values() {
         "how do I resume, after a crash"
     );
 }
+
+/// A suite's model calls go through the call cache: a second run with `--cache-only` is answered
+/// entirely from what the first stored (the same verdicts, no CACHE_MISS), and the same replay
+/// from an empty cache fails its cases with CACHE_MISS.
+#[test]
+fn a_suite_replays_from_the_call_cache() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (filled, empty) = (dir.path().join("filled"), dir.path().join("empty"));
+    let with = |cache: &Path, only: bool| {
+        let mut args = vec!["--cache", cache.to_str().expect("utf-8")];
+        if only {
+            args.push("--cache-only");
+        }
+        args.extend(["--variant", "plan", SUITE]);
+        json_report(&args)
+    };
+    let (code, first) = with(&filled, false);
+    let passed = |report: &Value| variant(report, "plan")["passed"].clone();
+    assert_eq!(code, 0, "{first}");
+    let (code, replay) = with(&filled, true);
+    assert_eq!(code, 0, "{replay}");
+    assert_eq!(passed(&replay), passed(&first), "{replay}");
+    assert!(!replay.to_string().contains("CACHE_MISS"), "{replay}");
+    let (code, missed) = with(&empty, true);
+    assert_eq!(code, 1, "{missed}");
+    assert!(missed.to_string().contains("CACHE_MISS"), "{missed}");
+}

@@ -226,7 +226,7 @@ fn the_review_was_extracted_and_voted_on(record: &Value) {
 /// answered with the local LLM; the record shows every candidate's rerank score.
 fn the_rag_answer_was_reranked_by_minilm(record: &Value) {
     assert_eq!(record["status"], "complete", "{record}");
-    let rerank = step(&record, "rerank");
+    let rerank = step(record, "rerank");
     assert!(
         rerank["detail"]["scorer"] == "bi-encoder:all-minilm-l6-v2-int8",
         "{rerank}"
