@@ -8,6 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use super::database::{Database, RunStats, Stored};
 use super::{CacheMode, CacheSettings, DATABASE_FILE, Key};
+use crate::core::Memo;
 use crate::inference::{Notice, store};
 
 /// Says once that the cache cannot be used; the run goes on uncached.
@@ -176,6 +177,22 @@ impl CallCache {
 impl Drop for CallCache {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+/// Embeddings (and other values computed from content) kept beside the calls, under their own
+/// `kind` so `cache stats` counts them apart.
+impl Memo for CallCache {
+    fn recall(&self, key: [u8; 32]) -> Option<String> {
+        self.get(&Key(key)).map(|stored| stored.value)
+    }
+
+    fn remember(&self, kind: &'static str, key: [u8; 32], value: String) {
+        self.put(Key(key), kind, value, 0, 0.0);
+    }
+
+    fn file_sha256(&self, path: &Path) -> Option<String> {
+        CallCache::file_sha256(self, path)
     }
 }
 

@@ -4,9 +4,11 @@
 
 pub mod cost;
 pub mod failure;
+pub mod memo;
 pub mod message;
 pub mod text;
 
 pub use cost::{Cost, Price};
 pub use failure::{Failure, FailureCategory, FailureCode};
+pub use memo::Memo;
 pub use message::{Candidate, Message, Role, TokenUsage, ToolCall, ToolDefinition};

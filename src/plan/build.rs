@@ -22,7 +22,7 @@ use super::steps::{BuildContext, ModelRole, OnError, SchemaSource, StepFacts};
 use super::tools::ToolEnv;
 use crate::cache::{CachedEngine, CallCache};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
-use crate::core::{Cost, Failure, FailureCode};
+use crate::core::{Cost, Failure, FailureCode, Memo};
 use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
 use crate::orchestrate::tools::ToolRuntime;
@@ -189,7 +189,8 @@ impl Builder<'_> {
         let model = if self.options.dry_run && spec.kind().serves(ModelRole::Llm) {
             BuiltModel::Language(Arc::new(ScriptedEngine::new(ScriptedConfig::echo())))
         } else {
-            spec.kind().build(&self.model_env(name))?
+            spec.kind()
+                .build(&self.model_env(name, spec.kind().cached()))?
         };
         // A declared price stays with the model in a dry run too: the stand-in's usage then
         // gives a (rough) cost, and `max_cost` is exercised as in the real run.
@@ -203,12 +204,20 @@ impl Builder<'_> {
         Ok(model)
     }
 
-    fn model_env<'a>(&'a self, name: &'a str) -> ModelEnv<'a> {
+    /// What building model `name` may use; the call cache as its memo when the model does not
+    /// opt out (`cache: false`) and the run is not a dry run.
+    fn model_env<'a>(&'a self, name: &'a str, cached: bool) -> ModelEnv<'a> {
         ModelEnv {
             name,
             dir: &self.dir,
             notice: self.notice(),
             verbose: self.options.verbose,
+            memo: match &self.options.cache {
+                Some(cache) if cached && !self.options.dry_run => {
+                    Some(Arc::clone(cache) as Arc<dyn Memo>)
+                }
+                _ => None,
+            },
         }
     }
 

@@ -1,6 +1,7 @@
 //! The bi-encoder scorer: query and passages are embedded separately (mean pooling over the
 //! attention mask, unit length) and scored by cosine similarity; also the dense retriever's
-//! embeddings, cached by content so a corpus is embedded once per run.
+//! embeddings, cached by content so a corpus is embedded once per run, and, when the scorer is
+//! handed a [`Memo`] (the call cache), once for every run that finds them there.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::Scorer;
 use super::onnx::{OnnxModel, Output};
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, Memo};
 
 /// A text's embedding, unit length.
 pub type Embedding = Arc<[f32]>;
@@ -19,6 +20,9 @@ pub struct BiEncoder {
     model: OnnxModel,
     /// Embeddings of corpus passages by the SHA-256 of their text.
     cache: Mutex<HashMap<[u8; 32], Embedding>>,
+    /// Where passage embeddings outlive the run, with the model's identity (what, besides the
+    /// text, decides an embedding).
+    memo: Option<(Arc<dyn Memo>, String)>,
 }
 
 impl BiEncoder {
@@ -26,7 +30,45 @@ impl BiEncoder {
         BiEncoder {
             model,
             cache: Mutex::new(HashMap::new()),
+            memo: None,
         }
+    }
+
+    /// Keeps passage embeddings in `memo` too, keyed by `identity` and the text.
+    pub fn remembering(self, memo: Arc<dyn Memo>, identity: String) -> BiEncoder {
+        BiEncoder {
+            memo: Some((memo, identity)),
+            ..self
+        }
+    }
+
+    /// Embeds `texts` (passages this run has not embedded), taking what the memo holds and
+    /// storing what had to be computed.
+    fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Embedding>, Failure> {
+        let Some((memo, identity)) = &self.memo else {
+            return self.embed(texts);
+        };
+        let keys: Vec<[u8; 32]> = texts
+            .iter()
+            .map(|text| {
+                let mut hash = Sha256::new();
+                hash.update(identity.as_bytes());
+                hash.update([0]);
+                hash.update(text.as_bytes());
+                hash.finalize().into()
+            })
+            .collect();
+        let mut found: Vec<Option<Embedding>> = keys
+            .iter()
+            .map(|key| memo.recall(*key).and_then(|hex| decode(&hex)))
+            .collect();
+        let missing: Vec<usize> = (0..texts.len()).filter(|i| found[*i].is_none()).collect();
+        let computed = self.embed(&missing.iter().map(|i| texts[*i]).collect::<Vec<_>>())?;
+        for (i, embedding) in missing.into_iter().zip(computed) {
+            memo.remember("embedding", keys[i], encode(&embedding));
+            found[i] = Some(embedding);
+        }
+        Ok(found.into_iter().flatten().collect())
     }
 
     /// One unit-length embedding per text, in order, computed in batches.
@@ -63,7 +105,7 @@ impl BiEncoder {
                 .collect()
         };
         let texts: Vec<&str> = missing.iter().map(|(_, text)| *text).collect();
-        let fresh = self.embed(&texts)?;
+        let fresh = self.embed_passages(&texts)?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for ((i, _), embedding) in missing.iter().zip(fresh) {
             cache.insert(keys[*i], embedding);
@@ -79,13 +121,42 @@ impl BiEncoder {
 impl Scorer for BiEncoder {
     fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
         let query = self.embed(&[query])?;
-        let passages = self.embed(passages)?;
+        let passages = self.embed_passages(passages)?;
         Ok(passages.iter().map(|p| cosine(&query[0], p)).collect())
     }
 
     fn name(&self) -> String {
         format!("bi-encoder:{}", self.model.label())
     }
+}
+
+/// An embedding as the memo keeps it: its f32 values, little-endian, in hex.
+fn encode(embedding: &[f32]) -> String {
+    embedding
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The embedding [`encode`] wrote; None for anything else (a damaged entry is computed again).
+fn decode(hex: &str) -> Option<Embedding> {
+    if hex.len() % 8 != 0 || hex.is_empty() {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect();
+    Some(
+        bytes?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
 }
 
 /// The dot product of two unit vectors: their cosine similarity.
@@ -167,6 +238,62 @@ fn mean_pool(
 mod tests {
     use super::*;
     use crate::rerank::onnx::{reference_pairs, tiny_model};
+
+    /// A memo that keeps values in memory and counts what it was asked to store.
+    #[derive(Default)]
+    struct Kept {
+        values: Mutex<HashMap<[u8; 32], String>>,
+        stored: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Kept {
+        fn stored(&self) -> usize {
+            self.stored.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    impl Memo for Kept {
+        fn recall(&self, key: [u8; 32]) -> Option<String> {
+            self.values.lock().ok()?.get(&key).cloned()
+        }
+        fn remember(&self, _: &'static str, key: [u8; 32], value: String) {
+            self.stored
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut kept) = self.values.lock() {
+                kept.insert(key, value);
+            }
+        }
+        fn file_sha256(&self, _: &std::path::Path) -> Option<String> {
+            None
+        }
+    }
+
+    /// A second scorer (a later run) handed the same memo embeds no passage again, and scores
+    /// exactly as the first did; another model identity shares nothing.
+    #[test]
+    fn passage_embeddings_outlive_the_scorer_through_its_memo() {
+        let kept = Arc::new(Kept::default());
+        let scorer = |identity: &str| {
+            BiEncoder::new(tiny_model("tiny-bi-encoder.onnx"))
+                .remembering(Arc::clone(&kept) as Arc<dyn Memo>, identity.to_string())
+        };
+        let passages = ["a lighthouse by the sea", "a batch resumed after a crash"];
+        let first = scorer("tiny")
+            .score_cached("resume", &passages)
+            .expect("scores");
+        assert_eq!(kept.stored(), 2);
+        let later = scorer("tiny");
+        let again = later.score_cached("resume", &passages).expect("scores");
+        assert_eq!(first, again);
+        assert_eq!(kept.stored(), 2, "nothing embedded again");
+        scorer("other")
+            .score_cached("resume", &passages)
+            .expect("scores");
+        assert_eq!(kept.stored(), 4);
+        let embedding = later.embed(&["x"]).expect("embeds").remove(0);
+        assert_eq!(decode(&encode(&embedding)), Some(embedding));
+        assert_eq!(decode("zz"), None);
+    }
 
     /// Mean pooling and cosine over the tiny BERT of `tests/onnx/` agree with the reference the
     /// Python onnxruntime and numpy computed.

@@ -89,6 +89,41 @@ fn minilm_ranks_the_relevant_passage_first_in_dense_retrieval_and_reranking() {
     }
 }
 
+/// Passage embeddings go to the call cache: a run of the dense plan leaves `embedding` entries
+/// there, and a second run over the same passages finds them (it adds none; the scorer's unit
+/// test shows that found embeddings are not computed again).
+#[test]
+fn passage_embeddings_are_kept_in_the_call_cache() {
+    require_onnx_models();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().expect("utf-8 path");
+    let question = "question=How can I continue a batch job that was interrupted?";
+    let plan = "tests/plans/minilm-relevance.yaml";
+    let embeddings = || {
+        let stats = pagantic(&["cache", "stats", "--format", "json", "--cache", cache]);
+        let stats: Value = serde_json::from_str(&stats.stdout).expect("json stats");
+        stats["kinds"]
+            .as_array()
+            .and_then(|kinds| kinds.iter().find(|k| k["kind"] == "embedding"))
+            .and_then(|k| k["entries"].as_u64())
+            .unwrap_or(0)
+    };
+    let first = pagantic(&["run", plan, "-i", question, "--cache", cache]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let kept = embeddings();
+    assert!(kept >= 6, "the corpus's passages at least: {kept}");
+    let second = pagantic(&["run", plan, "-i", question, "--cache", cache]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.stdout, first.stdout);
+    assert_eq!(embeddings(), kept);
+    let none = pagantic(&["run", plan, "-i", question, "--no-cache"]);
+    assert_eq!(
+        none.stdout, first.stdout,
+        "the same ranking without the cache"
+    );
+}
+
 #[test]
 fn a_missing_or_foreign_runtime_library_is_a_clear_failure_not_a_crash() {
     let missing = "/nonexistent/libonnxruntime.so.1.31.1";

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::diagnostic::PlanError;
 use super::steps::{FieldPath, ModelRole};
-use crate::core::{Failure, Price};
+use crate::core::{Failure, Memo, Price};
 use crate::inference::{Engine, Notice, store};
 use crate::rerank::{BiEncoder, CrossEncoder};
 use serde_json::Value;
@@ -88,6 +88,8 @@ pub struct ModelEnv<'a> {
     pub notice: Notice,
     /// Whether `--verbose` asked to hear more (an engine settling for less than asked).
     pub verbose: bool,
+    /// Where values computed from content (passage embeddings) may be kept across runs.
+    pub memo: Option<Arc<dyn Memo>>,
 }
 
 /// A built model, by what it computes.

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem, file_sha256};
-use crate::core::Failure;
+use crate::core::{Failure, Memo};
 use crate::inference::store;
 use crate::plan::diagnostic::PlanError;
 use crate::plan::steps::ModelRole;
@@ -144,8 +144,30 @@ impl ModelKind for OnnxModelSpec {
                 model,
                 self.sigmoid.unwrap_or(true),
             ))),
-            OnnxTask::BiEncoder => BuiltModel::Bi(Arc::new(BiEncoder::new(model))),
+            OnnxTask::BiEncoder => {
+                let encoder = BiEncoder::new(model);
+                BuiltModel::Bi(Arc::new(match self.identity(env) {
+                    Some((memo, identity)) => encoder.remembering(memo, identity),
+                    None => encoder,
+                }))
+            }
         })
+    }
+}
+
+impl OnnxModelSpec {
+    /// The memo to keep embeddings in, and what identifies this model's embeddings there: the
+    /// model file's SHA-256 (the embedded model's published one) and the longest input. None
+    /// without a memo or when the file cannot be read.
+    fn identity(&self, env: &ModelEnv<'_>) -> Option<(Arc<dyn Memo>, String)> {
+        let memo = env.memo.clone()?;
+        let sha256 = if self.source == "default" {
+            store::DEFAULT_SCORER.file.sha256.to_string()
+        } else {
+            memo.file_sha256(&self.files(env.dir).0)?
+        };
+        let max_length = self.max_length.map(|m| m as usize);
+        Some((memo, format!("onnx:{sha256}:{max_length:?}")))
     }
 }
 
