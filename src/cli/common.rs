@@ -88,6 +88,19 @@ impl CacheArgs {
     }
 }
 
+/// `-j N`: how many batch rows (`run --batch`) or test cases (`test`) run at once.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct ConcurrencyArgs {
+    /// Rows (or test cases) in flight at once; they share one loaded model.
+    #[arg(
+        short = 'j',
+        long = "concurrency",
+        default_value_t = 4,
+        value_name = "N"
+    )]
+    pub concurrency: usize,
+}
+
 /// Splits `name=value` (at the first `=`).
 pub fn split_pair(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

@@ -19,8 +19,8 @@ use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
 
 use super::common::{
-    CacheArgs, Outcome, PlanInputs, bind, build, check_lock, invalid, load_checked, open_session,
-    print_failure, split_pair, stderr_notice, write_messages,
+    CacheArgs, ConcurrencyArgs, Outcome, PlanInputs, bind, build, check_lock, invalid,
+    load_checked, open_session, print_failure, split_pair, stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_OK};
 
@@ -89,14 +89,8 @@ pub struct BatchArgs {
     /// timings), written as each row finishes. Default: stdout.
     #[arg(long, value_name = "OUTPUT", requires = "batch")]
     out: Option<PathBuf>,
-    /// Rows in flight at once; they share one loaded model.
-    #[arg(
-        short = 'j',
-        long = "concurrency",
-        default_value_t = 4,
-        value_name = "N"
-    )]
-    concurrency: usize,
+    #[command(flatten)]
+    jobs: ConcurrencyArgs,
     /// Skip the rows OUTPUT already holds (after a crash or Ctrl-C).
     #[arg(long, requires = "out")]
     resume: bool,
@@ -206,7 +200,7 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         id_column: batch.id_column.clone(),
         max_row_bytes: batch.max_row_bytes,
         out: batch.out.clone(),
-        concurrency: batch.concurrency,
+        concurrency: batch.jobs.concurrency,
         resume: batch.resume,
         retry_errors: batch.retry_errors,
         fail_fast: batch.fail_fast,

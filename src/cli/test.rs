@@ -13,7 +13,7 @@ use crate::evals::{self, CaseResult, EvalOptions, SuiteResult, report};
 use crate::orchestrate::{Lifecycle, SessionOptions};
 use crate::plan::suite::{Suite, load_suite};
 
-use super::common::{CacheArgs, Outcome, invalid, open_session, stderr_notice};
+use super::common::{CacheArgs, ConcurrencyArgs, Outcome, invalid, open_session, stderr_notice};
 use super::report::{self as diagnostics, Format};
 use super::validate::expand;
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
@@ -39,14 +39,8 @@ pub struct Args {
     /// Run only the cases whose name contains CASE.
     #[arg(long, value_name = "CASE")]
     filter: Option<String>,
-    /// Cases in flight at once; they share one loaded model.
-    #[arg(
-        short = 'j',
-        long = "concurrency",
-        default_value_t = 4,
-        value_name = "N"
-    )]
-    concurrency: usize,
+    #[command(flatten)]
+    jobs: ConcurrencyArgs,
     /// Run only this variant.
     #[arg(long, value_name = "NAME")]
     variant: Option<String>,
@@ -128,7 +122,7 @@ pub fn run(args: &Args) -> Outcome {
         ..SessionOptions::default()
     })?;
     let options = EvalOptions {
-        concurrency: args.concurrency,
+        concurrency: args.jobs.concurrency,
         filter: args.filter.clone(),
         variant: args.variant.clone(),
         dry_run: args.dry_run,
