@@ -141,7 +141,7 @@ fn encode(embedding: &[f32]) -> String {
 
 /// The embedding [`encode`] wrote; None for anything else (a damaged entry is computed again).
 fn decode(hex: &str) -> Option<Embedding> {
-    if hex.len() % 8 != 0 || hex.is_empty() {
+    if !hex.len().is_multiple_of(8) || hex.is_empty() {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..hex.len())

@@ -83,16 +83,28 @@ pub fn command(cache: &Path) -> Command {
 }
 
 /// A call-cache directory no other invocation uses (not created: the cache creates it when a
-/// model is first called), under the test target's scratch directory.
+/// model is first called), under the test target's scratch directory. The first call removes
+/// the directories earlier test processes left (those of servers and spawned runs, which are not
+/// removed when they end), so they do not pile up; a concurrent `cargo test`'s are kept.
 pub fn fresh_cache_dir() -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("call-caches")
-        .join(format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ))
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    let caches = Path::new(env!("CARGO_TARGET_TMPDIR")).join("call-caches");
+    SWEPT.call_once(|| {
+        for entry in std::fs::read_dir(&caches).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next().unwrap_or_default();
+            let alive = !pid.is_empty() && Path::new("/proc").join(pid).exists();
+            if !alive {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+    caches.join(format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// Starts `pagantic ARGS…` at the repository root with its stdin, stdout and stderr piped, for
