@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::{Run, pagantic_in, step};
+use crate::{Run, events_in, pagantic_in, step};
 
 const PLAN: &str = r#"version: 1
 name: three-calls
@@ -286,10 +286,8 @@ fn a_corrupt_database_is_reported_once_and_the_run_goes_on_uncached() {
 fn cached_calls_are_marked_in_the_events() {
     let dir = workspace(str::to_string);
     let cached_flags = || {
-        std::fs::read_to_string(dir.path().join("events.jsonl"))
-            .expect("events")
-            .lines()
-            .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        events_in(&dir.path().join("events.jsonl"))
+            .into_iter()
             .filter(|event| event["kind"] == "inference")
             .map(|event| event["data"]["cached"].clone())
             .collect::<Vec<_>>()

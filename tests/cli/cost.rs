@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::{pagantic, step};
+use crate::{events_in, pagantic, step};
 
 fn record(run: &crate::Run) -> Value {
     serde_json::from_str(&run.stdout)
@@ -34,10 +34,8 @@ fn the_record_carries_each_step_s_cost_and_the_run_s_total() {
     );
     assert_eq!(step(&record, "second")["cost"], 8.0);
     assert_eq!(record["cost"], 16.0);
-    let costs: Vec<Value> = std::fs::read_to_string(&events)
-        .expect("the events file")
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+    let costs: Vec<Value> = events_in(&events)
+        .into_iter()
         .filter(|e| e["kind"] == "inference")
         .map(|e| e["data"]["cost"].clone())
         .collect();

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::thread::JoinHandle;
 
-use crate::{pagantic_with, step};
+use crate::{events_in, pagantic_with, step};
 
 /// A server on a loopback port that answers one HTTP request with `reply` (a JSON body) and
 /// hands back the request's head and body.
@@ -120,10 +120,8 @@ fn a_structured_step_falls_back_when_the_server_refuses_json_schema() {
     );
     assert_eq!(city["detail"]["schema_mode"], "json_object", "{record}");
     assert_eq!(city["detail"]["constrained"], true, "{record}");
-    let inference: Vec<serde_json::Value> = std::fs::read_to_string(&events)
-        .expect("events")
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    let inference: Vec<serde_json::Value> = events_in(&events)
+        .into_iter()
         .filter(|event| event["kind"] == "inference")
         .collect();
     assert_eq!(
@@ -226,10 +224,9 @@ fn an_unreachable_hub_fails_an_hf_source_at_once() {
         run.stderr
     );
     assert!(run.stderr.contains("help:"), "{}", run.stderr);
-    let calls = std::fs::read_to_string(&events)
-        .expect("events")
-        .lines()
-        .filter(|line| line.contains("\"kind\":\"inference\""))
+    let calls = events_in(&events)
+        .iter()
+        .filter(|event| event["kind"] == "inference")
         .count();
     assert_eq!(calls, 1, "one attempt, no retries");
 }

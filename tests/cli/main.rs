@@ -107,6 +107,15 @@ pub fn fresh_cache_dir() -> PathBuf {
     ))
 }
 
+/// Every event of the finished run whose `--events` file is `path`, in order.
+pub fn events_in(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the events file")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON event per line"))
+        .collect()
+}
+
 /// Starts `pagantic ARGS…` at the repository root with its stdin, stdout and stderr piped, for
 /// tests that talk to it or signal it while it runs.
 pub fn spawn(args: &[&str]) -> std::process::Child {

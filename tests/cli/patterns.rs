@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::{pagantic, step};
+use crate::{events_in, pagantic, step};
 
 fn run(case: &str) -> (i32, Value, String) {
     let run = pagantic(&[
@@ -137,10 +137,8 @@ fn every_candidate_of_a_vote_is_a_recorded_model_call() {
         "tests/plans/patterns.yaml",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let text = std::fs::read_to_string(&events).expect("the events file");
-    let mut votes: Vec<u64> = text
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+    let mut votes: Vec<u64> = events_in(&events)
+        .into_iter()
         .filter(|e| e["kind"] == "inference" && e["step"] == "majority")
         .map(|e| e["data"]["vote"].as_u64().expect("the vote's number"))
         .collect();
@@ -219,11 +217,7 @@ fn a_tool_call_is_a_child_of_the_model_call_that_asked_for_it() {
         "tests/plans/patterns.yaml",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let events: Vec<Value> = std::fs::read_to_string(&events)
-        .expect("the events file")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect();
+    let events = events_in(&events);
     let rounds: Vec<&Value> = events
         .iter()
         .filter(|e| e["kind"] == "inference" && e["step"] == "recover")

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::serve::{Server, post};
-use crate::{pagantic, step};
+use crate::{events_in, pagantic, step};
 
 /// Fails with the fix when the model has not been pulled.
 fn require_model() {
@@ -136,10 +136,9 @@ fn the_local_model_routes_a_catalog_question_in_two_calls() {
             .is_some_and(|answer| !answer.trim().is_empty()),
         "{record}"
     );
-    let calls = std::fs::read_to_string(&events_file)
-        .expect("events")
-        .lines()
-        .filter(|line| line.contains("\"kind\":\"inference\""))
+    let calls = events_in(&events_file)
+        .iter()
+        .filter(|event| event["kind"] == "inference")
         .count();
     assert_eq!(calls, 2, "exactly two model calls");
 }

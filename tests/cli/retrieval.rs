@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::{pagantic, step};
+use crate::{events_in, pagantic, step};
 
 /// The sources of a list of candidates, in order.
 fn sources(candidates: &Value) -> Vec<&str> {
@@ -32,10 +32,8 @@ fn a_retriever_tool_feeds_rerank_with_distinct_passages_within_the_budget() {
 
     // The tool was asked for the step's `limit` and printed four notes, one of them twice (a
     // mirror): the copy is dropped.
-    let events = std::fs::read_to_string(&events_file).expect("events");
-    let call = events
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+    let call = events_in(&events_file)
+        .into_iter()
         .find(|e| e["kind"] == "tool_start")
         .expect("the retriever tool was called");
     assert_eq!(call["data"]["tool"], "search");

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::{pagantic, pagantic_with, root};
+use crate::{events_in, pagantic, pagantic_with, root};
 
 fn route(request: &str) -> (i32, Value, Vec<Value>) {
     route_with(request, "smart")
@@ -37,11 +37,7 @@ fn routed(request: &str, router: &str) -> (i32, Value, Vec<Value>, Option<String
     let run = pagantic_with(&root(), &args, &[("PAGANTIC_TEST_ORDERS", orders_env)]);
     let record = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
-    let events = std::fs::read_to_string(&events_file)
-        .expect("events")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let events = events_in(&events_file);
     let orders = std::fs::read_to_string(&orders_file).ok();
     (run.code, record, events, orders)
 }

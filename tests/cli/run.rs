@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{pagantic, root, step};
+use crate::{events_in, pagantic, root, step};
 
 fn record(stdout: &str) -> Value {
     serde_json::from_str(stdout)
@@ -125,11 +125,7 @@ fn a_failed_check_sends_the_answer_back_to_the_model_with_what_was_wrong() {
         "{}",
         run.stderr
     );
-    let events: Vec<Value> = std::fs::read_to_string(&events_file)
-        .expect("events written")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let events = events_in(&events_file);
     let states: Vec<&str> = events
         .iter()
         .filter(|e| e["kind"] == "lifecycle")
@@ -219,11 +215,7 @@ fn independent_steps_overlap_in_time() {
     assert_eq!(run.stdout.trim(), "left go + right go");
     // Each branch stalls 300 ms; the events show their windows overlapping (a wall-clock bound
     // would be flaky on a loaded machine).
-    let events: Vec<Value> = std::fs::read_to_string(&events_file)
-        .expect("events written")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let events = events_in(&events_file);
     let window = |step: &str| {
         let at = |kind: &str| {
             events
@@ -382,10 +374,8 @@ fn tool_events_carry_the_tool_call_id() {
         "tests/plans/tools.yaml",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let text = std::fs::read_to_string(&events_file).expect("events");
-    let tool_events: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+    let tool_events: Vec<Value> = events_in(&events_file)
+        .into_iter()
         .filter(|e| e["kind"] == "tool_start" || e["kind"] == "tool_end")
         .collect();
     assert_eq!(tool_events.len(), 2);
@@ -564,10 +554,8 @@ fn refused_tool_calls_are_in_the_events_and_the_record() {
         ["TOOL_NOT_FOUND", "TOOL_INVALID_ARGUMENTS"],
         "{calls}"
     );
-    let refused: Vec<(String, String)> = std::fs::read_to_string(&events_file)
-        .expect("events")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+    let refused: Vec<(String, String)> = events_in(&events_file)
+        .into_iter()
         .filter(|e| e["kind"] == "tool_end" && e["data"]["status"] == "refused")
         .map(|e| {
             (
