@@ -13,15 +13,7 @@ cargo build --locked --quiet
 bin=./target/debug/pagantic
 dir=target/bench-batch
 mkdir -p "$dir"
-python3 - "$dir" <<'PY'
-import json, sys
-reviews = ["Light, fast, battery lasts all day.", "Fans get loud under load.", "Arrived broken; support never answered.",
-           "Does the job.", "Great screen, pricey.", "Would not buy again."]
-for n in (10_000, 100_000):
-    with open(f"{sys.argv[1]}/rows-{n}.jsonl", "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"r{i}", "text": f"{reviews[i % len(reviews)]} (#{i})"}) + "\n")
-PY
+python3 benches/gen_rows.py "$dir" 10000 100000
 measure() { # rows file, plan, -j, label
   rm -f "$dir/out.jsonl"
   /usr/bin/time -f "%M %e" -o "$dir/time.txt" "$bin" run --quiet "$2" --batch "$1" --out "$dir/out.jsonl" \

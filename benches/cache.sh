@@ -19,15 +19,7 @@ fi
 bin=$PAGANTIC_BIN
 dir=target/bench-cache
 rm -rf "$dir" && mkdir -p "$dir"
-python3 - "$dir" <<'PY'
-import json, sys
-reviews = ["Light, fast, battery lasts all day.", "Fans get loud under load.", "Arrived broken; support never answered.",
-           "Does the job.", "Great screen, pricey.", "Would not buy again."]
-for n in (1_000, 100_000):
-    with open(f"{sys.argv[1]}/rows-{n}.jsonl", "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"r{i}", "text": f"{reviews[i % len(reviews)]} (#{i})"}) + "\n")
-PY
+python3 benches/gen_rows.py "$dir" 1000 100000
 measure() { # label, plan, rows file, -j, cache flags…
   local label=$1 plan=$2 rows=$3 jobs=$4
   shift 4
