@@ -29,7 +29,7 @@ use super::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
     Timings, TokenSink,
 };
-use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall};
+use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, step_clock};
 
 /// How to run a local model, whatever its file.
 #[derive(Debug, Clone, PartialEq)]
@@ -571,7 +571,8 @@ impl LocalModel {
     ///
     /// The load runs in a task of its own: a caller that gives up (a step past its timeout, a
     /// cancelled run) does not abort it half-way, and the next caller waits for that same load
-    /// instead of starting the file over.
+    /// instead of starting the file over. The wait is off the calling step's clock: loading (and
+    /// pulling, on a fresh machine) is not charged to the step's timeout.
     async fn engine(&self) -> Result<LocalEngine, Failure> {
         let weights = match self.loaded.get() {
             Some(loaded) => loaded.clone()?,
@@ -579,11 +580,11 @@ impl LocalModel {
                 let cell = Arc::clone(&self.loaded);
                 let (source, max_batch) = (self.source.clone(), self.settings.max_batch);
                 let notice = Arc::clone(&self.notice);
-                tokio::spawn(async move {
+                step_clock::off_the_clock(tokio::spawn(async move {
                     cell.get_or_init(|| load(source, max_batch, notice))
                         .await
                         .clone()
-                })
+                }))
                 .await
                 .map_err(|e| {
                     Failure::new(FailureCode::InferenceModelUnavailable, e.to_string())
