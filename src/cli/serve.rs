@@ -13,7 +13,7 @@ use crate::core::{Failure, FailureCode};
 use crate::orchestrate::{Lifecycle, SessionOptions};
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
-use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions};
+use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions, Shutdown};
 
 use super::common::{
     CacheArgs, Exit, Outcome, invalid, open_session, print_failure, stderr_notice,
@@ -43,7 +43,8 @@ pub struct Args {
     /// Largest request body accepted (bigger: 413).
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
     max_body_bytes: usize,
-    /// Seconds the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled.
+    /// Seconds the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled (a
+    /// second SIGTERM / Ctrl-C cancels them at once).
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     grace: f64,
     /// Check plan and prompt files for changes every half second; a changed plan that passes
@@ -134,7 +135,10 @@ pub fn run(args: &Args) -> Outcome {
         catalog,
         options,
         Arc::new(StderrReporter),
-        session.wait_for_interrupt(),
+        Shutdown {
+            first: session.wait_for_interrupt(),
+            second: session.wait_for_signals(2),
+        },
     ));
     match served {
         Ok(()) => {
