@@ -48,7 +48,8 @@ pub struct Args {
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     grace: f64,
     /// Check plan and prompt files for changes every half second; a changed plan that passes
-    /// its checks is swapped in, one that fails keeps the previous version serving.
+    /// its checks is swapped in, one that fails keeps the previous version serving; a plan file
+    /// new in a served directory or glob is served once it passes.
     #[arg(long)]
     watch: bool,
     /// Most steps of one run running at once.
@@ -109,10 +110,12 @@ pub fn run(args: &Args) -> Outcome {
         session.finish(Lifecycle::Error);
         return Err(Exit::Code(EXIT_INVALID));
     }
-    let catalog = Catalog::new(plans).or_else(|failure| {
-        session.finish(Lifecycle::Error);
-        invalid(&failure)
-    })?;
+    let catalog = Catalog::new(plans)
+        .map(|catalog| catalog.watching(args.plans.clone()))
+        .or_else(|failure| {
+            session.finish(Lifecycle::Error);
+            invalid(&failure)
+        })?;
     if token.is_none() && !args.addr.ip().is_loopback() {
         writeln!(
             io::stderr(),

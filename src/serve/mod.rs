@@ -194,6 +194,9 @@ async fn watch_files(
         };
         for change in changes {
             match change {
+                catalog::Change::Added { name, path } => {
+                    reporter.line(&format!("now serving {} as {name}", path.display()));
+                }
                 catalog::Change::Swapped { name, path } => {
                     reporter.line(&format!("reloaded {} (serving as {name})", path.display()));
                 }
