@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use super::onnx::{OnnxModel, Output};
-use super::remembered::{Recalled, Remembered};
+use super::remembered::{Kept, Recalled, Remembered};
 use super::{Scorer, Scores};
 use crate::core::{Failure, FailureCode};
 
@@ -118,6 +118,37 @@ impl Scorer for BiEncoder {
 
     fn name(&self) -> String {
         format!("bi-encoder:{}", self.model.label())
+    }
+}
+
+/// A passage's embedding: its f32 values, little-endian, in hex.
+impl Kept for Embedding {
+    const KIND: &'static str = "embedding";
+
+    fn encode(&self) -> String {
+        self.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+
+    fn decode(hex: &str) -> Option<Embedding> {
+        if !hex.len().is_multiple_of(8) || hex.is_empty() {
+            return None;
+        }
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|b| u8::from_str_radix(b, 16).ok())
+            })
+            .collect();
+        Some(
+            bytes?
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        )
     }
 }
 
@@ -274,6 +305,14 @@ mod tests {
             2,
             "duplicates embedded once"
         );
+    }
+
+    #[test]
+    fn embeddings_round_trip_through_the_memo_text_and_damaged_entries_are_refused() {
+        let embedding = Embedding::from(vec![0.25f32, -1.5, 3.0e-7]);
+        assert_eq!(Embedding::decode(&embedding.encode()), Some(embedding));
+        assert_eq!(Embedding::decode("zz"), None);
+        assert_eq!(Embedding::decode("0000803"), None);
     }
 
     #[test]

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::bi_encoder::Embedding;
 use crate::core::{Failure, Memo};
 
 /// A value a scorer can keep in the memo, as text.
@@ -89,37 +88,6 @@ impl Remembered {
     }
 }
 
-/// A passage's embedding: its f32 values, little-endian, in hex.
-impl Kept for Embedding {
-    const KIND: &'static str = "embedding";
-
-    fn encode(&self) -> String {
-        self.iter()
-            .flat_map(|x| x.to_le_bytes())
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
-    }
-
-    fn decode(hex: &str) -> Option<Embedding> {
-        if !hex.len().is_multiple_of(8) || hex.is_empty() {
-            return None;
-        }
-        let bytes: Option<Vec<u8>> = (0..hex.len())
-            .step_by(2)
-            .map(|i| {
-                hex.get(i..i + 2)
-                    .and_then(|b| u8::from_str_radix(b, 16).ok())
-            })
-            .collect();
-        Some(
-            bytes?
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        )
-    }
-}
-
 /// A pair's score: the bits of the f64, in hex (exact).
 impl Kept for f64 {
     const KIND: &'static str = "score";
@@ -180,10 +148,7 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn values_round_trip_and_damaged_entries_are_refused() {
-        let embedding = Embedding::from(vec![0.25f32, -1.5, 3.0e-7]);
-        assert_eq!(Embedding::decode(&embedding.encode()), Some(embedding));
-        assert_eq!(Embedding::decode("zz"), None);
+    fn scores_round_trip_exactly_and_damaged_entries_are_refused() {
         for score in [0.0, -0.0, 0.731_058_578_630_004_9, f64::MAX, -3.25] {
             let back = f64::decode(&score.encode()).expect("decodes");
             assert_eq!(back.to_bits(), score.to_bits());
