@@ -41,6 +41,43 @@ pub fn lock_path(plan: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The files `plan` reads besides its own: each prompt file and every template it or an inline
+/// template reaches by name (`{% include %}`, `{% import %}`, `{% extends %}`, found as the
+/// prompt loader finds them), schema files, sub-plan files, and the files command tools name.
+pub fn files_used(plan: &Plan) -> Vec<PathBuf> {
+    let dir = plan.dir();
+    let prompts = super::prompts_dir(&dir).unwrap_or_else(|| dir.join("prompts"));
+    let mut files = Vec::new();
+    for step in &plan.raw.steps {
+        let references = step.references();
+        for template in &references.templates {
+            let names = if template.source == TemplateSource::File {
+                files.push(prompts.join(template.text));
+                vec![template.text.to_string()]
+            } else {
+                prompt::referenced_templates(template.text)
+            };
+            files.extend(prompt::reached_prompt_files(&prompts, names));
+        }
+        for (_, schema) in &references.schemas {
+            if let SchemaSource::File(file) = schema {
+                files.push(dir.join(file));
+            }
+        }
+    }
+    for agent in plan.raw.agents.values() {
+        if let Some(file) = &agent.plan {
+            files.push(dir.join(file));
+        }
+    }
+    for tool in plan.raw.tools.values() {
+        files.extend(tool.kind().files(&dir));
+    }
+    files.sort();
+    files.dedup();
+    files
+}
+
 impl Lock {
     /// What `plan` depends on now (hashes its model, prompt, schema, sub-plan and tool files).
     pub fn of(plan: &Plan) -> Lock {
@@ -51,47 +88,18 @@ impl Lock {
             .iter()
             .map(|(name, spec)| (name.clone(), spec.kind().locked(&dir)))
             .collect();
-        let prompts = super::prompts_dir(&dir).unwrap_or_else(|| dir.join("prompts"));
-        let mut files = BTreeMap::new();
-        let mut add = |path: PathBuf| {
-            let name = path
-                .strip_prefix(&dir)
-                .unwrap_or(&path)
-                .display()
-                .to_string();
-            files.insert(name, file_sha256(&path));
-        };
-        for step in &plan.raw.steps {
-            let references = step.references();
-            for template in &references.templates {
-                // A prompt file, and every template it or an inline template reaches by name
-                // (`{% include %}`, `{% import %}`, `{% extends %}`), as the prompt loader finds it.
-                let names = if template.source == TemplateSource::File {
-                    add(prompts.join(template.text));
-                    vec![template.text.to_string()]
-                } else {
-                    prompt::referenced_templates(template.text)
-                };
-                for path in prompt::reached_prompt_files(&prompts, names) {
-                    add(path);
-                }
-            }
-            for (_, schema) in &references.schemas {
-                if let SchemaSource::File(file) = schema {
-                    add(dir.join(file));
-                }
-            }
-        }
-        for agent in plan.raw.agents.values() {
-            if let Some(file) = &agent.plan {
-                add(dir.join(file));
-            }
-        }
-        for tool in plan.raw.tools.values() {
-            for path in tool.kind().files(&dir) {
-                add(path);
-            }
-        }
+        let files = files_used(plan)
+            .into_iter()
+            .map(|path| {
+                let name = path
+                    .strip_prefix(&dir)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                let sha256 = file_sha256(&path);
+                (name, sha256)
+            })
+            .collect();
         Lock {
             pagantic: env!("CARGO_PKG_VERSION").to_string(),
             models,

@@ -1,6 +1,7 @@
 //! The plans a server serves, by name: each plan file checked exactly as `validate` checks it
 //! and built once (its models are shared process-wide and load on their first call). With
-//! `--watch` the catalog is refreshed: a plan whose file, or a file of its prompts directory,
+//! `--watch` the catalog is refreshed: a plan whose file, a file of its prompts directory, or
+//! another file it reads (a sub-plan, a schema, a tool's script: what its lockfile would pin)
 //! changed is checked and built again and swapped in whole; a version that fails its checks is
 //! rejected and the previous one goes on serving. A plan file that appears in a served directory
 //! (or matches a served glob) is checked and, if it passes, served too.
@@ -15,7 +16,7 @@ use serde_json::Value;
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::{Pipeline, inputs};
 use crate::plan::build::BuildOptions;
-use crate::plan::{self, Diagnostic};
+use crate::plan::{self, Diagnostic, lock};
 
 /// A plan as served.
 pub struct Served {
@@ -26,6 +27,8 @@ pub struct Served {
     pub pipeline: Arc<Pipeline>,
     /// Its inputs as a JSON Schema.
     pub inputs: Value,
+    /// The files it reads besides its own (prompts, schemas, sub-plans, tool files).
+    pub files: Vec<PathBuf>,
 }
 
 /// Why a plan file cannot be served.
@@ -96,6 +99,7 @@ pub fn load(path: &Path, options: &BuildOptions) -> Result<Served, Rejected> {
         })
         .map_err(Rejected::Unbuildable)?;
     Ok(Served {
+        files: lock::files_used(&plan),
         name: plan.raw.name.clone(),
         description: plan.raw.description.clone(),
         path: path.to_path_buf(),
@@ -110,9 +114,11 @@ pub fn load(path: &Path, options: &BuildOptions) -> Result<Served, Rejected> {
 struct Fingerprint(Vec<(PathBuf, Option<(SystemTime, u64)>)>);
 
 impl Fingerprint {
-    /// The plan file and every file under the prompts directory its templates are read from.
-    fn of(path: &Path) -> Self {
+    /// The plan file, every file under the prompts directory its templates are read from, and
+    /// `used`: the other files it read when it was last checked.
+    fn of(path: &Path, used: &[PathBuf]) -> Self {
         let mut files = vec![path.to_path_buf()];
+        files.extend_from_slice(used);
         let dir = match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
             _ => PathBuf::from("."),
@@ -121,6 +127,7 @@ impl Fingerprint {
             collect_files(&prompts, 4, &mut files);
         }
         files.sort();
+        files.dedup();
         Fingerprint(
             files
                 .into_iter()
@@ -159,11 +166,30 @@ pub enum Change {
     Kept { path: PathBuf, why: Rejected },
 }
 
+/// A plan file as last looked at.
+struct Seen {
+    path: PathBuf,
+    /// The other files it read the last time it passed its checks.
+    used: Vec<PathBuf>,
+    fingerprint: Fingerprint,
+}
+
+impl Seen {
+    fn new(path: PathBuf, used: Vec<PathBuf>) -> Seen {
+        let fingerprint = Fingerprint::of(&path, &used);
+        Seen {
+            path,
+            used,
+            fingerprint,
+        }
+    }
+}
+
 /// The served plans by name; readers get the whole set as it was at one moment.
 pub struct Catalog {
     plans: RwLock<Arc<BTreeMap<String, Arc<Served>>>>,
     /// Per plan file, its fingerprint when last looked at.
-    seen: Mutex<Vec<(PathBuf, Fingerprint)>>,
+    seen: Mutex<Vec<Seen>>,
     /// The served files, directories and globs, looked at again for new plan files.
     patterns: Vec<String>,
 }
@@ -177,7 +203,7 @@ impl Catalog {
             if let Some(first) = by_name.get(&served.name) {
                 return Err(duplicate(&served, &first.path));
             }
-            seen.push((served.path.clone(), Fingerprint::of(&served.path)));
+            seen.push(Seen::new(served.path.clone(), served.files.clone()));
             by_name.insert(served.name.clone(), Arc::new(served));
         }
         Ok(Catalog {
@@ -214,23 +240,42 @@ impl Catalog {
             return Vec::new();
         };
         let mut changes = Vec::new();
-        for (path, fingerprint) in seen.iter_mut() {
-            let now = Fingerprint::of(path);
-            if now == *fingerprint {
+        for plan in seen.iter_mut() {
+            let now = Fingerprint::of(&plan.path, &plan.used);
+            if now == plan.fingerprint {
                 continue;
             }
-            *fingerprint = now;
-            changes.push(self.check(path.clone(), options, false));
+            plan.fingerprint = now;
+            changes.push(self.check(plan.path.clone(), options, false));
+            self.look_again(plan);
         }
         // A glob that matches nothing now, or a directory gone, has no new files.
         for path in expand(&self.patterns).unwrap_or_default() {
-            if seen.iter().any(|(known, _)| *known == path) {
+            if seen.iter().any(|plan| plan.path == path) {
                 continue;
             }
-            seen.push((path.clone(), Fingerprint::of(&path)));
+            let mut plan = Seen::new(path.clone(), Vec::new());
             changes.push(self.check(path, options, true));
+            self.look_again(&mut plan);
+            seen.push(plan);
         }
         changes
+    }
+
+    /// After `plan` was checked: watches the files the version now served from its path reads
+    /// (unchanged when it was rejected), fingerprinting the ones it did not read before.
+    fn look_again(&self, plan: &mut Seen) {
+        let Some(used) = self
+            .all()
+            .values()
+            .find(|served| served.path == plan.path)
+            .map(|served| served.files.clone())
+        else {
+            return;
+        };
+        if used != plan.used {
+            *plan = Seen::new(plan.path.clone(), used);
+        }
     }
 
     /// Checks and builds the plan at `path` (`new` to the catalog or not) and serves it if it
@@ -357,6 +402,27 @@ mod tests {
             catalog.get("second-name").is_some(),
             "the old version still serves"
         );
+    }
+
+    #[test]
+    fn a_change_to_a_file_the_plan_reads_swaps_it_in_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("p.yaml");
+        let schema = dir.path().join("answer.schema.json");
+        std::fs::write(&schema, r#"{"type": "object"}"#).expect("written");
+        std::fs::write(
+            &path,
+            "version: 1\nname: shaped\nmodels: { m: { kind: scripted, echo: true } }\n\
+             steps:\n  - { name: s, type: structured, model: m, template: hi, schema: answer.schema.json }\n",
+        )
+        .expect("written");
+        let catalog =
+            Catalog::new(vec![load(&path, &quiet()).ok().expect("valid")]).expect("catalog");
+        assert!(catalog.refresh(&quiet()).is_empty(), "nothing changed");
+        std::fs::write(&schema, r#"{"type": "object", "required": ["a"]}"#).expect("written");
+        let changes = catalog.refresh(&quiet());
+        assert!(matches!(&changes[..], [Change::Swapped { name, .. }] if name == "shaped"));
+        assert!(catalog.refresh(&quiet()).is_empty(), "seen once");
     }
 
     #[test]
