@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prefix cache on a batch whose rows share a prompt prefix: the 16 labelled reviews, one
-# constrained greedy classification per row, with shared instructions and with ~600 tokens of
+# constrained greedy classification per row, with shared instructions and with ~330 tokens of
 # shared few-shot examples, prefix cache on and off (examples/prefix_cache_speed.rs); then
 # whether concurrent greedy answers match the answers sent alone, at the plans' max_batch 1 and
 # at 8 (examples/prefix_cache_check.rs).

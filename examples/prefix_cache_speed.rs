@@ -1,6 +1,6 @@
 //! What the prefix cache saves on a batch whose rows share a prompt prefix: the 16 labelled
 //! reviews (`benches/data/reviews-labelled.jsonl`) classified one constrained greedy call per row,
-//! with shared instructions alone and with ~600 tokens of shared few-shot examples after them,
+//! with shared instructions alone and with ~330 tokens of shared few-shot examples after them,
 //! the embedded model with the prefix cache on (`max_batch` 1, what plans use) and off (requests
 //! one at a time all the same, so only the cache differs). Each repetition loads fresh models, so
 //! no cache entry outlives it. Prints one JSON line per repetition and side: wall seconds, the

@@ -247,16 +247,15 @@ fn the_rag_answer_was_reranked_by_minilm(record: &Value) {
 fn batch_rows_sharing_a_prompt_prefix_get_the_answers_they_get_alone() {
     require_model();
     let questions = [
-        "How long does a screen repair take?",
-        "Is delivery free for a 20 euro cable?",
-        "What is the warranty on a refurbished phone?",
+        ("screen", "How long does a screen repair take?"),
+        ("delivery", "Is delivery free for a 20 euro cable?"),
+        ("warranty", "What is the warranty on a refurbished phone?"),
     ];
     let dir = tempfile::tempdir().expect("temp dir");
     let (rows, out) = (dir.path().join("rows.jsonl"), dir.path().join("out.jsonl"));
     let text: String = questions
         .iter()
-        .enumerate()
-        .map(|(i, question)| format!("{}\n", json!({ "id": i, "question": question })))
+        .map(|(id, question)| format!("{}\n", json!({ "id": id, "question": question })))
         .collect();
     std::fs::write(&rows, text).expect("rows written");
     let plan = "tests/plans/shared-prefix-local.yaml";
@@ -273,14 +272,14 @@ fn batch_rows_sharing_a_prompt_prefix_get_the_answers_they_get_alone() {
         .map(|line| serde_json::from_str(line).expect("json line"))
         .collect();
     assert_eq!(batched.len(), questions.len());
-    for (i, question) in questions.iter().enumerate() {
+    for (id, question) in questions {
         // Alone: a process of its own, so an empty prefix cache.
         let input = format!("question={question}");
-        let alone = completed_record(&["tests/plans/shared-prefix-local.yaml", "-i", &input]);
+        let alone = completed_record(&[plan, "-i", &input]);
         let row = batched
             .iter()
-            .find(|line| line["row"] == i.to_string())
-            .unwrap_or_else(|| panic!("no row {i} in {batched:?}"));
+            .find(|line| line["row"].as_str() == Some(id))
+            .unwrap_or_else(|| panic!("no row {id} in {batched:?}"));
         assert_eq!(row["output"], alone["output"], "{question}");
     }
 }
