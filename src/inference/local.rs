@@ -1,28 +1,35 @@
 //! The local engine: a GGUF model run in-process by mistral.rs.
 //!
-//! The model is loaded once per process and shared by every step and batch row; requests reach
-//! mistral.rs concurrently so its scheduler can batch them. It is loaded with F32 activations
-//! (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on the CPU, with
-//! the prefix cache off (once seen to cut a greedy answer short with wrong text under CPU
-//! contention, never with it off; not yet explained, so it stays off). Decoding
-//! constraints (JSON Schema, regex, Lark) go to mistral.rs's llguidance. No mistral.rs type
-//! leaves this file.
+//! The model is loaded once per process and shared by every step and batch row. It is loaded with
+//! F32 activations (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on
+//! the CPU. Decoding constraints (JSON Schema, regex, Lark) go to mistral.rs's llguidance. No
+//! mistral.rs type leaves this file.
+//!
+//! With `max_batch` 1 (what plans use) requests reach mistral.rs one at a time, with its prefix
+//! cache on: a request whose prompt starts like an earlier one's (the system prompt,
+//! instructions and few-shot examples of batch rows) prefills only the rest. One at a time
+//! because mistral.rs 0.8.1's scheduler corrupts greedy answers when sequences of different
+//! lengths run together, prefix cache or not (`examples/prefix_cache_check.rs` reproduces it),
+//! and batching gains nothing on a CPU anyway. With `max_batch` above 1 requests go to mistral.rs
+//! concurrently and its scheduler batches them, prefix cache off: kept to measure and reproduce
+//! that.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use mistralrs::core::{
     AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
-    GGUFSpecificConfig, MistralRsBuilder, ModelDType, SchedulerConfig, TokenSource,
+    GGUFSpecificConfig, MistralRsBuilder, ModelDType, Pipeline, SchedulerConfig, TokenSource,
 };
 use mistralrs::{
     CalledFunction, ChatCompletionResponse, Device, Function, Model, RequestBuilder,
     TextMessageRole, Tool, ToolCallResponse, ToolCallType, ToolChoice, ToolType,
 };
 use serde_json::Value;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, mpsc};
 
 use super::store::{self, EmbeddedModel, PullProgress};
 use super::{
@@ -34,7 +41,7 @@ use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ste
 /// How to run a local model, whatever its file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalSettings {
-    /// Most sequences decoded together.
+    /// Most sequences decoded together. 1: one request at a time, with the prefix cache on.
     pub max_batch: usize,
     /// Refuse requests whose prompt and `max_tokens` would not fit in this many tokens.
     pub context_length: Option<u32>,
@@ -61,7 +68,7 @@ pub struct LocalEngine {
 /// Only the file and `max_batch` (the scheduler's size) go into it; the other settings apply per
 /// request, so models that differ only in them share one load.
 struct Weights {
-    model: Model,
+    runner: Runner,
     name: String,
     /// The end markers of this model's vocabulary that llguidance may force once a grammar is
     /// complete; they stop decoding (see [`GRAMMAR_END_MARKERS`]).
@@ -74,6 +81,75 @@ struct Weights {
 type SharedLoad = OnceCell<Result<Arc<Weights>, Failure>>;
 
 type TokenCounter = Box<dyn Fn(&str) -> usize + Send + Sync>;
+
+type SharedPipeline = Arc<tokio::sync::Mutex<dyn Pipeline + Send + Sync>>;
+
+/// How requests reach mistral.rs.
+enum Runner {
+    /// All at once; its scheduler batches up to `max_batch` sequences. Prefix cache off.
+    Batched(Model),
+    /// One at a time, prefix cache on.
+    Serial(tokio::sync::Mutex<SerialRunner>),
+}
+
+/// A runner with the prefix cache on, and what its cache holds.
+///
+/// On the CPU mistral.rs never evicts a prefix cache entry (it evicts only entries on an
+/// accelerator), and each finished request leaves one: the runner is started afresh over the same
+/// loaded model once the entries hold [`PREFIX_CACHE_TOKENS`], which bounds the memory.
+struct SerialRunner {
+    pipeline: SharedPipeline,
+    model: Model,
+    /// KV-cache tokens the prefix cache holds, in whole blocks.
+    cached_tokens: usize,
+}
+
+/// The most KV-cache tokens the prefix cache holds before its runner is restarted (about
+/// 400 MB for the embedded model's 24 layers with F32 activations).
+const PREFIX_CACHE_TOKENS: usize = 16_384;
+
+/// mistral.rs allocates a sequence's KV cache in blocks of this many tokens.
+const KV_BLOCK_TOKENS: usize = 512;
+
+/// The right to send a request to mistral.rs: shared for a batched runner, exclusive for a
+/// serial one.
+enum Turn<'a> {
+    Shared(&'a Model),
+    Exclusive(tokio::sync::MutexGuard<'a, SerialRunner>),
+}
+
+impl Turn<'_> {
+    fn model(&self) -> &Model {
+        match self {
+            Turn::Shared(model) => model,
+            Turn::Exclusive(runner) => &runner.model,
+        }
+    }
+
+    /// Counts what the finished request left in the prefix cache.
+    fn finished(&mut self, usage: &TokenUsage) {
+        if let Turn::Exclusive(runner) = self {
+            let tokens = (usage.prompt_tokens + usage.completion_tokens) as usize;
+            runner.cached_tokens += tokens.div_ceil(KV_BLOCK_TOKENS).max(1) * KV_BLOCK_TOKENS;
+        }
+    }
+}
+
+/// A mistral.rs runner over a loaded model, its scheduler sized `max_batch`.
+async fn start_runner(
+    pipeline: SharedPipeline,
+    max_batch: NonZeroUsize,
+    prefix_cache: bool,
+) -> Model {
+    let scheduler = SchedulerConfig::DefaultScheduler {
+        method: DefaultSchedulerMethod::Fixed(max_batch),
+    };
+    let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
+        .with_no_prefix_cache(!prefix_cache)
+        .build()
+        .await;
+    Model::new(runner)
+}
 
 /// Tokens a chat template adds around each message (role markers, separators), roughly.
 const TEMPLATE_TOKENS_PER_MESSAGE: usize = 8;
@@ -149,7 +225,7 @@ impl Weights {
         .await
         .map_err(|e| load_failure(&path, e))?
         .map_err(|e| load_failure(&path, e))?;
-        let batch = max_batch
+        let batch: NonZeroUsize = max_batch
             .try_into()
             .map_err(|_| load_failure(&path, "max_batch must be positive"))?;
         let tokenizer = pipeline.lock().await.tokenizer();
@@ -167,21 +243,68 @@ impl Weights {
                     .map_or(text.len() / 4, |encoding| encoding.len())
             }) as TokenCounter
         });
-        let scheduler = SchedulerConfig::DefaultScheduler {
-            method: DefaultSchedulerMethod::Fixed(batch),
+        let runner = if batch == NonZeroUsize::MIN {
+            Runner::Serial(tokio::sync::Mutex::new(SerialRunner {
+                model: start_runner(Arc::clone(&pipeline), batch, true).await,
+                pipeline,
+                cached_tokens: 0,
+            }))
+        } else {
+            Runner::Batched(start_runner(pipeline, batch, false).await)
         };
-        let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
-            .with_no_prefix_cache(true)
-            .build()
-            .await;
         Ok(Weights {
-            model: Model::new(runner),
+            runner,
             grammar_ends,
             count_tokens,
             name: path
                 .file_name()
                 .map_or_else(|| "local".into(), |f| f.to_string_lossy().into_owned()),
         })
+    }
+}
+
+impl Weights {
+    /// Waits for this runner's turn; a serial runner whose prefix cache is full is restarted
+    /// first.
+    async fn turn(&self) -> Turn<'_> {
+        match &self.runner {
+            Runner::Batched(model) => Turn::Shared(model),
+            Runner::Serial(runner) => {
+                let mut runner = runner.lock().await;
+                if runner.cached_tokens >= PREFIX_CACHE_TOKENS {
+                    let pipeline = Arc::clone(&runner.pipeline);
+                    runner.model = start_runner(pipeline, NonZeroUsize::MIN, true).await;
+                    runner.cached_tokens = 0;
+                }
+                Turn::Exclusive(runner)
+            }
+        }
+    }
+
+    /// Sends one request and waits for its answer.
+    async fn answer(&self, builder: RequestBuilder) -> Result<Response, Failure> {
+        let mut turn = self.turn().await;
+        let response = turn
+            .model()
+            .send_chat_request(builder)
+            .await
+            .map_err(engine_failure)
+            .map(to_response)?;
+        turn.finished(&response.usage);
+        Ok(response)
+    }
+
+    /// Sends one request and streams its text to `pieces` (which may close early: the request
+    /// then still runs to its end, so the turn is not given up while mistral.rs works on it).
+    async fn stream(
+        &self,
+        builder: RequestBuilder,
+        pieces: mpsc::UnboundedSender<String>,
+    ) -> Result<Response, Failure> {
+        let mut turn = self.turn().await;
+        let response = stream_answer(turn.model(), builder, pieces).await?;
+        turn.finished(&response.usage);
+        Ok(response)
     }
 }
 
@@ -376,76 +499,86 @@ fn to_response(response: ChatCompletionResponse) -> Response {
     }
 }
 
+/// Streams the answer to `builder` from `model`, each piece of text to `pieces` (ignored once
+/// its receiver is gone).
+async fn stream_answer(
+    model: &Model,
+    builder: RequestBuilder,
+    pieces: mpsc::UnboundedSender<String>,
+) -> Result<Response, Failure> {
+    let mut stream = model
+        .stream_chat_request(builder)
+        .await
+        .map_err(engine_failure)?;
+    let mut text = String::new();
+    let mut usage = TokenUsage::default();
+    let mut timings = Timings::default();
+    while let Some(event) = stream.next().await {
+        match event {
+            mistralrs::Response::Chunk(chunk) => {
+                if let Some(piece) = chunk
+                    .choices
+                    .first()
+                    .and_then(|c| c.delta.content.as_deref())
+                {
+                    let _ = pieces.send(piece.to_string());
+                    text.push_str(piece);
+                }
+                if let Some(u) = chunk.usage {
+                    usage = TokenUsage {
+                        prompt_tokens: u.prompt_tokens as u64,
+                        completion_tokens: u.completion_tokens as u64,
+                    };
+                    timings = Timings {
+                        prompt: Duration::from_secs_f32(u.total_prompt_time_sec.max(0.0)),
+                        completion: Duration::from_secs_f32(u.total_completion_time_sec.max(0.0)),
+                    };
+                }
+            }
+            mistralrs::Response::Done(done) => return Ok(to_response(done)),
+            mistralrs::Response::ModelError(message, _)
+            | mistralrs::Response::CompletionModelError(message, _) => {
+                return Err(engine_failure(message));
+            }
+            mistralrs::Response::InternalError(e) | mistralrs::Response::ValidationError(e) => {
+                return Err(engine_failure(e));
+            }
+            _ => {}
+        }
+    }
+    Ok(Response {
+        text,
+        tool_calls: Vec::new(),
+        usage,
+        timings,
+        cache: CacheStatus::Unused,
+        schema_mode: None,
+    })
+}
+
 impl Engine for LocalEngine {
+    /// The request runs in a task of its own: a caller that gives up (a step past its timeout)
+    /// does not end a serial runner's turn while mistral.rs still works on the request.
     fn infer(&self, request: Request) -> EngineFuture<'_> {
         Box::pin(async move {
             let builder = self.build_request(&request)?;
-            let response = self
-                .weights
-                .model
-                .send_chat_request(builder)
+            let weights = Arc::clone(&self.weights);
+            tokio::spawn(async move { weights.answer(builder).await })
                 .await
-                .map_err(engine_failure)?;
-            Ok(to_response(response))
+                .map_err(engine_failure)?
         })
     }
 
     fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
         Box::pin(async move {
             let builder = self.build_request(&request)?;
-            let mut stream = self
-                .weights
-                .model
-                .stream_chat_request(builder)
-                .await
-                .map_err(engine_failure)?;
-            let mut text = String::new();
-            let mut usage = TokenUsage::default();
-            let mut timings = Timings::default();
-            while let Some(event) = stream.next().await {
-                match event {
-                    mistralrs::Response::Chunk(chunk) => {
-                        if let Some(piece) = chunk
-                            .choices
-                            .first()
-                            .and_then(|c| c.delta.content.as_deref())
-                        {
-                            sink(piece);
-                            text.push_str(piece);
-                        }
-                        if let Some(u) = chunk.usage {
-                            usage = TokenUsage {
-                                prompt_tokens: u.prompt_tokens as u64,
-                                completion_tokens: u.completion_tokens as u64,
-                            };
-                            timings = Timings {
-                                prompt: Duration::from_secs_f32(u.total_prompt_time_sec.max(0.0)),
-                                completion: Duration::from_secs_f32(
-                                    u.total_completion_time_sec.max(0.0),
-                                ),
-                            };
-                        }
-                    }
-                    mistralrs::Response::Done(done) => return Ok(to_response(done)),
-                    mistralrs::Response::ModelError(message, _)
-                    | mistralrs::Response::CompletionModelError(message, _) => {
-                        return Err(engine_failure(message));
-                    }
-                    mistralrs::Response::InternalError(e)
-                    | mistralrs::Response::ValidationError(e) => {
-                        return Err(engine_failure(e));
-                    }
-                    _ => {}
-                }
+            let weights = Arc::clone(&self.weights);
+            let (pieces, mut received) = mpsc::unbounded_channel();
+            let answer = tokio::spawn(async move { weights.stream(builder, pieces).await });
+            while let Some(piece) = received.recv().await {
+                sink(&piece);
             }
-            Ok(Response {
-                text,
-                tool_calls: Vec::new(),
-                usage,
-                timings,
-                cache: CacheStatus::Unused,
-                schema_mode: None,
-            })
+            answer.await.map_err(engine_failure)?
         })
     }
 

@@ -242,3 +242,44 @@ fn the_rag_answer_was_reranked_by_minilm(record: &Value) {
         "every kept candidate has its cosine score, at least min_score: {rerank}"
     );
 }
+
+#[test]
+fn batch_rows_sharing_a_prompt_prefix_get_the_answers_they_get_alone() {
+    require_model();
+    let questions = [
+        ("screen", "How long does a screen repair take?"),
+        ("delivery", "Is delivery free for a 20 euro cable?"),
+        ("warranty", "What is the warranty on a refurbished phone?"),
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (rows, out) = (dir.path().join("rows.jsonl"), dir.path().join("out.jsonl"));
+    let text: String = questions
+        .iter()
+        .map(|(id, question)| format!("{}\n", json!({ "id": id, "question": question })))
+        .collect();
+    std::fs::write(&rows, text).expect("rows written");
+    let plan = "tests/plans/shared-prefix-local.yaml";
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
+    let (rows, out) = (path(&rows), path(&out));
+    // All rows at once: each after the first finds the instructions in the prefix cache.
+    let run = pagantic(&[
+        "run", plan, "--batch", &rows, "--out", &out, "--id", "id", "-j", "3",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let batched: Vec<Value> = std::fs::read_to_string(&out)
+        .expect("output")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("json line"))
+        .collect();
+    assert_eq!(batched.len(), questions.len());
+    for (id, question) in questions {
+        // Alone: a process of its own, so an empty prefix cache.
+        let input = format!("question={question}");
+        let alone = completed_record(&[plan, "-i", &input]);
+        let row = batched
+            .iter()
+            .find(|line| line["row"].as_str() == Some(id))
+            .unwrap_or_else(|| panic!("no row {id} in {batched:?}"));
+        assert_eq!(row["output"], alone["output"], "{question}");
+    }
+}

@@ -12,8 +12,9 @@ use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{LocalModel, LocalSettings, LocalSource, hub_pin, store};
 use crate::plan::steps::ModelRole;
 
-/// Most sequences a local model decodes together (batch rows and redundant candidates).
-const LOCAL_MAX_BATCH: usize = 8;
+/// Most sequences a local model decodes together: one, so that requests reach mistral.rs one at a
+/// time with its prefix cache on (batch rows sharing a prompt prefix prefill it once).
+const LOCAL_MAX_BATCH: usize = 1;
 
 /// A local GGUF model run in-process by mistral.rs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
