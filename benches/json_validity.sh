@@ -11,9 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --quiet
-bin=./target/debug/pagantic
 dir=target/bench-json
 mkdir -p "$dir"
+# A copy, so a build started meanwhile cannot swap the binary under the runs.
+bin="$dir/pagantic"
+cp "${CARGO_TARGET_DIR:-target}/debug/pagantic" "$bin"
 schema='{ type: object, additionalProperties: false, required: [sentiment, rating], properties: { sentiment: { enum: [positive, negative, neutral] }, rating: { type: integer, minimum: 1, maximum: 5 } } }'
 prompt='Classify this product review. Reply with JSON only: {\"sentiment\": \"positive\" | \"negative\" | \"neutral\", \"rating\": 1 to 5}. Review: {{ inputs.text }}'
 for constraints in on off; do
@@ -49,7 +51,7 @@ steps:
     $step
 PLAN
     rm -f "$dir/$shape-$constraints.jsonl"
-    "$bin" run --quiet "$plan" --batch benches/data/reviews-labelled.jsonl --id id -j 4 \
+    "$bin" run --quiet --no-cache "$plan" --batch benches/data/reviews-labelled.jsonl --id id -j 4 \
       --out "$dir/$shape-$constraints.jsonl" || true
   done
 done

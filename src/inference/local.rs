@@ -858,6 +858,10 @@ impl Engine for LocalModel {
                 "engine": "mistralrs",
                 "model": model,
                 "decoder_constraints": self.settings.decoder_constraints,
+                // mistral.rs 0.8.1 mixes up sequences it decodes together, so answers depend on
+                // the batch size; keying on it also keeps answers cached before runs went one at
+                // a time from ever being read.
+                "max_batch": self.settings.max_batch,
             }),
             file,
         })
