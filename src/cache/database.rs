@@ -116,9 +116,10 @@ enum Write {
 
 /// Consecutive hits share one read transaction, a snapshot of the database, for at most this
 /// long and [`SNAPSHOT_LOOKUPS`] lookups: beginning and ending a transaction costs more than the
-/// lookup itself, and a re-run answered from the cache is a stream of hits. A miss ends it (the
-/// model is called next, and no snapshot is held through that), so what this process and others
-/// write is seen again within these bounds, and checkpoints are never held up for long.
+/// lookup itself, and a re-run answered from the cache is a stream of hits. No lookup reads a
+/// snapshot older than this, so what this process and others write is seen at most this much
+/// later. A miss ends the transaction (the model is called next) and so does a flush (the end
+/// of a run), so one is not left open while nothing is looked up.
 const SNAPSHOT_FOR: Duration = Duration::from_millis(100);
 
 /// Most lookups one read transaction serves.
