@@ -5,15 +5,16 @@
 #
 # pagantic: `run --format json` on generated plans of template steps (no model); the figure is the
 # executor's own duration_ms from the run record divided by the steps (process start, loading and
-# checking excluded, as the peers' figures exclude imports and graph compilation), best of 5.
-# Peers (optional): a virtualenv with langgraph==1.2.22 and haystack-ai==3.4.0, given as
-# BENCH_VENV, e.g.
+# checking excluded, as the peers' figures exclude imports and graph compilation), best of 5 runs,
+# each a fresh process with no warm-up; release build.
+# Peers (optional; one warm-up run, then the best of 5 inside one process): a virtualenv with
+# langgraph==1.2.22 and haystack-ai==3.4.0, given as BENCH_VENV, e.g.
 #   python3 -m venv /tmp/benchvenv && /tmp/benchvenv/bin/pip install langgraph==1.2.22 haystack-ai==3.4.0
 #   BENCH_VENV=/tmp/benchvenv bash benches/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --quiet
-bin=./target/release/pagantic
+bin="${CARGO_TARGET_DIR:-target}/release/pagantic"
 plans=target/bench-plans
 python3 benches/gen_plans.py "$plans"
 printf '%-14s %8s %14s %14s %14s\n' plan steps "pagantic µs" "langgraph µs" "haystack µs"

@@ -48,7 +48,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ));
     let score = |group: &Group| {
         let passages: Vec<&str> = group.passages.iter().map(String::as_str).collect();
-        scorer.score(&group.query, &passages)
+        scorer
+            .score(&group.query, &passages)
+            .map(|scores| scores.values)
     };
     let warm_up = Instant::now();
     score(&pairs.groups[0])?;

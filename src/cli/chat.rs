@@ -222,6 +222,7 @@ fn show_tool_event(event: &Event) {
             tool,
             outcome,
             duration_ms,
+            cached,
         } => {
             let (status, error) = match outcome {
                 ToolOutcome::Ok => ("ok", None),
@@ -232,7 +233,8 @@ fn show_tool_event(event: &Event) {
             let reason = error
                 .map(|e| format!(": {}", e.message))
                 .unwrap_or_default();
-            format!("  ← {tool} {status} ({duration_ms:.0} ms){reason}")
+            let from = if *cached { ", from the cache" } else { "" };
+            format!("  ← {tool} {status} ({duration_ms:.0} ms{from}){reason}")
         }
         _ => return,
     };

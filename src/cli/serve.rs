@@ -13,7 +13,7 @@ use crate::core::{Failure, FailureCode};
 use crate::orchestrate::{Lifecycle, SessionOptions};
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
-use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions};
+use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions, Shutdown};
 
 use super::common::{
     CacheArgs, Exit, Outcome, invalid, open_session, print_failure, stderr_notice,
@@ -43,11 +43,13 @@ pub struct Args {
     /// Largest request body accepted (bigger: 413).
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
     max_body_bytes: usize,
-    /// Seconds the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled.
+    /// Seconds the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled (a
+    /// second SIGTERM / Ctrl-C cancels them at once).
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     grace: f64,
     /// Check plan and prompt files for changes every half second; a changed plan that passes
-    /// its checks is swapped in, one that fails keeps the previous version serving.
+    /// its checks is swapped in, one that fails keeps the previous version serving; a plan file
+    /// new in a served directory or glob is served once it passes.
     #[arg(long)]
     watch: bool,
     /// Most steps of one run running at once.
@@ -108,10 +110,12 @@ pub fn run(args: &Args) -> Outcome {
         session.finish(Lifecycle::Error);
         return Err(Exit::Code(EXIT_INVALID));
     }
-    let catalog = Catalog::new(plans).or_else(|failure| {
-        session.finish(Lifecycle::Error);
-        invalid(&failure)
-    })?;
+    let catalog = Catalog::new(plans)
+        .map(|catalog| catalog.watching(args.plans.clone()))
+        .or_else(|failure| {
+            session.finish(Lifecycle::Error);
+            invalid(&failure)
+        })?;
     if token.is_none() && !args.addr.ip().is_loopback() {
         writeln!(
             io::stderr(),
@@ -134,7 +138,10 @@ pub fn run(args: &Args) -> Outcome {
         catalog,
         options,
         Arc::new(StderrReporter),
-        session.wait_for_interrupt(),
+        Shutdown {
+            first: session.wait_for_interrupt(),
+            second: session.wait_for_signals(2),
+        },
     ));
     match served {
         Ok(()) => {

@@ -6,6 +6,7 @@ pub mod cost;
 pub mod failure;
 pub mod memo;
 pub mod message;
+pub mod step_clock;
 pub mod text;
 
 pub use cost::{Cost, Price};

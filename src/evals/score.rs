@@ -276,7 +276,7 @@ pub async fn score(
             match graders.similarity(check.model.as_deref()) {
                 Ok(scorer) => match scorer.score(&check.value, &[got.as_str()]) {
                     Ok(scores) => {
-                        let cosine = scores.first().copied().unwrap_or(0.0);
+                        let cosine = scores.values.first().copied().unwrap_or(0.0);
                         let mut scored = Scored::metric(cosine.clamp(0.0, 1.0), &check.value, got);
                         scored.note = Some(format!("similarity {cosine:.3} ({})", scorer.name()));
                         scored

@@ -29,7 +29,7 @@ use super::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
     Timings, TokenSink,
 };
-use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall};
+use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, step_clock};
 
 /// How to run a local model, whatever its file.
 #[derive(Debug, Clone, PartialEq)]
@@ -507,6 +507,44 @@ impl LocalSource {
     }
 }
 
+/// What the Hugging Face cache recorded for a file it holds: the commit the repository's `main`
+/// pointed at when the file was fetched, and the file's SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubPin {
+    pub revision: String,
+    pub sha256: Option<String>,
+}
+
+/// What the Hugging Face cache (`$HF_HOME/hub`, else `~/.cache/huggingface/hub`, where `hf:`
+/// sources are fetched) recorded for `file` of `repo`; None before the file is fetched. Reads
+/// the cache only, never the network.
+pub fn hub_pin(repo: &str, file: &str) -> Option<HubPin> {
+    // hf-hub finds the home directory itself, and panics without one.
+    if std::env::var_os("HF_HOME").is_none() && std::env::var_os("HOME").is_none() {
+        return None;
+    }
+    hub_pin_in(hf_hub::Cache::from_env().path(), repo, file)
+}
+
+/// [`hub_pin`] in the cache directory `hub`: the revision from `refs/main`, and the SHA-256 the
+/// Hub gave the file — the name of the blob its snapshot entry links to, for the large files it
+/// stores by SHA-256 — else the file's own hash.
+fn hub_pin_in(hub: &Path, repo: &str, file: &str) -> Option<HubPin> {
+    let repo_dir = hub.join(hf_hub::Repo::model(repo.to_string()).folder_name());
+    let revision = std::fs::read_to_string(repo_dir.join("refs").join("main")).ok()?;
+    let revision = revision.trim().to_string();
+    let path = repo_dir.join("snapshots").join(&revision).join(file);
+    if !path.exists() {
+        return None;
+    }
+    let blob = std::fs::read_link(&path)
+        .ok()
+        .and_then(|target| Some(target.file_name()?.to_str()?.to_string()))
+        .filter(|name| name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()));
+    let sha256 = blob.or_else(|| store::sha256_file(&path).ok());
+    Some(HubPin { revision, sha256 })
+}
+
 /// Fetches `file` from the Hugging Face repository `repo` (or finds it in the cache).
 async fn fetch_from_hub(repo: &str, file: &str) -> Result<PathBuf, Failure> {
     let unavailable = |error: &dyn std::fmt::Display| {
@@ -571,7 +609,8 @@ impl LocalModel {
     ///
     /// The load runs in a task of its own: a caller that gives up (a step past its timeout, a
     /// cancelled run) does not abort it half-way, and the next caller waits for that same load
-    /// instead of starting the file over.
+    /// instead of starting the file over. The wait is off the calling step's clock: loading (and
+    /// pulling, on a fresh machine) is not charged to the step's timeout.
     async fn engine(&self) -> Result<LocalEngine, Failure> {
         let weights = match self.loaded.get() {
             Some(loaded) => loaded.clone()?,
@@ -579,11 +618,11 @@ impl LocalModel {
                 let cell = Arc::clone(&self.loaded);
                 let (source, max_batch) = (self.source.clone(), self.settings.max_batch);
                 let notice = Arc::clone(&self.notice);
-                tokio::spawn(async move {
+                step_clock::off_the_clock(tokio::spawn(async move {
                     cell.get_or_init(|| load(source, max_batch, notice))
                         .await
                         .clone()
-                })
+                }))
                 .await
                 .map_err(|e| {
                     Failure::new(FailureCode::InferenceModelUnavailable, e.to_string())
@@ -713,6 +752,39 @@ mod tests {
         assert!(same_load(make("/models/a.gguf", 8, Some(512), false)));
         assert!(!same_load(make("/models/a.gguf", 1, None, true)));
         assert!(!same_load(make("/models/b.gguf", 8, None, true)));
+    }
+
+    #[test]
+    fn a_fetched_hub_file_is_pinned_by_its_revision_and_blob() {
+        let hub = tempfile::tempdir().expect("temp dir");
+        let repo = hub.path().join("models--org--repo");
+        let blob = "ab".repeat(32);
+        std::fs::create_dir_all(repo.join("refs")).expect("refs");
+        std::fs::create_dir_all(repo.join("blobs")).expect("blobs");
+        std::fs::create_dir_all(repo.join("snapshots/c0ffee")).expect("snapshot");
+        std::fs::write(repo.join("refs/main"), "c0ffee\n").expect("ref");
+        std::fs::write(repo.join("blobs").join(&blob), "GGUF").expect("blob");
+        std::os::unix::fs::symlink(
+            format!("../../blobs/{blob}"),
+            repo.join("snapshots/c0ffee/model.gguf"),
+        )
+        .expect("link");
+        std::fs::write(repo.join("snapshots/c0ffee/plain.gguf"), "GGUF").expect("plain");
+        let pin = |file| hub_pin_in(hub.path(), "org/repo", file);
+        assert_eq!(
+            pin("model.gguf"),
+            Some(HubPin {
+                revision: "c0ffee".into(),
+                sha256: Some(blob)
+            })
+        );
+        assert_eq!(
+            pin("plain.gguf").and_then(|p| p.sha256),
+            store::sha256_file(&repo.join("snapshots/c0ffee/plain.gguf")).ok(),
+            "a file that is no blob link is hashed"
+        );
+        assert_eq!(pin("other.gguf"), None, "not fetched");
+        assert_eq!(hub_pin_in(hub.path(), "org/none", "model.gguf"), None);
     }
 
     #[test]

@@ -25,8 +25,8 @@ use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition}
 
 pub use example::example_for_schema;
 pub use local::{
-    LocalConfig, LocalEngine, LocalModel, LocalSettings, LocalSource, Notice,
-    describe as describe_pull,
+    HubPin, LocalConfig, LocalEngine, LocalModel, LocalSettings, LocalSource, Notice,
+    describe as describe_pull, hub_pin,
 };
 pub use openai::{OpenAiConfig, OpenAiEngine};
 pub use scripted::{ScriptRule, ScriptedConfig, ScriptedEngine, ScriptedReply};

@@ -101,6 +101,8 @@ pub enum EventData {
         #[serde(flatten)]
         outcome: ToolOutcome,
         duration_ms: f64,
+        /// Whether the call cache answered it (then the tool did not run).
+        cached: bool,
     },
 }
 
@@ -747,8 +749,9 @@ mod tests {
                     tool: "sleep".into(),
                     outcome: ToolOutcome::Cancelled,
                     duration_ms: 7.0,
+                    cached: false,
                 },
-                json!({ "kind": "tool_end", "data": { "tool": "sleep", "status": "cancelled", "duration_ms": 7.0 } }),
+                json!({ "kind": "tool_end", "data": { "tool": "sleep", "status": "cancelled", "duration_ms": 7.0, "cached": false } }),
             ),
             (
                 EventData::StepSkipped(SkipReason::When("inputs.go".into())),
@@ -770,8 +773,9 @@ mod tests {
                     tool: "calc".into(),
                     outcome: ToolOutcome::Ok,
                     duration_ms: 0.5,
+                    cached: true,
                 },
-                json!({ "kind": "tool_end", "data": { "tool": "calc", "status": "ok", "duration_ms": 0.5 } }),
+                json!({ "kind": "tool_end", "data": { "tool": "calc", "status": "ok", "duration_ms": 0.5, "cached": true } }),
             ),
             (
                 EventData::ToolEnd {
@@ -781,8 +785,9 @@ mod tests {
                             .retryable(false),
                     },
                     duration_ms: 0.0,
+                    cached: false,
                 },
-                json!({ "kind": "tool_end", "data": { "tool": "nope", "status": "refused", "error": { "code": "TOOL_NOT_FOUND", "category": "tool", "message": "no tool `nope`", "retryable": false }, "duration_ms": 0.0 } }),
+                json!({ "kind": "tool_end", "data": { "tool": "nope", "status": "refused", "error": { "code": "TOOL_NOT_FOUND", "category": "tool", "message": "no tool `nope`", "retryable": false }, "duration_ms": 0.0, "cached": false } }),
             ),
         ];
         for (data, expected) in cases {

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use super::events::{EventData, Events, OnDrop, SkipReason, StepOutcome};
 use super::pipeline::{Feedback, Pipeline, Rendered, StepContext, StepLedger, StepOutput};
 use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
-use crate::core::{Cost, Failure, FailureCategory, FailureCode, Message, TokenUsage};
+use crate::core::{Cost, Failure, FailureCategory, FailureCode, Message, TokenUsage, step_clock};
 
 /// How to run a pipeline.
 #[derive(Clone)]
@@ -591,9 +591,9 @@ impl StepTask {
                 )
             });
             let result = match self.timeout {
-                Some(limit) => match tokio::time::timeout(limit, self.handler.run(&ctx)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(Failure::new(
+                Some(limit) => match step_clock::timeout(limit, self.handler.run(&ctx)).await {
+                    Some(result) => result,
+                    None => Err(Failure::new(
                         FailureCode::OrchestrationStepTimeout,
                         format!("step `{step}` ran past its timeout of {limit:?}"),
                     )),

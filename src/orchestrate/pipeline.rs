@@ -145,14 +145,14 @@ impl StepLedger {
         }
     }
 
-    /// Records a model call the call cache answered.
-    pub fn served_from_cache(&self, call: ModelCall) {
+    /// Records a call the call cache answered: a model call, or a tool's (`tool NAME`).
+    pub fn served_from_cache(&self, call: impl std::fmt::Display) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.cached_calls.push(call.to_string());
         }
     }
 
-    /// The step's model calls the call cache answered, in the order they ended.
+    /// The step's calls the call cache answered, in the order they ended.
     pub fn cached_calls(&self) -> Vec<String> {
         self.entries
             .lock()

@@ -73,6 +73,8 @@ pub struct Runner {
     events: Events,
     /// Set to true by Ctrl-C or SIGTERM.
     interrupt: watch::Sender<bool>,
+    /// How many times Ctrl-C or SIGTERM arrived (a second one can mean "now").
+    signals: watch::Sender<u32>,
     /// Whether the session's own run id is taken (later runs get their own).
     first_run_done: Arc<AtomicBool>,
     max_parallel: usize,
@@ -121,6 +123,7 @@ impl Session {
                 )
             })?;
         let (interrupt, _) = watch::channel(false);
+        let (signals, _) = watch::channel(0);
         {
             // Registered now, before anything slow happens, so no signal finds the default
             // action (which would kill the process with nothing written).
@@ -128,7 +131,7 @@ impl Session {
             let interrupts = signal(SignalKind::interrupt());
             let terminates = signal(SignalKind::terminate());
             if let (Ok(mut interrupts), Ok(mut terminates)) = (interrupts, terminates) {
-                let interrupt = interrupt.clone();
+                let (interrupt, signals) = (interrupt.clone(), signals.clone());
                 runtime.spawn(async move {
                     loop {
                         let received = tokio::select! {
@@ -139,6 +142,7 @@ impl Session {
                             break;
                         }
                         interrupt.send_replace(true);
+                        signals.send_modify(|count| *count += 1);
                     }
                 });
             }
@@ -148,6 +152,7 @@ impl Session {
             runner: Runner {
                 events,
                 interrupt,
+                signals,
                 first_run_done: Arc::new(AtomicBool::new(false)),
                 max_parallel: options.max_parallel.max(1),
                 cache: CallCache::open(&options.cache),
@@ -232,6 +237,15 @@ impl Session {
     /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
     pub fn wait_for_interrupt(&self) -> impl Future<Output = ()> + Send + 'static {
         self.runner.wait_for_interrupt()
+    }
+
+    /// Resolves once Ctrl-C or SIGTERM has arrived `count` times in all.
+    pub fn wait_for_signals(&self, count: u32) -> impl Future<Output = ()> + Send + 'static {
+        let mut receiver = self.runner.signals.subscribe();
+        async move {
+            // An error means the session is gone, and with it anything to wait for.
+            let _ = receiver.wait_for(|received| *received >= count).await;
+        }
     }
 
     /// Forgets an interruption that has been dealt with, so the next run is not cancelled at

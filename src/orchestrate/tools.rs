@@ -5,10 +5,13 @@
 //! carrying the `tool_call_id` that caused them (children of the model call that asked for it;
 //! a call stopped mid-flight — the run cancelled, the step's timeout — still ends, `cancelled`),
 //! and marks failures of non-idempotent tools as not retryable, so the executor never repeats a
-//! side effect on its own.
+//! side effect on its own. A tool the plan marked `cache: true` (only an idempotent one without
+//! side effects beyond reading) is answered from the call cache when it has been called with the
+//! same arguments before; its `tool_end` event then says `cached`.
 
 use schemars::JsonSchema;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::events::{Event, EventData, OnDrop, SpanId, ToolOutcome};
 use super::pipeline::StepContext;
+use crate::cache::{CallCache, Key};
 use crate::core::{Failure, FailureCode};
 use crate::prompt::Templates;
 use crate::tool::{Builtin, CommandSpec, run_command};
@@ -135,6 +139,13 @@ impl ToolAction {
     }
 }
 
+/// Where a tool's results are kept, and what besides a call's arguments decides them.
+pub struct ToolCache {
+    pub cache: Arc<CallCache>,
+    /// The tool's name, definition and the SHA-256 of the files it names.
+    pub identity: Value,
+}
+
 /// A declared tool, ready to call.
 pub struct ToolRuntime {
     pub name: String,
@@ -145,6 +156,8 @@ pub struct ToolRuntime {
     pub side_effects: SideEffects,
     pub idempotent: bool,
     pub action: ToolAction,
+    /// Where its results are kept (a tool the plan marked `cache: true`); None: it always runs.
+    cache: Option<ToolCache>,
 }
 
 impl ToolRuntime {
@@ -174,7 +187,16 @@ impl ToolRuntime {
             side_effects,
             idempotent,
             action,
+            cache: None,
         })
+    }
+
+    /// This tool, answering from `cache` the calls it has answered before.
+    pub fn caching(self, cache: ToolCache) -> Self {
+        ToolRuntime {
+            cache: Some(cache),
+            ..self
+        }
     }
 
     /// Validates `args`, runs the tool, and reports it as events under `call_id`, children of
@@ -224,11 +246,31 @@ impl ToolRuntime {
             args: args.clone(),
         });
         let started = Instant::now();
+        let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
+        let kept = self.cache.as_ref().map(|kept| {
+            let key = Key::of("tool", &[&kept.identity, args, &results]);
+            (&kept.cache, key)
+        });
+        if let Some((cache, key)) = &kept
+            && let Some(stored) = cache.get(key)
+            && let Ok(value) = serde_json::from_str::<Value>(&stored.value)
+        {
+            cache.count(true, 0, stored.duration_ms);
+            ctx.ledger.served_from_cache(format!("tool {}", self.name));
+            emit(EventData::ToolEnd {
+                tool: self.name.clone(),
+                outcome: ToolOutcome::Ok,
+                duration_ms: elapsed_ms(),
+                cached: true,
+            });
+            return Ok(value);
+        }
         let cancelled = OnDrop::new(|| {
             emit(EventData::ToolEnd {
                 tool: self.name.clone(),
                 outcome: ToolOutcome::Cancelled,
-                duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                duration_ms: elapsed_ms(),
+                cached: false,
             })
         });
         let result = self.execute(args, results, ctx).await;
@@ -239,10 +281,19 @@ impl ToolRuntime {
                 error: error.clone(),
             },
         };
+        let duration_ms = elapsed_ms();
+        // Under `--cache-only` too: a tool needs no model, so a miss runs it (and keeps it).
+        if let (Some((cache, key)), Ok(value)) = (kept, &result) {
+            cache.count(false, 0, 0.0);
+            if let Ok(text) = serde_json::to_string(value) {
+                cache.put(key, "tool", text, 0, duration_ms);
+            }
+        }
         emit(EventData::ToolEnd {
             tool: self.name.clone(),
             outcome,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            duration_ms,
+            cached: false,
         });
         result.map_err(|failure| {
             if self.idempotent {
@@ -321,6 +372,7 @@ pub fn record_refusal(
             error: failure.clone(),
         },
         duration_ms: 0.0,
+        cached: false,
     });
 }
 

@@ -8,24 +8,24 @@
 //! lexical search), and every tool with side effects for a stand-in that reports the call. A
 //! language model with a declared `price` is wrapped so that its calls say what they cost.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Plan;
 use super::model::CorpusSpec;
 use super::models::{BuiltModel, ModelEnv};
 use super::steps::{BuildContext, ModelRole, OnError, SchemaSource, StepFacts};
-use super::tools::ToolEnv;
+use super::tools::{ToolEnv, ToolKind};
 use crate::cache::{CachedEngine, CallCache};
 use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Cost, Failure, FailureCode, Memo};
 use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
-use crate::orchestrate::tools::ToolRuntime;
+use crate::orchestrate::tools::{ToolCache, ToolRuntime};
 use crate::orchestrate::{Pipeline, StepHandler, StepNode};
 use crate::prompt::Templates;
 use crate::rerank::{BiEncoder, KeywordScorer, Scorer};
@@ -221,6 +221,30 @@ impl Builder<'_> {
         }
     }
 
+    /// Where tool `name` keeps its results: the call cache, when the plan marked the tool
+    /// `cache: true` (which `validate` allows only for a tool whose results may be reused), the
+    /// cache is on and this is not a dry run. Its identity holds the SHA-256 of the files it
+    /// names, so editing one runs the tool again.
+    fn tool_cache(&self, name: &str, tool: &dyn ToolKind) -> Option<ToolCache> {
+        let cache = self.options.cache.as_ref()?;
+        if !tool.cache() || tool.uncacheable().is_some() || self.options.dry_run {
+            return None;
+        }
+        let files: BTreeMap<String, Option<String>> = tool
+            .files(&self.dir)
+            .into_iter()
+            .map(|path| {
+                let sha256 = cache.file_sha256(&path);
+                let name = path.strip_prefix(&self.dir).unwrap_or(&path);
+                (name.display().to_string(), sha256)
+            })
+            .collect();
+        Some(ToolCache {
+            cache: Arc::clone(cache),
+            identity: json!({ "tool": name, "definition": tool.identity(), "files": files }),
+        })
+    }
+
     fn notice(&self) -> Notice {
         self.options
             .notice
@@ -349,7 +373,11 @@ impl BuildContext for Builder<'_> {
             dir: &self.dir,
             dry_run: self.options.dry_run,
         };
-        let tool = Arc::new(spec.kind().build(&env)?);
+        let tool = spec.kind().build(&env)?;
+        let tool = Arc::new(match self.tool_cache(name, spec.kind()) {
+            Some(cache) => tool.caching(cache),
+            None => tool,
+        });
         self.tools.insert(name.to_string(), Arc::clone(&tool));
         Ok(tool)
     }

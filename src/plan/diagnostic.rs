@@ -473,6 +473,18 @@ pub enum PlanError {
     )]
     RetrieveCorpusOnly { field: String },
 
+    /// `cache: true` on a tool whose results must not be reused: one that is not idempotent,
+    /// that changes something (`side_effects` `write` or `external`), or whose answer changes
+    /// from call to call.
+    #[error("tool `{name}` cannot be cached: {reason}")]
+    #[diagnostic(
+        code(plan::tool_cache),
+        help(
+            "only a tool whose answer depends on its arguments alone — `idempotent: true`, with `side_effects: none` or `read` — may keep its results in the call cache; remove `cache: true`"
+        )
+    )]
+    ToolCache { name: String, reason: String },
+
     /// A `template` agent has no model to send its template to.
     #[error("agent `{name}` has a `template` but no `model` to send it to")]
     #[diagnostic(

@@ -2,9 +2,10 @@
 //! to run when any of it changed.
 //!
 //! `pagantic lock PLAN` writes `PLAN.lock` beside the plan: the pagantic version, each model's
-//! kind and source with the SHA-256 of its files (or its server and model name), and the
-//! SHA-256 of every prompt file, schema file and sub-plan file the plan's steps and agents
-//! use. `run --locked` and `validate --locked` compute the same again and refuse, naming each
+//! kind and source with the SHA-256 of its files (or its server and model name; for a Hugging
+//! Face file the revision and SHA-256 its cache recorded), and the SHA-256 of every prompt file
+//! (with the templates it includes, imports or extends), schema file and sub-plan file the
+//! plan's steps and agents use, and of the scripts and data files its command tools name. `run --locked` and `validate --locked` compute the same again and refuse, naming each
 //! difference, when the two disagree.
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use super::Plan;
 use super::models::file_sha256;
 use super::steps::{SchemaSource, TemplateSource};
 use crate::core::{Failure, FailureCode};
+use crate::prompt;
 
 /// A plan's lockfile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,8 +28,9 @@ pub struct Lock {
     pub pagantic: String,
     /// Per model name: its kind, source and the SHA-256 of its files, or server and model name.
     pub models: BTreeMap<String, Value>,
-    /// Per file the plan uses (prompt, schema, sub-plan), relative to the plan: its SHA-256
-    /// (null when it cannot be read).
+    /// Per file the plan uses (prompt and the templates it reaches, schema, sub-plan, a command
+    /// tool's script or data file), relative to the plan: its SHA-256 (null when it cannot be
+    /// read).
     pub files: BTreeMap<String, Value>,
 }
 
@@ -39,7 +42,7 @@ pub fn lock_path(plan: &Path) -> PathBuf {
 }
 
 impl Lock {
-    /// What `plan` depends on now (hashes its model, prompt, schema and sub-plan files).
+    /// What `plan` depends on now (hashes its model, prompt, schema, sub-plan and tool files).
     pub fn of(plan: &Plan) -> Lock {
         let dir = plan.dir();
         let models = plan
@@ -48,7 +51,7 @@ impl Lock {
             .iter()
             .map(|(name, spec)| (name.clone(), spec.kind().locked(&dir)))
             .collect();
-        let prompts = super::prompts_dir(&dir);
+        let prompts = super::prompts_dir(&dir).unwrap_or_else(|| dir.join("prompts"));
         let mut files = BTreeMap::new();
         let mut add = |path: PathBuf| {
             let name = path
@@ -61,9 +64,16 @@ impl Lock {
         for step in &plan.raw.steps {
             let references = step.references();
             for template in &references.templates {
-                if template.source == TemplateSource::File {
-                    let base = prompts.clone().unwrap_or_else(|| dir.join("prompts"));
-                    add(base.join(template.text));
+                // A prompt file, and every template it or an inline template reaches by name
+                // (`{% include %}`, `{% import %}`, `{% extends %}`), as the prompt loader finds it.
+                let names = if template.source == TemplateSource::File {
+                    add(prompts.join(template.text));
+                    vec![template.text.to_string()]
+                } else {
+                    prompt::referenced_templates(template.text)
+                };
+                for path in prompt::reached_prompt_files(&prompts, names) {
+                    add(path);
                 }
             }
             for (_, schema) in &references.schemas {
@@ -75,6 +85,11 @@ impl Lock {
         for agent in plan.raw.agents.values() {
             if let Some(file) = &agent.plan {
                 add(dir.join(file));
+            }
+        }
+        for tool in plan.raw.tools.values() {
+            for path in tool.kind().files(&dir) {
+                add(path);
             }
         }
         Lock {

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use minijinja::machinery::{Token, tokenize};
@@ -155,10 +155,10 @@ impl Templates {
         let mut env = environment();
         if let Some(dir) = prompts_dir {
             env.set_loader(move |name: &str| {
-                if name.contains("..") || name.starts_with('/') {
+                let Some(path) = prompt_path(&dir, name) else {
                     return Ok(None);
-                }
-                match std::fs::read_to_string(dir.join(name)) {
+                };
+                match std::fs::read_to_string(path) {
                     Ok(text) => Ok(Some(text)),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) => Err(minijinja::Error::new(
@@ -304,6 +304,58 @@ fn render_failure(what: &str, error: &minijinja::Error) -> Failure {
         .with_help("`pagantic validate` checks templates statically; `pagantic render` shows what a step would send")
 }
 
+/// Where the prompt loader finds the template `name` in `dir`; None for a name it refuses (one
+/// that would leave the directory).
+pub fn prompt_path(dir: &Path, name: &str) -> Option<PathBuf> {
+    (!name.contains("..") && !name.starts_with('/')).then(|| dir.join(name))
+}
+
+/// The names of the templates `text` includes, imports or extends by a literal name: `{% include
+/// "part.j2" %}` (every name of a list, or of either side of an `if`), `{% import "m.j2" as m
+/// %}`, `{% from "m.j2" import x %}`, `{% extends "base.j2" %}`. A name computed while rendering
+/// cannot be known before.
+pub fn referenced_templates(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let (mut block_starts, mut loads) = (false, false);
+    for token in tokenize(text, false, SyntaxConfig::default()) {
+        let Ok((token, _)) = token else { break };
+        match token {
+            Token::BlockStart => (block_starts, loads) = (true, false),
+            Token::Ident(word) if block_starts => {
+                block_starts = false;
+                loads = matches!(word, "include" | "import" | "from" | "extends");
+            }
+            Token::Str(name) if loads => names.push(name.to_string()),
+            Token::String(name) if loads => names.push(name.to_string()),
+            Token::BlockEnd => loads = false,
+            _ => block_starts = false,
+        }
+    }
+    names
+}
+
+/// The files of the prompt templates `names` (in `dir`) and of every template they reach by a
+/// literal name, transitively, each once: what their rendering reads. A file that cannot be read
+/// is listed too (and reaches nothing), so that one appearing later shows as a change.
+pub fn reached_prompt_files(dir: &Path, names: Vec<String>) -> Vec<PathBuf> {
+    let mut seen = BTreeSet::new();
+    let mut files = Vec::new();
+    let mut queue = names;
+    while let Some(name) = queue.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let Some(path) = prompt_path(dir, &name) else {
+            continue;
+        };
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            queue.extend(referenced_templates(&text));
+        }
+        files.push(path);
+    }
+    files
+}
+
 /// Parses a template and lists the variables it reads.
 pub fn analyze_template(text: &str) -> Result<TemplateInfo, TemplateSyntaxError> {
     let env = environment();
@@ -337,6 +389,51 @@ fn syntax_error(error: minijinja::Error) -> TemplateSyntaxError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literal_includes_imports_and_extends_are_found() {
+        let text = "{% extends 'base.j2' %}{% import \"macros.j2\" as m %}\
+            {% from 'forms.j2' import field %}{%- include ['a.j2', 'b.j2'] ignore missing -%}\
+            {% include 'yes.j2' if inputs.x else 'no.j2' %}{% include name %}\
+            {{ 'include.j2' }}{% set t = 'set.j2' %} include 'text.j2'";
+        assert_eq!(
+            referenced_templates(text),
+            [
+                "base.j2",
+                "macros.j2",
+                "forms.j2",
+                "a.j2",
+                "b.j2",
+                "yes.j2",
+                "no.j2"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_files_a_prompt_reaches_are_followed_through_every_level_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let write = |name: &str, text: &str| {
+            std::fs::write(dir.path().join(name), text).expect("written");
+        };
+        write("main.j2", "{% extends 'base.j2' %}{% include 'part.j2' %}");
+        write(
+            "base.j2",
+            "{% import 'macros.j2' as m %}{% include 'gone.j2' %}",
+        );
+        write(
+            "part.j2",
+            "{% include 'main.j2' %}{% include '../outside.j2' %}",
+        );
+        write("macros.j2", "{% macro x() %}x{% endmacro %}");
+        let mut reached = reached_prompt_files(dir.path(), vec!["main.j2".into()]);
+        reached.sort();
+        let expected: Vec<PathBuf> = ["base.j2", "gone.j2", "macros.j2", "main.j2", "part.j2"]
+            .iter()
+            .map(|name| dir.path().join(name))
+            .collect();
+        assert_eq!(reached, expected);
+    }
 
     #[test]
     fn variables_are_located_from_the_tokens_not_the_text() {

@@ -1,16 +1,17 @@
 //! The bi-encoder scorer: query and passages are embedded separately (mean pooling over the
 //! attention mask, unit length) and scored by cosine similarity; also the dense retriever's
 //! embeddings, cached by content so a corpus is embedded once per run, and, when the scorer is
-//! handed a [`Memo`] (the call cache), once for every run that finds them there.
+//! handed a memo (the call cache, see [`Remembered`]), once for every run that finds them there.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use super::Scorer;
 use super::onnx::{OnnxModel, Output};
-use crate::core::{Failure, FailureCode, Memo};
+use super::remembered::{Kept, Recalled, Remembered};
+use super::{Scorer, Scores};
+use crate::core::{Failure, FailureCode};
 
 /// A text's embedding, unit length.
 pub type Embedding = Arc<[f32]>;
@@ -20,9 +21,9 @@ pub struct BiEncoder {
     model: OnnxModel,
     /// Embeddings of corpus passages by the SHA-256 of their text.
     cache: Mutex<HashMap<[u8; 32], Embedding>>,
-    /// Where passage embeddings outlive the run, with the model's identity (what, besides the
-    /// text, decides an embedding).
-    memo: Option<(Arc<dyn Memo>, String)>,
+    /// Where passage embeddings outlive the run, keyed by the model's identity (what, besides
+    /// the text, decides an embedding) and the text.
+    memo: Option<Remembered>,
 }
 
 impl BiEncoder {
@@ -34,41 +35,24 @@ impl BiEncoder {
         }
     }
 
-    /// Keeps passage embeddings in `memo` too, keyed by `identity` and the text.
-    pub fn remembering(self, memo: Arc<dyn Memo>, identity: String) -> BiEncoder {
-        BiEncoder {
-            memo: Some((memo, identity)),
-            ..self
-        }
+    /// Keeps passage embeddings in `memo` too (when there is one).
+    pub fn remembering(self, memo: Option<Remembered>) -> BiEncoder {
+        BiEncoder { memo, ..self }
     }
 
     /// Embeds `texts` (passages this run has not embedded), taking what the memo holds and
     /// storing what had to be computed.
-    fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Embedding>, Failure> {
-        let Some((memo, identity)) = &self.memo else {
-            return self.embed(texts);
+    fn embed_passages(&self, texts: &[&str]) -> Result<Recalled<Embedding>, Failure> {
+        let Some(memo) = &self.memo else {
+            return Ok(Recalled {
+                values: self.embed(texts)?,
+                recalled: 0,
+            });
         };
-        let keys: Vec<[u8; 32]> = texts
-            .iter()
-            .map(|text| {
-                let mut hash = Sha256::new();
-                hash.update(identity.as_bytes());
-                hash.update([0]);
-                hash.update(text.as_bytes());
-                hash.finalize().into()
-            })
-            .collect();
-        let mut found: Vec<Option<Embedding>> = keys
-            .iter()
-            .map(|key| memo.recall(*key).and_then(|hex| decode(&hex)))
-            .collect();
-        let missing: Vec<usize> = (0..texts.len()).filter(|i| found[*i].is_none()).collect();
-        let computed = self.embed(&missing.iter().map(|i| texts[*i]).collect::<Vec<_>>())?;
-        for (i, embedding) in missing.into_iter().zip(computed) {
-            memo.remember("embedding", keys[i], encode(&embedding));
-            found[i] = Some(embedding);
-        }
-        Ok(found.into_iter().flatten().collect())
+        let inputs: Vec<Vec<&str>> = texts.iter().map(|text| vec![*text]).collect();
+        memo.recall_or_compute(&inputs, |missing| {
+            self.embed(&missing.iter().map(|i| texts[*i]).collect::<Vec<_>>())
+        })
     }
 
     /// One unit-length embedding per text, in order, computed in batches.
@@ -105,7 +89,7 @@ impl BiEncoder {
                 .collect()
         };
         let texts: Vec<&str> = missing.iter().map(|(_, text)| *text).collect();
-        let fresh = self.embed_passages(&texts)?;
+        let fresh = self.embed_passages(&texts)?.values;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for ((i, _), embedding) in missing.iter().zip(fresh) {
             cache.insert(keys[*i], embedding);
@@ -119,10 +103,17 @@ impl BiEncoder {
 }
 
 impl Scorer for BiEncoder {
-    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Scores, Failure> {
         let query = self.embed(&[query])?;
         let passages = self.embed_passages(passages)?;
-        Ok(passages.iter().map(|p| cosine(&query[0], p)).collect())
+        Ok(Scores {
+            values: passages
+                .values
+                .iter()
+                .map(|p| cosine(&query[0], p))
+                .collect(),
+            cached: passages.recalled,
+        })
     }
 
     fn name(&self) -> String {
@@ -130,33 +121,35 @@ impl Scorer for BiEncoder {
     }
 }
 
-/// An embedding as the memo keeps it: its f32 values, little-endian, in hex.
-fn encode(embedding: &[f32]) -> String {
-    embedding
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
+/// A passage's embedding: its f32 values, little-endian, in hex.
+impl Kept for Embedding {
+    const KIND: &'static str = "embedding";
 
-/// The embedding [`encode`] wrote; None for anything else (a damaged entry is computed again).
-fn decode(hex: &str) -> Option<Embedding> {
-    if !hex.len().is_multiple_of(8) || hex.is_empty() {
-        return None;
+    fn encode(&self) -> String {
+        self.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
     }
-    let bytes: Option<Vec<u8>> = (0..hex.len())
-        .step_by(2)
-        .map(|i| {
-            hex.get(i..i + 2)
-                .and_then(|b| u8::from_str_radix(b, 16).ok())
-        })
-        .collect();
-    Some(
-        bytes?
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    )
+
+    fn decode(hex: &str) -> Option<Embedding> {
+        if !hex.len().is_multiple_of(8) || hex.is_empty() {
+            return None;
+        }
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|b| u8::from_str_radix(b, 16).ok())
+            })
+            .collect();
+        Some(
+            bytes?
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        )
+    }
 }
 
 /// The dot product of two unit vectors: their cosine similarity.
@@ -237,45 +230,21 @@ fn mean_pool(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Memo;
     use crate::rerank::onnx::{reference_pairs, tiny_model};
-
-    /// A memo that keeps values in memory and counts what it was asked to store.
-    #[derive(Default)]
-    struct Kept {
-        values: Mutex<HashMap<[u8; 32], String>>,
-        stored: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Kept {
-        fn stored(&self) -> usize {
-            self.stored.load(std::sync::atomic::Ordering::Relaxed)
-        }
-    }
-
-    impl Memo for Kept {
-        fn recall(&self, key: [u8; 32]) -> Option<String> {
-            self.values.lock().ok()?.get(&key).cloned()
-        }
-        fn remember(&self, _: &'static str, key: [u8; 32], value: String) {
-            self.stored
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if let Ok(mut kept) = self.values.lock() {
-                kept.insert(key, value);
-            }
-        }
-        fn file_sha256(&self, _: &std::path::Path) -> Option<String> {
-            None
-        }
-    }
+    use crate::rerank::remembered::tests::InMemory;
 
     /// A second scorer (a later run) handed the same memo embeds no passage again, and scores
-    /// exactly as the first did; another model identity shares nothing.
+    /// exactly as the first did, saying the embeddings were found; another model identity
+    /// shares nothing.
     #[test]
     fn passage_embeddings_outlive_the_scorer_through_its_memo() {
-        let kept = Arc::new(Kept::default());
+        let kept = Arc::new(InMemory::default());
         let scorer = |identity: &str| {
-            BiEncoder::new(tiny_model("tiny-bi-encoder.onnx"))
-                .remembering(Arc::clone(&kept) as Arc<dyn Memo>, identity.to_string())
+            BiEncoder::new(tiny_model("tiny-bi-encoder.onnx")).remembering(Some(Remembered::new(
+                Arc::clone(&kept) as Arc<dyn Memo>,
+                identity.to_string(),
+            )))
         };
         let passages = ["a lighthouse by the sea", "a batch resumed after a crash"];
         let first = scorer("tiny")
@@ -286,13 +255,13 @@ mod tests {
         let again = later.score_cached("resume", &passages).expect("scores");
         assert_eq!(first, again);
         assert_eq!(kept.stored(), 2, "nothing embedded again");
+        let reranked = later.score("resume", &passages).expect("scores");
+        assert_eq!((reranked.values, reranked.cached), (first, 2));
         scorer("other")
             .score_cached("resume", &passages)
             .expect("scores");
         assert_eq!(kept.stored(), 4);
-        let embedding = later.embed(&["x"]).expect("embeds").remove(0);
-        assert_eq!(decode(&encode(&embedding)), Some(embedding));
-        assert_eq!(decode("zz"), None);
+        assert_eq!(kept.kinds(), ["embedding"; 4]);
     }
 
     /// Mean pooling and cosine over the tiny BERT of `tests/onnx/` agree with the reference the
@@ -301,7 +270,7 @@ mod tests {
     fn cosines_match_the_python_onnxruntime_reference() {
         let encoder = BiEncoder::new(tiny_model("tiny-bi-encoder.onnx"));
         for (query, passage, _, cosine) in reference_pairs() {
-            let score = encoder.score(&query, &[&passage]).expect("scores")[0];
+            let score = encoder.score(&query, &[&passage]).expect("scores").values[0];
             assert!(
                 (score - cosine).abs() < 1e-4,
                 "{query} / {passage}: {score} vs {cosine}"
@@ -317,7 +286,10 @@ mod tests {
             "validate plans in ci",
             "the cat sat on the mat",
         ];
-        let fresh = encoder.score("validate plans", &passages).expect("fresh");
+        let fresh = encoder
+            .score("validate plans", &passages)
+            .expect("fresh")
+            .values;
         let cached = encoder
             .score_cached("validate plans", &passages)
             .expect("cached");
@@ -333,6 +305,14 @@ mod tests {
             2,
             "duplicates embedded once"
         );
+    }
+
+    #[test]
+    fn embeddings_round_trip_through_the_memo_text_and_damaged_entries_are_refused() {
+        let embedding = Embedding::from(vec![0.25f32, -1.5, 3.0e-7]);
+        assert_eq!(Embedding::decode(&embedding.encode()), Some(embedding));
+        assert_eq!(Embedding::decode("zz"), None);
+        assert_eq!(Embedding::decode("0000803"), None);
     }
 
     #[test]

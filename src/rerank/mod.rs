@@ -12,6 +12,7 @@
 //! | `onnx.rs` | [`OnnxModel`]: a model loaded on first use, running one batch |
 //! | `cross_encoder.rs` | [`CrossEncoder`]: one logit per (query, passage) pair |
 //! | `bi_encoder.rs` | [`BiEncoder`]: mean-pooled embeddings, cosine, the dense retrieval cache |
+//! | `remembered.rs` | [`Remembered`]: embeddings and pair scores kept across runs in a memo |
 //! | `keep.rs` | [`Keep`]: what is passed on — distinct passages, a count, a character budget |
 
 mod bi_encoder;
@@ -19,22 +20,34 @@ mod cross_encoder;
 mod encoding;
 mod keep;
 mod onnx;
+mod remembered;
 mod runtime;
 
 pub use bi_encoder::BiEncoder;
 pub use cross_encoder::CrossEncoder;
 pub use keep::Keep;
 pub use onnx::{OnnxConfig, OnnxModel, OnnxSource};
+pub use remembered::Remembered;
 pub use runtime::LIBRARY_VARIABLE;
 
 use serde_json::Value;
 
 use crate::core::{Candidate, Failure, text};
 
+/// A scorer's scores for a query's passages, and how many of them came from the call cache.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Scores {
+    /// One score per passage, in order.
+    pub values: Vec<f64>,
+    /// How many passages were scored from what an earlier run computed (a cross-encoder's pair
+    /// scores, a bi-encoder's passage embeddings) rather than by the model.
+    pub cached: usize,
+}
+
 /// Scores passages for a query; higher is more relevant.
 pub trait Scorer: Send + Sync {
     /// One score per passage, in order.
-    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure>;
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Scores, Failure>;
     /// A short name for run records (`keyword`, `cross-encoder:…`).
     fn name(&self) -> String;
 }
@@ -44,11 +57,14 @@ pub trait Scorer: Send + Sync {
 pub struct KeywordScorer;
 
 impl Scorer for KeywordScorer {
-    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
-        Ok(passages
-            .iter()
-            .map(|p| text::keyword_score(query, p))
-            .collect())
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Scores, Failure> {
+        Ok(Scores {
+            values: passages
+                .iter()
+                .map(|p| text::keyword_score(query, p))
+                .collect(),
+            cached: 0,
+        })
     }
 
     fn name(&self) -> String {
@@ -56,21 +72,22 @@ impl Scorer for KeywordScorer {
     }
 }
 
-/// Re-scores `candidates` with `scorer` and applies the selection policy. The score each
-/// candidate came with is kept as `metadata.retrieval_score` (a second rerank leaves the first's
-/// there: it is the retrieval's score).
+/// Re-scores `candidates` with `scorer` and applies the selection policy; also says how many
+/// were scored from the call cache. The score each candidate came with is kept as
+/// `metadata.retrieval_score` (a second rerank leaves the first's there: it is the retrieval's
+/// score).
 pub fn rerank(
     scorer: &dyn Scorer,
     query: &str,
     candidates: Vec<Candidate>,
     min_score: Option<f64>,
     keep: Keep,
-) -> Result<Vec<Candidate>, Failure> {
+) -> Result<(Vec<Candidate>, usize), Failure> {
     let passages: Vec<&str> = candidates.iter().map(|c| c.content.as_str()).collect();
     let scores = scorer.score(query, &passages)?;
     let rescored = candidates
         .into_iter()
-        .zip(scores)
+        .zip(scores.values)
         .map(|(mut candidate, score)| {
             candidate
                 .metadata
@@ -79,7 +96,7 @@ pub fn rerank(
             Candidate { score, ..candidate }
         })
         .collect();
-    Ok(select(rescored, min_score, keep))
+    Ok((select(rescored, min_score, keep), scores.cached))
 }
 
 /// Best first (ties keep their order), scores below `min_score` dropped (a score equal to it is
@@ -142,8 +159,9 @@ mod tests {
             limit: Some(1),
             ..Keep::default()
         };
-        let ranked =
+        let (ranked, cached) =
             rerank(&KeywordScorer, "validate plans", candidates, None, keep).expect("scores");
+        assert_eq!(cached, 0);
         assert_eq!(ranked.len(), 1);
         assert_eq!(ranked[0].content, "validate plans in CI");
         assert_eq!(ranked[0].score, 1.0);
@@ -151,7 +169,7 @@ mod tests {
             ranked[0].metadata["retrieval_score"], 0.0,
             "the score it came with"
         );
-        let again = rerank(&KeywordScorer, "plans", ranked, None, keep).expect("scores");
+        let (again, _) = rerank(&KeywordScorer, "plans", ranked, None, keep).expect("scores");
         assert_eq!(
             again[0].metadata["retrieval_score"], 0.0,
             "a second rerank keeps the retrieval's score"

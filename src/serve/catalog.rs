@@ -2,7 +2,8 @@
 //! and built once (its models are shared process-wide and load on their first call). With
 //! `--watch` the catalog is refreshed: a plan whose file, or a file of its prompts directory,
 //! changed is checked and built again and swapped in whole; a version that fails its checks is
-//! rejected and the previous one goes on serving.
+//! rejected and the previous one goes on serving. A plan file that appears in a served directory
+//! (or matches a served glob) is checked and, if it passes, served too.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -148,8 +149,10 @@ fn collect_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What a refresh did with a changed plan file.
+/// What a refresh did with a changed or new plan file.
 pub enum Change {
+    /// A plan file new in a served directory or glob passed its checks and now serves as `name`.
+    Added { name: String, path: PathBuf },
     /// The new version passed its checks and now serves under `name`.
     Swapped { name: String, path: PathBuf },
     /// The new version was rejected; the previous one goes on serving.
@@ -161,6 +164,8 @@ pub struct Catalog {
     plans: RwLock<Arc<BTreeMap<String, Arc<Served>>>>,
     /// Per plan file, its fingerprint when last looked at.
     seen: Mutex<Vec<(PathBuf, Fingerprint)>>,
+    /// The served files, directories and globs, looked at again for new plan files.
+    patterns: Vec<String>,
 }
 
 impl Catalog {
@@ -178,7 +183,15 @@ impl Catalog {
         Ok(Catalog {
             plans: RwLock::new(Arc::new(by_name)),
             seen: Mutex::new(seen),
+            patterns: Vec::new(),
         })
+    }
+
+    /// This catalog, where a refresh also serves plan files new in `patterns` (the files,
+    /// directories and globs it was made from).
+    pub fn watching(mut self, patterns: Vec<String>) -> Catalog {
+        self.patterns = patterns;
+        self
     }
 
     /// Every served plan, as of now.
@@ -194,7 +207,8 @@ impl Catalog {
         self.all().get(name).cloned()
     }
 
-    /// Checks again every plan whose files changed since last seen, and swaps in those that pass.
+    /// Checks again every plan whose files changed since last seen, and swaps in those that pass;
+    /// then checks the plan files new in the watched patterns, and adds those that pass.
     pub fn refresh(&self, options: &BuildOptions) -> Vec<Change> {
         let Ok(mut seen) = self.seen.lock() else {
             return Vec::new();
@@ -206,24 +220,33 @@ impl Catalog {
                 continue;
             }
             *fingerprint = now;
-            changes.push(match load(path, options) {
-                Ok(served) => match self.swap(served) {
-                    Ok(name) => Change::Swapped {
-                        name,
-                        path: path.clone(),
-                    },
-                    Err(failure) => Change::Kept {
-                        path: path.clone(),
-                        why: Rejected::Unbuildable(failure),
-                    },
-                },
-                Err(why) => Change::Kept {
-                    path: path.clone(),
-                    why,
-                },
-            });
+            changes.push(self.check(path.clone(), options, false));
+        }
+        // A glob that matches nothing now, or a directory gone, has no new files.
+        for path in expand(&self.patterns).unwrap_or_default() {
+            if seen.iter().any(|(known, _)| *known == path) {
+                continue;
+            }
+            seen.push((path.clone(), Fingerprint::of(&path)));
+            changes.push(self.check(path, options, true));
         }
         changes
+    }
+
+    /// Checks and builds the plan at `path` (`new` to the catalog or not) and serves it if it
+    /// passes.
+    fn check(&self, path: PathBuf, options: &BuildOptions, new: bool) -> Change {
+        match load(&path, options) {
+            Ok(served) => match self.swap(served) {
+                Ok(name) if new => Change::Added { name, path },
+                Ok(name) => Change::Swapped { name, path },
+                Err(failure) => Change::Kept {
+                    path,
+                    why: Rejected::Unbuildable(failure),
+                },
+            },
+            Err(why) => Change::Kept { path, why },
+        }
     }
 
     /// Puts `served` in place of the plan read from the same file (whose name may have changed).
@@ -333,6 +356,35 @@ mod tests {
         assert!(
             catalog.get("second-name").is_some(),
             "the old version still serves"
+        );
+    }
+
+    #[test]
+    fn a_plan_file_new_in_a_served_directory_is_served_once_it_passes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let first = dir.path().join("a.yaml");
+        write(&first, "first");
+        let pattern = dir.path().to_string_lossy().into_owned();
+        let catalog = Catalog::new(vec![load(&first, &quiet()).ok().expect("valid")])
+            .expect("catalog")
+            .watching(vec![pattern]);
+        assert!(catalog.refresh(&quiet()).is_empty(), "nothing new");
+        let added = dir.path().join("b.yaml");
+        std::fs::write(&added, "version: 1\nname: broken\nsteps: 3\n").expect("written");
+        let changes = catalog.refresh(&quiet());
+        assert!(matches!(&changes[..], [Change::Kept { path, .. }] if *path == added));
+        assert!(catalog.get("broken").is_none());
+        write(&added, "second");
+        let changes = catalog.refresh(&quiet());
+        assert!(matches!(&changes[..], [Change::Swapped { name, .. }] if name == "second"));
+        let third = dir.path().join("c.yaml");
+        write(&third, "third");
+        let changes = catalog.refresh(&quiet());
+        assert!(matches!(&changes[..], [Change::Added { name, .. }] if name == "third"));
+        assert_eq!(catalog.all().len(), 3);
+        assert!(
+            catalog.refresh(&quiet()).is_empty(),
+            "each file is taken in once"
         );
     }
 }

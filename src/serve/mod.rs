@@ -9,8 +9,8 @@
 //!
 //! At most `max_concurrent` runs go at once and at most `queue` requests wait for a slot; beyond
 //! that a request gets 429 with `Retry-After`. SIGTERM or Ctrl-C stops accepting connections and
-//! lets the runs in flight finish for a grace period, then cancels what is left; the server then
-//! returns.
+//! lets the runs in flight finish for a grace period, then cancels what is left (at once, on a
+//! second signal); the server then returns.
 //!
 //! The status rule, the same for every endpoint that runs a plan: 200 with the record when the
 //! run completes, 422 with the record when it fails or is cancelled, 400 when the request or its
@@ -70,15 +70,26 @@ pub trait Reporter: Send + Sync {
     fn rejected(&self, path: &Path, diagnostics: &[Diagnostic], failure: Option<&Failure>);
 }
 
-/// Binds `options.addr`, says so, and serves `catalog` until `shutdown` resolves; then drains
-/// (see the module docs) and returns.
-pub async fn serve(
+/// When the server stops: `first` starts the drain, `second` (the operator insisting) ends the
+/// grace period at once.
+pub struct Shutdown<F, G> {
+    pub first: F,
+    pub second: G,
+}
+
+/// Binds `options.addr`, says so, and serves `catalog` until `shutdown.first` resolves; then
+/// drains (see the module docs) and returns.
+pub async fn serve<F, G>(
     runner: Runner,
     catalog: Catalog,
     options: ServeOptions,
     reporter: Arc<dyn Reporter>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Failure> {
+    shutdown: Shutdown<F, G>,
+) -> Result<(), Failure>
+where
+    F: Future<Output = ()> + Send + 'static,
+    G: Future<Output = ()> + Send + 'static,
+{
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
         .map_err(|e| {
@@ -115,16 +126,24 @@ pub async fn serve(
     let grace = options.grace;
     let drain_reporter = Arc::clone(&reporter);
     tokio::spawn(async move {
-        shutdown.await;
+        shutdown.first.await;
         drain_reporter.line(&format!(
-            "shutting down: no new connections; {} runs in flight get {} s to finish",
+            "shutting down: no new connections; {} runs in flight get {} s to finish \
+             (a second Ctrl-C or SIGTERM cancels them now)",
             in_flight.running(),
             grace.as_secs_f64()
         ));
         draining.send_replace(true);
-        tokio::time::sleep(grace).await;
+        let insisted = tokio::select! {
+            () = tokio::time::sleep(grace) => false,
+            () = shutdown.second => true,
+        };
         if in_flight.running() > 0 {
-            drain_reporter.line("grace period over: cancelling the runs still in flight");
+            drain_reporter.line(if insisted {
+                "signalled again: cancelling the runs still in flight"
+            } else {
+                "grace period over: cancelling the runs still in flight"
+            });
         }
         stop_runs.send_replace(true);
         // Keep the sender until the server is gone, so runs never see it dropped.
@@ -175,6 +194,9 @@ async fn watch_files(
         };
         for change in changes {
             match change {
+                catalog::Change::Added { name, path } => {
+                    reporter.line(&format!("now serving {} as {name}", path.display()));
+                }
                 catalog::Change::Swapped { name, path } => {
                     reporter.line(&format!("reloaded {} (serving as {name})", path.display()));
                 }

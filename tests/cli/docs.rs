@@ -1,5 +1,5 @@
-//! Docs are tests: README YAML examples validate, and the list of diagnostic codes in
-//! `docs/diagnostics.md` matches the codes the code can emit.
+//! Docs are tests: README YAML examples (plans and test files) validate, and the list of
+//! diagnostic codes in `docs/diagnostics.md` matches the codes the code can emit.
 
 use std::collections::BTreeSet;
 
@@ -8,21 +8,31 @@ use crate::{pagantic, root};
 #[test]
 fn readme_yaml_examples_validate() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    // The examples sit in a `plans/` directory beside the repository's prompts and corpus, as
-    // the README's plans do, so their relative paths resolve.
+    // The examples sit in a `plans/` directory beside the repository's plans, their data, prompts
+    // and corpus, as the README's plans and test files do, so their relative paths resolve.
     let dir = tempfile::tempdir().expect("temp dir");
     let plans = dir.path().join("plans");
     std::fs::create_dir_all(&plans).expect("plans dir");
-    for shared in ["prompts", "corpus"] {
+    for shared in ["prompts", "corpus", "benches"] {
         std::os::unix::fs::symlink(root().join(shared), dir.path().join(shared)).expect("linked");
     }
-    let mut count = 0;
+    for entry in std::fs::read_dir(root().join("plans")).expect("plans/") {
+        let entry = entry.expect("entry");
+        std::os::unix::fs::symlink(entry.path(), plans.join(entry.file_name())).expect("linked");
+    }
+    let (mut plan_count, mut test_count) = (0, 0);
     for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {
         let body = block.split("```").next().unwrap_or_default();
-        if !body.contains("\nsteps:") {
+        let name = if body.contains("\nsteps:") {
+            plan_count += 1;
+            format!("example-{i}.yaml")
+        } else if body.contains("\ncases:") {
+            test_count += 1;
+            format!("example-{i}.test.yaml")
+        } else {
             continue;
-        }
-        let path = plans.join(format!("example-{i}.yaml"));
+        };
+        let path = plans.join(name);
         std::fs::write(&path, body).expect("written");
         let run = pagantic(&["validate", path.to_str().expect("utf-8")]);
         assert_eq!(
@@ -30,9 +40,9 @@ fn readme_yaml_examples_validate() {
             "README example #{i} is invalid:\n{body}\n{}",
             run.stderr
         );
-        count += 1;
     }
-    assert!(count >= 1, "the README shows at least one plan");
+    assert!(plan_count >= 1, "the README shows at least one plan");
+    assert!(test_count >= 1, "the README shows at least one test file");
 }
 
 #[test]

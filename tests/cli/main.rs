@@ -28,6 +28,7 @@ mod run;
 mod schema;
 mod serve;
 mod session;
+mod tool_cache;
 mod validate;
 
 use std::path::{Path, PathBuf};

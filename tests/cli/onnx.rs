@@ -89,6 +89,58 @@ fn minilm_ranks_the_relevant_passage_first_in_dense_retrieval_and_reranking() {
     }
 }
 
+/// How many entries of `kind` the call cache in `cache` holds.
+fn entries(cache: &str, kind: &str) -> u64 {
+    let stats = pagantic(&["cache", "stats", "--format", "json", "--cache", cache]);
+    let stats: Value = serde_json::from_str(&stats.stdout).expect("json stats");
+    stats["kinds"]
+        .as_array()
+        .and_then(|kinds| kinds.iter().find(|k| k["kind"] == kind))
+        .and_then(|k| k["entries"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Cross-encoder scores go to the call cache: a second run of the rerank step over the same
+/// passages takes both scores from it (its detail says `cached: 2`, the ranking is the same),
+/// while `--no-cache`, or `cache: false` on the model, scores them with the model again.
+#[test]
+fn cross_encoder_scores_are_kept_in_the_call_cache() {
+    require_onnx_models();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().expect("utf-8 path");
+    let rerank = |plan: &str, extra: &[&str]| {
+        let mut args = vec!["run", "--format", "json", plan];
+        args.extend(extra);
+        let run = pagantic(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let record: Value = serde_json::from_str(&run.stdout).expect("json record");
+        let step = step(&record, "rerank");
+        (step["detail"]["cached"].clone(), step["output"].clone())
+    };
+    let plan = "tests/plans/tiny-cross-encoder.yaml";
+    let (cached, first) = rerank(plan, &["--cache", cache]);
+    assert_eq!(cached, 0);
+    assert_eq!(entries(cache, "score"), 2);
+    let (cached, again) = rerank(plan, &["--cache", cache]);
+    assert_eq!(cached, 2, "both scores from the cache");
+    assert_eq!(again, first);
+    assert_eq!(entries(cache, "score"), 2);
+    assert_eq!(rerank(plan, &["--cache", cache, "--no-cache"]).0, 0);
+    let opted_out = dir.path().join("opted-out.yaml");
+    let text = std::fs::read_to_string(root().join(plan))
+        .expect("plan")
+        .replace(
+            "../onnx/",
+            &format!("{}/", root().join("tests/onnx").display()),
+        )
+        .replace("    threads: 1\n", "    threads: 1\n    cache: false\n");
+    assert!(text.contains("cache: false"), "{text}");
+    std::fs::write(&opted_out, text).expect("written");
+    let (cached, output) = rerank(opted_out.to_str().expect("utf-8 path"), &["--cache", cache]);
+    assert_eq!((cached, output), (Value::from(0), first));
+}
+
 /// Passage embeddings go to the call cache: a run of the dense plan leaves `embedding` entries
 /// there, and a second run over the same passages finds them (it adds none; the scorer's unit
 /// test shows that found embeddings are not computed again).
@@ -100,15 +152,7 @@ fn passage_embeddings_are_kept_in_the_call_cache() {
     let cache = cache.to_str().expect("utf-8 path");
     let question = "question=How can I continue a batch job that was interrupted?";
     let plan = "tests/plans/minilm-relevance.yaml";
-    let embeddings = || {
-        let stats = pagantic(&["cache", "stats", "--format", "json", "--cache", cache]);
-        let stats: Value = serde_json::from_str(&stats.stdout).expect("json stats");
-        stats["kinds"]
-            .as_array()
-            .and_then(|kinds| kinds.iter().find(|k| k["kind"] == "embedding"))
-            .and_then(|k| k["entries"].as_u64())
-            .unwrap_or(0)
-    };
+    let embeddings = || entries(cache, "embedding");
     let first = pagantic(&["run", plan, "-i", question, "--cache", cache]);
     assert_eq!(first.code, 0, "{}", first.stderr);
     let kept = embeddings();

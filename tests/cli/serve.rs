@@ -573,6 +573,23 @@ async fn sigterm_drains_the_runs_in_flight_then_exits_0() {
     }
 }
 
+/// A second SIGTERM during the grace period cancels the runs in flight at once: a one-minute run
+/// under 60 s of grace is answered as cancelled, and the server exits 0.
+#[tokio::test]
+async fn a_second_sigterm_cancels_the_runs_in_flight_at_once() {
+    let mut server = Server::start(&["tests/plans/serve/slow.yaml", "--grace", "60"], &[]);
+    let request = run_in_flight(&server, "slow", json!({ "question": "still here" })).await;
+    server.terminate();
+    server.wait_for_line(|l| l.contains("shutting down"));
+    server.terminate();
+    server.wait_for_line(|l| l.contains("signalled again: cancelling the runs still in flight"));
+    let response = request.await.expect("joined").expect("answered");
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let record: Value = response.json().await.expect("json");
+    assert_eq!(record["status"], "cancelled");
+    assert_eq!(server.exit_code(), Some(0));
+}
+
 /// `--watch`: a valid change is swapped in; an invalid one is reported and the last valid
 /// version goes on serving.
 #[tokio::test]

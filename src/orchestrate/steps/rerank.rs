@@ -10,7 +10,7 @@ use crate::rerank::{Keep, Scorer, rerank};
 
 /// Re-scores the candidates in `input` against the query; keeps those scoring `>= min_score`,
 /// as `keep` allows (`top_k`, duplicates, a character budget). The record's detail names the
-/// scorer and how many candidates it scored.
+/// scorer, how many candidates it scored, and how many of those scores came from the call cache.
 pub struct Rerank {
     pub scorer: Arc<dyn Scorer>,
     pub query: String,
@@ -34,13 +34,14 @@ impl StepHandler for Rerank {
                 })?;
             let (scorer, min_score, keep) = (Arc::clone(&self.scorer), self.min_score, self.keep);
             let scored = candidates.len();
-            let kept =
+            let (kept, cached) =
                 blocking(move || rerank(scorer.as_ref(), &query, candidates, min_score, keep))
                     .await?;
             let mut output = candidates_output(kept)?;
             output.detail = Some(serde_json::json!({
                 "scorer": self.scorer.name(),
                 "scored": scored,
+                "cached": cached,
             }));
             Ok(output)
         })

@@ -105,6 +105,19 @@ impl Checker<'_> {
                 self.inline_template(&at_tool, template, TemplateSource::Inline, &scope);
             }
             self.tool_policy(name, &path(&["tools", name]));
+            if tool.cache()
+                && let Some(reason) = tool.uncacheable()
+            {
+                let span = self.span(&path(&["tools", name, "cache"]));
+                self.emit(
+                    PlanError::ToolCache {
+                        name: name.clone(),
+                        reason,
+                    },
+                    span,
+                    "not for this tool",
+                );
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, file_sha256};
 use crate::core::{Failure, FailureCode, Price};
-use crate::inference::{LocalModel, LocalSettings, LocalSource, store};
+use crate::inference::{LocalModel, LocalSettings, LocalSource, hub_pin, store};
 use crate::plan::steps::ModelRole;
 
 /// Most sequences a local model decodes together (batch rows and redundant candidates).
@@ -55,20 +55,30 @@ impl ModelKind for MistralrsModel {
     }
 
     /// An embedded model by the SHA-256 its pull verifies, a file by its own; a Hugging Face
-    /// file by its name (hashing it would mean fetching it).
+    /// file by the revision and SHA-256 the Hugging Face cache recorded when it was fetched
+    /// (null before: lock after the first run fetched it; nothing is fetched to lock it).
     fn locked(&self, dir: &Path) -> Value {
         let source = self.source.as_deref().unwrap_or("default");
-        let sha256 = match LocalSource::parse(source, dir) {
-            Ok(LocalSource::Embedded(model)) => json!(model.file.sha256),
-            Ok(LocalSource::File(path)) => file_sha256(&path),
-            _ => Value::Null,
-        };
-        json!({
+        let mut locked = json!({
             "kind": "mistralrs",
             "source": source,
-            "sha256": sha256,
             "decoder_constraints": self.decoder_constraints.unwrap_or(true),
-        })
+        });
+        let (sha256, revision) = match LocalSource::parse(source, dir) {
+            Ok(LocalSource::Embedded(model)) => (json!(model.file.sha256), None),
+            Ok(LocalSource::File(path)) => (file_sha256(&path), None),
+            Ok(LocalSource::HuggingFace { repo, file }) => {
+                let pin = hub_pin(&repo, &file);
+                let revision = json!(pin.as_ref().map(|p| &p.revision));
+                (json!(pin.and_then(|p| p.sha256)), Some(revision))
+            }
+            Err(_) => (Value::Null, None),
+        };
+        locked["sha256"] = sha256;
+        if let Some(revision) = revision {
+            locked["revision"] = revision;
+        }
+        locked
     }
 
     fn price(&self) -> Option<Price> {

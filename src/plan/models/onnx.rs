@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem, file_sha256};
-use crate::core::{Failure, Memo};
+use crate::core::Failure;
 use crate::inference::store;
 use crate::plan::diagnostic::PlanError;
 use crate::plan::steps::ModelRole;
-use crate::rerank::{BiEncoder, CrossEncoder, OnnxConfig, OnnxModel, OnnxSource};
+use crate::rerank::{BiEncoder, CrossEncoder, OnnxConfig, OnnxModel, OnnxSource, Remembered};
 
 /// Pairs or texts per ONNX inference when the plan sets no `batch_size`.
 const DEFAULT_ONNX_BATCH: usize = 32;
@@ -139,27 +139,24 @@ impl ModelKind for OnnxModelSpec {
             max_length: self.max_length.map(|m| m as usize).or(default_max_length),
         };
         let model = OnnxModel::new(config, env.notice.clone());
+        let remembered = self.remembered(env);
         Ok(match self.task {
-            OnnxTask::CrossEncoder => BuiltModel::Cross(Arc::new(CrossEncoder::new(
-                model,
-                self.sigmoid.unwrap_or(true),
-            ))),
+            OnnxTask::CrossEncoder => BuiltModel::Cross(Arc::new(
+                CrossEncoder::new(model, self.sigmoid.unwrap_or(true)).remembering(remembered),
+            )),
             OnnxTask::BiEncoder => {
-                let encoder = BiEncoder::new(model);
-                BuiltModel::Bi(Arc::new(match self.identity(env) {
-                    Some((memo, identity)) => encoder.remembering(memo, identity),
-                    None => encoder,
-                }))
+                BuiltModel::Bi(Arc::new(BiEncoder::new(model).remembering(remembered)))
             }
         })
     }
 }
 
 impl OnnxModelSpec {
-    /// The memo to keep embeddings in, and what identifies this model's embeddings there: the
-    /// model file's SHA-256 (the embedded model's published one) and the longest input. None
-    /// without a memo or when the file cannot be read.
-    fn identity(&self, env: &ModelEnv<'_>) -> Option<(Arc<dyn Memo>, String)> {
+    /// The memo to keep this model's embeddings or pair scores in, with what identifies them
+    /// there: the model file's SHA-256 (the embedded model's published one), the longest input,
+    /// and for a cross-encoder its task (its values are logits, not embeddings). None without a
+    /// memo or when the file cannot be read.
+    fn remembered(&self, env: &ModelEnv<'_>) -> Option<Remembered> {
         let memo = env.memo.clone()?;
         let sha256 = if self.source == "default" {
             store::DEFAULT_SCORER.file.sha256.to_string()
@@ -167,7 +164,11 @@ impl OnnxModelSpec {
             memo.file_sha256(&self.files(env.dir).0)?
         };
         let max_length = self.max_length.map(|m| m as usize);
-        Some((memo, format!("onnx:{sha256}:{max_length:?}")))
+        let identity = match self.task {
+            OnnxTask::BiEncoder => format!("onnx:{sha256}:{max_length:?}"),
+            OnnxTask::CrossEncoder => format!("onnx:cross-encoder:{sha256}:{max_length:?}"),
+        };
+        Some(Remembered::new(memo, identity))
     }
 }
 

@@ -2,6 +2,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 use super::{ToolEnv, ToolKind};
 use crate::core::Failure;
@@ -20,6 +21,9 @@ pub struct BuiltinToolSpec {
     /// For `read_file`: the directory files may be read from, relative to the plan file.
     #[serde(default)]
     pub root: Option<String>,
+    /// Keep the tool's results in the call cache, so that a later call with the same arguments, in this run or a later one, is answered without running it (default false). For `calculator` and `read_file` (which then answers with what it read the first time); `current_time` is refused.
+    #[serde(default)]
+    pub cache: bool,
 }
 
 /// Tools compiled into pagantic.
@@ -35,6 +39,19 @@ pub enum BuiltinTool {
 }
 
 impl ToolKind for BuiltinToolSpec {
+    fn cache(&self) -> bool {
+        self.cache
+    }
+
+    fn uncacheable(&self) -> Option<String> {
+        (self.builtin == BuiltinTool::CurrentTime)
+            .then(|| "`current_time` answers differently at every call".to_string())
+    }
+
+    fn identity(&self) -> Value {
+        json!({ "kind": "builtin", "builtin": self.builtin, "root": self.root })
+    }
+
     fn build(&self, env: &ToolEnv<'_>) -> Result<ToolRuntime, Failure> {
         let builtin = match self.builtin {
             BuiltinTool::Calculator => Builtin::Calculator,

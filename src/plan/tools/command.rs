@@ -1,10 +1,11 @@
 //! `kind: command` — a program run directly (never through a shell) with an argv template.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{ToolEnv, ToolKind};
 use crate::core::Failure;
@@ -51,9 +52,65 @@ pub struct CommandTool {
     /// Whether calling it twice is the same as once; only idempotent tools are retried automatically.
     #[serde(default)]
     pub idempotent: bool,
+    /// Keep the tool's results in the call cache, so that a later call with the same arguments, in this run or a later one, is answered without running it (default false). Only for a tool that is `idempotent: true` with `side_effects` `none` or `read`. The key covers the tool's definition, its arguments and the contents of the files its `argv` names in the plan's directory (a script, a data file), so editing one runs the tool again; other state a `read` tool reads is not covered.
+    #[serde(default)]
+    pub cache: bool,
+}
+
+impl CommandTool {
+    /// The directory its program runs in.
+    fn run_dir(&self, dir: &Path) -> PathBuf {
+        dir.join(self.working_dir.as_deref().unwrap_or("."))
+    }
 }
 
 impl ToolKind for CommandTool {
+    fn cache(&self) -> bool {
+        self.cache
+    }
+
+    fn uncacheable(&self) -> Option<String> {
+        let changes = match self.side_effects {
+            SideEffects::None | SideEffects::Read => None,
+            SideEffects::Write => Some("write"),
+            SideEffects::External => Some("external"),
+        };
+        match (self.idempotent, changes) {
+            (false, _) => Some("it is not `idempotent: true`".to_string()),
+            (true, Some(changes)) => Some(format!("its side_effects are `{changes}`")),
+            (true, None) => None,
+        }
+    }
+
+    fn identity(&self) -> Value {
+        json!({
+            "kind": "command",
+            "argv": self.argv,
+            "parameters": self.parameters,
+            "max_output_bytes": self.max_output_bytes,
+            "working_dir": self.working_dir,
+            "env": self.env,
+        })
+    }
+
+    /// Every literal (untemplated) argv element, the program included, that names a file
+    /// inside the tool's working directory: `./lookup.sh`, `tools/search.py`, `data/rows.jsonl`.
+    fn files(&self, dir: &Path) -> Vec<PathBuf> {
+        let base = self.run_dir(dir);
+        self.argv
+            .iter()
+            .filter(|arg| {
+                !arg.contains("{{")
+                    && !arg.contains("{%")
+                    && !arg.starts_with('-')
+                    && !Path::new(arg).is_absolute()
+                    && !arg.split('/').any(|part| part == "..")
+            })
+            .map(|arg| base.join(arg))
+            .filter(|path| path.is_file())
+            .collect()
+    }
+
     fn parameters(&self) -> Option<&Value> {
         self.parameters.as_ref()
     }
@@ -80,7 +137,7 @@ impl ToolKind for CommandTool {
                 max_output_bytes: self.max_output_bytes.map_or(DEFAULT_TOOL_OUTPUT, |m| {
                     usize::try_from(m).unwrap_or(usize::MAX)
                 }),
-                working_dir: Some(env.dir.join(self.working_dir.as_deref().unwrap_or("."))),
+                working_dir: Some(self.run_dir(env.dir)),
                 env_allow: self.env.clone(),
                 allow_dash_values: self.allow_dash_values,
             })
@@ -93,5 +150,94 @@ impl ToolKind for CommandTool {
             self.idempotent,
             action,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(argv: &[&str], working_dir: Option<&str>) -> CommandTool {
+        CommandTool {
+            description: "a tool".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            parameters: None,
+            timeout: None,
+            max_output_bytes: None,
+            working_dir: working_dir.map(str::to_string),
+            env: Vec::new(),
+            allow_dash_values: false,
+            side_effects: SideEffects::Read,
+            idempotent: true,
+            cache: true,
+        }
+    }
+
+    #[test]
+    fn the_files_a_tool_names_are_the_literal_argv_elements_that_are_files_here() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("tools/data")).expect("dirs");
+        for file in ["run.sh", "tools/search.py", "tools/data/rows.jsonl", "-v"] {
+            std::fs::write(dir.path().join(file), "x").expect("written");
+        }
+        let named = tool(
+            &[
+                "./run.sh",
+                "tools/search.py",
+                "{{ args.q }}",
+                "-v",
+                "missing.txt",
+                "tools",
+                "/etc/hostname",
+                "../x",
+            ],
+            None,
+        );
+        assert_eq!(
+            named.files(dir.path()),
+            [
+                dir.path().join("./run.sh"),
+                dir.path().join("tools/search.py")
+            ]
+        );
+        let inside = tool(&["python3", "search.py", "data/rows.jsonl"], Some("tools"));
+        assert_eq!(
+            inside.files(dir.path()),
+            [
+                dir.path().join("tools/search.py"),
+                dir.path().join("tools/data/rows.jsonl")
+            ]
+        );
+    }
+
+    #[test]
+    fn only_an_idempotent_tool_that_changes_nothing_may_be_cached() {
+        let cases = [
+            (true, SideEffects::None, None),
+            (true, SideEffects::Read, None),
+            (
+                true,
+                SideEffects::Write,
+                Some("its side_effects are `write`"),
+            ),
+            (
+                true,
+                SideEffects::External,
+                Some("its side_effects are `external`"),
+            ),
+            (
+                false,
+                SideEffects::None,
+                Some("it is not `idempotent: true`"),
+            ),
+        ];
+        for (idempotent, side_effects, expected) in cases {
+            let spec = CommandTool {
+                idempotent,
+                side_effects,
+                ..tool(&["echo"], None)
+            };
+            assert_eq!(spec.uncacheable().as_deref(), expected, "{side_effects:?}");
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! in the [`tool_kinds!`] registry, which expands to the `kind`-tagged [`ToolSpec`] enum and its
 //! dispatch.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -68,6 +68,19 @@ pub trait ToolKind {
     }
     /// Templates the tool renders with the call's `args` (and `results`), and where each is written.
     fn templates(&self) -> Vec<(FieldPath, &str)> {
+        Vec::new()
+    }
+    /// Whether the plan asks for its results to be kept in the call cache (`cache: true`).
+    fn cache(&self) -> bool;
+    /// Why its results must not be reused, when they must not (`validate` refuses `cache: true`
+    /// then): it is not idempotent, it changes something, or its answer changes by itself.
+    fn uncacheable(&self) -> Option<String>;
+    /// What decides its results besides its arguments and [`files`](ToolKind::files): its kind
+    /// and definition (part of a cached result's key).
+    fn identity(&self) -> Value;
+    /// Files of the plan's directory it runs or reads by name (a script or data file written
+    /// in `argv`): the lockfile pins them, and a cached result's key holds their SHA-256.
+    fn files(&self, _dir: &Path) -> Vec<PathBuf> {
         Vec::new()
     }
     /// The run-time tool.
