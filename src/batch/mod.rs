@@ -142,9 +142,9 @@ pub async fn run(
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut usage = TokenUsage::default();
     let mut cost = None;
-    let mut running: JoinSet<(usize, Value, RunRecord, u64, CacheTally)> = JoinSet::new();
+    let mut running: JoinSet<(usize, String, RunRecord, u64, CacheTally)> = JoinSet::new();
     let mut cache = CacheTally::default();
-    let mut waiting_lines: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut waiting_lines: BTreeMap<usize, String> = BTreeMap::new();
     let (mut next_sequence, mut next_to_write) = (0usize, 0usize);
     let mut started_rows = 0usize;
     let mut stop = false;
@@ -233,9 +233,11 @@ pub async fn run(
                     let events = session.events().new_run();
                     running.spawn(async move {
                         let record = execute(&pipeline, bound, run_options, &events).await;
+                        // The line is written out here, on the row's own task, so the loop
+                        // that writes lines in order only has to copy it out.
                         (
                             sequence,
-                            row_json(&row),
+                            line_for(&row, &record),
                             record,
                             events.model_calls(),
                             events.cache_tally(),
@@ -243,7 +245,7 @@ pub async fn run(
                     });
                 }
                 Err(failure) => {
-                    let line = json!({ "row": row.id, "index": row.index, "status": "error", "input": row.data, "error": failure });
+                    let line = json!({ "row": row.id, "index": row.index, "status": "error", "input": row.data, "error": failure }).to_string();
                     write(
                         &mut sink,
                         &mut waiting_lines,
@@ -262,7 +264,7 @@ pub async fn run(
         }
         tokio::select! {
             joined = running.join_next() => {
-                let Some(Ok((sequence, row, record, calls, cached))) = joined else { continue };
+                let Some(Ok((sequence, line, record, calls, cached))) = joined else { continue };
                 if record.status == RunStatus::Cancelled {
                     // The row saw the cancellation before this loop did: abandoned like the rows
                     // still in flight (they end the same way), so a resume runs it again.
@@ -281,7 +283,7 @@ pub async fn run(
                 let ok = record.status == RunStatus::Complete;
                 if ok { counts.ok += 1 } else { counts.failed += 1 }
                 stop |= !ok && options.fail_fast;
-                write(&mut sink, &mut waiting_lines, &mut next_to_write, sequence, line_for(row, &record), options.ordered)?;
+                write(&mut sink, &mut waiting_lines, &mut next_to_write, sequence, line, options.ordered)?;
                 counts.elapsed = started.elapsed();
                 counts.total = total.get().copied();
                 progress(&counts);
@@ -412,29 +414,25 @@ pub async fn preview(
 /// Writes a line now, or (with `ordered`) once every earlier line is written.
 fn write(
     sink: &mut Sink,
-    waiting: &mut BTreeMap<usize, Value>,
+    waiting: &mut BTreeMap<usize, String>,
     next_to_write: &mut usize,
     sequence: usize,
-    line: Value,
+    line: String,
     ordered: bool,
 ) -> Result<(), Failure> {
     if !ordered {
-        return sink.write_line(&line);
+        return sink.write_line(line);
     }
     waiting.insert(sequence, line);
     while let Some(line) = waiting.remove(next_to_write) {
-        sink.write_line(&line)?;
+        sink.write_line(line)?;
         *next_to_write += 1;
     }
     Ok(())
 }
 
-fn row_json(row: &Row) -> Value {
-    json!({ "row": row.id, "index": row.index, "input": row.data })
-}
-
 /// One output line: the row, its status, output or error, usage, cost and timings per step.
-fn line_for(mut row: Value, record: &RunRecord) -> Value {
+fn line_for(row: &Row, record: &RunRecord) -> String {
     let status = match record.status {
         RunStatus::Complete => "ok",
         RunStatus::Error => "error",
@@ -445,22 +443,26 @@ fn line_for(mut row: Value, record: &RunRecord) -> Value {
         .iter()
         .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage, "cost": s.cost }))
         .collect();
-    if let Value::Object(map) = &mut row {
-        map.insert("run_id".into(), json!(record.run_id));
-        map.insert("status".into(), json!(status));
-        map.insert(
-            "output".into(),
-            record.output.clone().unwrap_or(Value::Null),
-        );
-        if let Some(error) = &record.error {
-            map.insert("error".into(), json!(error));
-        }
-        map.insert("usage".into(), json!(record.usage));
-        map.insert("cost".into(), json!(record.cost));
-        map.insert("duration_ms".into(), json!(record.duration_ms));
-        map.insert("steps".into(), Value::Array(steps));
+    let mut line = Map::new();
+    line.insert("row".into(), json!(row.id));
+    line.insert("index".into(), json!(row.index));
+    line.insert("input".into(), Value::Object(row.data.clone()));
+    line.insert("run_id".into(), json!(record.run_id));
+    line.insert("status".into(), json!(status));
+    line.insert(
+        "output".into(),
+        record.output.clone().unwrap_or(Value::Null),
+    );
+    if let Some(error) = &record.error {
+        line.insert("error".into(), json!(error));
     }
-    row
+    line.insert("usage".into(), json!(record.usage));
+    line.insert("cost".into(), json!(record.cost));
+    line.insert("duration_ms".into(), json!(record.duration_ms));
+    line.insert("steps".into(), Value::Array(steps));
+    // Written out from a JSON value: serde_json's own writer for it is optimised even where
+    // this crate is not (dev builds), so this is cheaper than serialising a struct directly.
+    Value::Object(line).to_string()
 }
 
 fn percentiles(mut times: Vec<f64>) -> StepTimes {

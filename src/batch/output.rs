@@ -25,9 +25,8 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// Writes one row's line and flushes it.
-    pub fn write_line(&mut self, line: &Value) -> Result<(), Failure> {
-        let mut text = line.to_string();
+    /// Writes one row's line (its JSON, without the newline) and flushes it.
+    pub fn write_line(&mut self, mut text: String) -> Result<(), Failure> {
         text.push('\n');
         match self {
             Sink::Stdout => {
@@ -163,7 +162,7 @@ mod tests {
             HashSet::from(["1".to_string(), "2".to_string()])
         );
         assert_eq!(previous.dropped, 1);
-        sink.write_line(&json!({ "row": "3", "status": "ok" }))
+        sink.write_line(json!({ "row": "3", "status": "ok" }).to_string())
             .expect("write");
         let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(text.lines().count(), 3);
@@ -184,7 +183,7 @@ mod tests {
         let (mut sink, previous) = open(&path, true, false).expect("open");
         assert_eq!(previous.done, HashSet::from(["1".to_string()]));
         assert_eq!(previous.dropped, 1);
-        sink.write_line(&json!({ "row": "2", "status": "ok" }))
+        sink.write_line(json!({ "row": "2", "status": "ok" }).to_string())
             .expect("write");
         let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -114,10 +114,58 @@ enum Write {
     Flush(Sender<()>),
 }
 
+/// Consecutive hits share one read transaction, a snapshot of the database, for at most this
+/// long and [`SNAPSHOT_LOOKUPS`] lookups: beginning and ending a transaction costs more than the
+/// lookup itself, and a re-run answered from the cache is a stream of hits. No lookup reads a
+/// snapshot older than this, so what this process and others write is seen at most this much
+/// later. A miss ends the transaction (the model is called next) and so does a flush (the end
+/// of a run), so one is not left open while nothing is looked up.
+const SNAPSHOT_FOR: Duration = Duration::from_millis(100);
+
+/// Most lookups one read transaction serves.
+const SNAPSHOT_LOOKUPS: u32 = 256;
+
+/// The connection lookups read through, and the read transaction consecutive hits share.
+struct Reader {
+    connection: Connection,
+    /// When the open read transaction began, and how many lookups it has served.
+    snapshot: Option<(Instant, u32)>,
+}
+
+impl Reader {
+    /// Begins a read transaction unless one is open and still within its bounds.
+    fn snapshot(&mut self) -> Result<(), String> {
+        match self.snapshot {
+            Some((began, lookups))
+                if began.elapsed() < SNAPSHOT_FOR
+                    && lookups < SNAPSHOT_LOOKUPS
+                    && !self.connection.is_autocommit() =>
+            {
+                Ok(())
+            }
+            _ => {
+                self.end_snapshot()?;
+                self.connection.execute_batch("BEGIN").map_err(sql)?;
+                self.snapshot = Some((Instant::now(), 0));
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the read transaction, if one is open.
+    fn end_snapshot(&mut self) -> Result<(), String> {
+        self.snapshot = None;
+        if self.connection.is_autocommit() {
+            return Ok(());
+        }
+        self.connection.execute_batch("COMMIT").map_err(sql)
+    }
+}
+
 /// An open cache database.
 pub struct Database {
     path: PathBuf,
-    reader: Mutex<Connection>,
+    reader: Mutex<Reader>,
     writes: Mutex<Option<Sender<Write>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -174,7 +222,10 @@ impl Database {
             .map_err(|e| format!("cannot start the cache's writer: {e}"))?;
         Ok(Arc::new(Database {
             path: path.to_path_buf(),
-            reader: Mutex::new(reader),
+            reader: Mutex::new(Reader {
+                connection: reader,
+                snapshot: None,
+            }),
             writes: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(thread)),
         }))
@@ -184,20 +235,32 @@ impl Database {
     /// queues marking it used now (what `prune --older-than` goes by).
     pub fn get(&self, key: &Key) -> Result<Option<Stored>, String> {
         let found = {
-            let reader = self.reader.lock().map_err(|e| e.to_string())?;
-            let mut statement = reader
+            let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
+            reader.snapshot()?;
+            let found = reader
+                .connection
                 .prepare_cached("SELECT value, duration_ms, used_at FROM entries WHERE key = ?1")
-                .map_err(sql)?;
-            statement
-                .query_row([&key.0[..]], |row| {
-                    let stored = Stored {
-                        value: row.get(0)?,
-                        duration_ms: row.get(1)?,
-                    };
-                    Ok((stored, row.get::<_, i64>(2)?))
+                .and_then(|mut statement| {
+                    statement
+                        .query_row([&key.0[..]], |row| {
+                            let stored = Stored {
+                                value: row.get(0)?,
+                                duration_ms: row.get(1)?,
+                            };
+                            Ok((stored, row.get::<_, i64>(2)?))
+                        })
+                        .optional()
                 })
-                .optional()
-                .map_err(sql)?
+                .map_err(sql);
+            let hit = matches!(found, Ok(Some(_)));
+            if hit && let Some((_, lookups)) = &mut reader.snapshot {
+                *lookups += 1;
+            } else if let Err(reason) = reader.end_snapshot()
+                && found.is_ok()
+            {
+                return Err(reason);
+            }
+            found?
         };
         Ok(found.map(|(stored, used_at)| {
             if now() - used_at > TOUCH_AFTER_SECS {
@@ -227,6 +290,7 @@ impl Database {
     pub fn file_hash(&self, path: &str, size: u64, modified_ns: i64) -> Option<String> {
         let reader = self.reader.lock().ok()?;
         reader
+            .connection
             .query_row(
                 "SELECT sha256 FROM file_hashes WHERE path = ?1 AND size = ?2 AND modified_ns = ?3",
                 params![path, size, modified_ns],
@@ -247,11 +311,16 @@ impl Database {
         });
     }
 
-    /// Waits until every write queued so far is committed (or has failed).
+    /// Waits until every write queued so far is committed (or has failed), and lets lookups
+    /// see them.
     pub fn flush(&self) {
         let (done, wait) = mpsc::channel();
         self.send(Write::Flush(done));
         let _ = wait.recv();
+        if let Ok(mut reader) = self.reader.lock() {
+            // A read transaction that cannot end is one the connection no longer has.
+            let _ = reader.end_snapshot();
+        }
     }
 
     /// Commits what is queued and stops the writer.
@@ -277,7 +346,9 @@ impl Database {
 
     /// What `pagantic cache stats` shows.
     pub fn stats(&self) -> Result<CacheStats, String> {
-        let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
+        reader.end_snapshot()?;
+        let reader = &reader.connection;
         let mut statement = reader
             .prepare(
                 "SELECT kind, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM entries GROUP BY kind ORDER BY kind",
@@ -339,6 +410,7 @@ impl Database {
         self.flush();
         let reader = self.reader.lock().map_err(|e| e.to_string())?;
         let deleted = reader
+            .connection
             .execute("DELETE FROM entries WHERE used_at < ?1", [before])
             .map_err(sql)?;
         Ok(deleted as u64)
@@ -348,6 +420,7 @@ impl Database {
     pub fn clear(&self) -> Result<u64, String> {
         self.flush();
         let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let reader = &reader.connection;
         let deleted = reader.execute("DELETE FROM entries", []).map_err(sql)?;
         reader
             .execute_batch("DELETE FROM runs; DELETE FROM file_hashes; VACUUM;")
@@ -439,4 +512,53 @@ fn commit(
         }
     }
     transaction.commit().map_err(sql)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(path: &Path) -> Arc<Database> {
+        Database::open(path, |reason| panic!("write failed: {reason}")).expect("opens")
+    }
+
+    fn key(n: u8) -> Key {
+        Key([n; 32])
+    }
+
+    /// Two connections to one database: the first has just been answered from it (so its
+    /// snapshot is open), and the second has since stored entry 2.
+    fn reader_after_a_hit() -> (tempfile::TempDir, Arc<Database>, Arc<Database>) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("cache.db");
+        let (reader, writer) = (open(&path), open(&path));
+        writer.put(key(1), "call", "one".into(), 1, 1.0);
+        writer.flush();
+        assert!(reader.get(&key(1)).expect("reads").is_some());
+        writer.put(key(2), "call", "two".into(), 1, 1.0);
+        writer.flush();
+        (dir, reader, writer)
+    }
+
+    #[test]
+    fn hits_share_a_snapshot_and_a_miss_ends_it() {
+        let (_dir, reader, writer) = reader_after_a_hit();
+        // Written by another connection while the reader's snapshot is open: not seen yet...
+        assert_eq!(reader.get(&key(2)).expect("reads"), None);
+        // ...but the miss ended the snapshot, so the next lookup sees it.
+        let found = reader.get(&key(2)).expect("reads").expect("found");
+        assert_eq!(found.value, "two");
+        // A flush ends it too: what was written before it is seen after it.
+        writer.put(key(3), "call", "three".into(), 1, 1.0);
+        writer.flush();
+        reader.flush();
+        assert!(reader.get(&key(3)).expect("reads").is_some());
+    }
+
+    #[test]
+    fn a_snapshot_ends_after_its_time() {
+        let (_dir, reader, _writer) = reader_after_a_hit();
+        std::thread::sleep(SNAPSHOT_FOR + Duration::from_millis(20));
+        assert!(reader.get(&key(2)).expect("reads").is_some());
+    }
 }

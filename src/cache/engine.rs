@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::OnceCell;
 
-use super::{CallCache, Key};
+use super::CallCache;
+use super::key::CallKeys;
 use crate::core::{Failure, FailureCode, TokenUsage, ToolCall};
 use crate::inference::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, SchemaMode,
@@ -33,9 +34,9 @@ struct StoredAnswer {
 pub struct CachedEngine {
     inner: Arc<dyn Engine>,
     cache: Arc<CallCache>,
-    /// The engine's identity with its model file's SHA-256, worked out on the first call (a
-    /// file is hashed once); None when the engine cannot be cached.
-    identity: OnceCell<Option<Value>>,
+    /// The keys of its calls, from the engine's identity with its model file's SHA-256, worked
+    /// out on the first call (a file is hashed once); None when the engine cannot be cached.
+    keys: OnceCell<Option<CallKeys>>,
 }
 
 impl CachedEngine {
@@ -43,35 +44,36 @@ impl CachedEngine {
         CachedEngine {
             inner,
             cache,
-            identity: OnceCell::new(),
+            keys: OnceCell::new(),
         }
     }
 
-    async fn identity(&self) -> Option<&Value> {
-        self.identity
+    async fn keys(&self) -> Option<&CallKeys> {
+        self.keys
             .get_or_init(|| async {
                 let EngineIdentity { settings, file } = self.inner.identity()?;
                 let Some(path) = file else {
-                    return Some(settings);
+                    return Some(CallKeys::new(&settings));
                 };
                 let cache = Arc::clone(&self.cache);
                 let sha256 = tokio::task::spawn_blocking(move || cache.file_sha256(&path))
                     .await
                     .ok()
                     .flatten()?;
-                Some(json!({ "settings": settings, "file_sha256": sha256 }))
+                let identity = json!({ "settings": settings, "file_sha256": sha256 });
+                Some(CallKeys::new(&identity))
             })
             .await
             .as_ref()
     }
 
     async fn call(&self, request: Request, sink: Option<TokenSink>) -> Result<Response, Failure> {
-        let identity = match self.identity().await {
-            Some(identity) if self.cache.usable() => identity,
+        let keys = match self.keys().await {
+            Some(keys) if self.cache.usable() => keys,
             _ if self.cache.only() => return Err(self.miss("the cache cannot answer it")),
             _ => return self.pass_through(request, sink).await,
         };
-        let key = Key::of_call(identity, &request);
+        let key = keys.key(&request);
         if let Some(stored) = self.cache.get(&key)
             && let Ok(answer) = serde_json::from_str::<StoredAnswer>(&stored.value)
         {

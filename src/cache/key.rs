@@ -18,31 +18,52 @@ pub struct Key(pub [u8; 32]);
 impl Key {
     /// The key of an entry of `kind` decided by `parts` (each serialised as JSON).
     pub fn of(kind: &str, parts: &[&dyn erased::Part]) -> Key {
-        let mut hasher = Sha256::new();
-        hasher.update(KEY_VERSION);
+        Key(hasher(kind, parts).finalize().into())
+    }
+}
+
+/// The hash state after a key's version, `kind` and `parts`: a key is this state finalised, or
+/// with more parts fed first.
+fn hasher(kind: &str, parts: &[&dyn erased::Part]) -> Sha256 {
+    let mut hasher = Sha256::new();
+    hasher.update(KEY_VERSION);
+    hasher.update([0]);
+    hasher.update(kind.as_bytes());
+    for part in parts {
         hasher.update([0]);
-        hasher.update(kind.as_bytes());
-        for part in parts {
-            hasher.update([0]);
-            part.feed(&mut hasher);
-        }
-        Key(hasher.finalize().into())
+        part.feed(&mut hasher);
+    }
+    hasher
+}
+
+/// The keys of one engine's model calls: the engine's identity (its settings, and the SHA-256
+/// of its model file when it has one) and the request. The part every call shares is hashed
+/// once, so a call hashes only its request; a key is the same as
+/// `Key::of("call", &[engine, request])`.
+#[derive(Clone)]
+pub struct CallKeys(Sha256);
+
+impl CallKeys {
+    pub fn new(engine: &Value) -> Self {
+        CallKeys(hasher("call", &[engine]))
     }
 
-    /// The key of a model call: the engine's identity (`engine`: its settings, and the SHA-256
-    /// of its model file when it has one) and the request. A candidate number counts only for a
-    /// sampled call (temperature above 0): greedy candidates are the same answer.
-    pub fn of_call(engine: &Value, request: &Request) -> Key {
+    /// The key of `request`. A candidate number counts only for a sampled call (temperature
+    /// above 0): greedy candidates are the same answer.
+    pub fn key(&self, request: &Request) -> Key {
+        let mut hasher = self.0.clone();
+        hasher.update([0]);
         let sampled = request.temperature.is_some_and(|t| t > 0.0);
         if sampled || request.candidate.is_none() {
-            Key::of("call", &[engine, request])
+            erased::Part::feed(request, &mut hasher);
         } else {
-            let request = Request {
+            let greedy = Request {
                 candidate: None,
                 ..request.clone()
             };
-            Key::of("call", &[engine, &request])
+            erased::Part::feed(&greedy, &mut hasher);
         }
+        Key(hasher.finalize().into())
     }
 }
 
@@ -79,41 +100,43 @@ mod tests {
     }
 
     #[test]
+    fn a_call_key_is_the_key_of_its_engine_and_request() {
+        let engine = json!({ "engine": "scripted", "settings": { "n": 1 } });
+        let request = Request {
+            max_tokens: Some(5),
+            ..request("hi")
+        };
+        assert_eq!(
+            CallKeys::new(&engine).key(&request),
+            Key::of("call", &[&engine, &request])
+        );
+    }
+
+    #[test]
     fn every_part_of_a_call_changes_its_key() {
         let engine = json!({ "engine": "scripted" });
-        let base = Key::of_call(&engine, &request("hi"));
-        assert_eq!(base, Key::of_call(&engine, &request("hi")));
+        let keys = CallKeys::new(&engine);
+        let base = keys.key(&request("hi"));
+        assert_eq!(base, keys.key(&request("hi")));
         let changed = [
-            Key::of_call(&json!({ "engine": "other" }), &request("hi")),
-            Key::of_call(&engine, &request("hi!")),
-            Key::of_call(
-                &engine,
-                &Request {
-                    max_tokens: Some(5),
-                    ..request("hi")
-                },
-            ),
-            Key::of_call(
-                &engine,
-                &Request {
-                    seed: Some(1),
-                    ..request("hi")
-                },
-            ),
-            Key::of_call(
-                &engine,
-                &Request {
-                    json_schema: Some(json!({ "type": "object" })),
-                    ..request("hi")
-                },
-            ),
-            Key::of_call(
-                &engine,
-                &Request {
-                    temperature: Some(0.7),
-                    ..request("hi")
-                },
-            ),
+            CallKeys::new(&json!({ "engine": "other" })).key(&request("hi")),
+            keys.key(&request("hi!")),
+            keys.key(&Request {
+                max_tokens: Some(5),
+                ..request("hi")
+            }),
+            keys.key(&Request {
+                seed: Some(1),
+                ..request("hi")
+            }),
+            keys.key(&Request {
+                json_schema: Some(json!({ "type": "object" })),
+                ..request("hi")
+            }),
+            keys.key(&Request {
+                temperature: Some(0.7),
+                ..request("hi")
+            }),
         ];
         for key in changed {
             assert_ne!(key, base);
@@ -123,19 +146,16 @@ mod tests {
 
     #[test]
     fn the_candidate_number_counts_only_for_sampled_calls() {
-        let engine = json!({ "engine": "scripted" });
+        let keys = CallKeys::new(&json!({ "engine": "scripted" }));
         let candidate = |n, temperature| {
-            Key::of_call(
-                &engine,
-                &Request {
-                    candidate: Some(n),
-                    temperature,
-                    ..request("hi")
-                },
-            )
+            keys.key(&Request {
+                candidate: Some(n),
+                temperature,
+                ..request("hi")
+            })
         };
         assert_eq!(candidate(1, Some(0.0)), candidate(2, Some(0.0)));
-        assert_eq!(candidate(1, None), Key::of_call(&engine, &request("hi")));
+        assert_eq!(candidate(1, None), keys.key(&request("hi")));
         assert_ne!(candidate(1, Some(0.7)), candidate(2, Some(0.7)));
     }
 }

@@ -67,7 +67,7 @@ fn render_template(args: &Args) -> Outcome {
             )
         })
         .collect();
-    match Templates::new(dir).render_file(&name, &context) {
+    match Templates::new(dir).render_file(&name, &Value::Object(context)) {
         Ok(text) => {
             writeln!(io::stdout(), "{text}")?;
             Ok(EXIT_OK)

@@ -491,20 +491,23 @@ impl Events {
         if let Some(watcher) = &self.inner.watch.events {
             watcher(&event);
         }
-        let line = match &outputs.session {
-            Some(session) => serde_json::to_string(&InSession {
-                session,
-                event: &event,
-            }),
-            None => serde_json::to_string(&event),
-        };
-        if let Some(sink) = &outputs.sink
-            && let Ok(mut sink) = sink.lock()
-            && let Ok(line) = line
-        {
-            // An events file that cannot be written must not fail the run.
-            let _ = writeln!(sink, "{line}");
-            let _ = sink.flush();
+        // Serialised only when there is a file to write it to: a batch without `--events`
+        // emits several events a row, and writing them as JSON would be most of its work.
+        if let Some(sink) = &outputs.sink {
+            let line = match &outputs.session {
+                Some(session) => serde_json::to_string(&InSession {
+                    session,
+                    event: &event,
+                }),
+                None => serde_json::to_string(&event),
+            };
+            if let Ok(line) = line
+                && let Ok(mut sink) = sink.lock()
+            {
+                // An events file that cannot be written must not fail the run.
+                let _ = writeln!(sink, "{line}");
+                let _ = sink.flush();
+            }
         }
         if let Some(kept) = &outputs.kept
             && let Ok(mut kept) = kept.lock()

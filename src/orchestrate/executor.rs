@@ -169,7 +169,7 @@ impl Schedule {
 pub async fn execute(
     pipeline: &Pipeline,
     inputs: Value,
-    options: RunOptions,
+    mut options: RunOptions,
     events: &Events,
 ) -> RunRecord {
     let started = Instant::now();
@@ -200,6 +200,7 @@ pub async fn execute(
     let mut cancelled = *cancel.borrow();
     let mut cancel_closed = false;
     let inputs = Arc::new(inputs);
+    let run_scope = RunScope::new(pipeline, &inputs, std::mem::take(&mut options.globals));
 
     loop {
         while failure.is_none() && !cancelled && in_flight.len() < options.max_parallel {
@@ -208,7 +209,7 @@ pub async fn execute(
             };
             let step = &pipeline.steps[index];
             let ctx = StepContext {
-                scope: scope_for(pipeline, index, &inputs, &options.globals, &records),
+                scope: run_scope.for_step(pipeline, index, &records),
                 templates: Arc::clone(&pipeline.templates),
                 events: events.clone(),
                 step: step.name.clone(),
@@ -386,7 +387,7 @@ pub async fn render_step(
         return Err(error);
     }
     let ctx = StepContext {
-        scope: scope_for(pipeline, target, &inputs, &globals, &record.steps),
+        scope: RunScope::new(pipeline, &inputs, globals).for_step(pipeline, target, &record.steps),
         templates: Arc::clone(&pipeline.templates),
         events: events.clone(),
         step: step.name.clone(),
@@ -428,48 +429,65 @@ fn mark_not_run(pipeline: &Pipeline, records: &mut [StepRecord], after_failure: 
     }
 }
 
-/// The template context of a step: inputs, vars, its upstream steps, the run's globals, and
-/// `input` when it has predecessors (one predecessor: its output; several: an object of their
-/// outputs by name).
-fn scope_for(
-    pipeline: &Pipeline,
-    index: usize,
-    inputs: &Value,
-    globals: &Map<String, Value>,
-    records: &[StepRecord],
-) -> Value {
-    let step = &pipeline.steps[index];
-    let mut steps = Map::new();
-    for &u in &step.reads {
-        steps.insert(records[u].name.clone(), step_view(&records[u]));
-    }
-    let mut scope = Map::new();
-    scope.insert("inputs".into(), inputs.clone());
-    scope.insert("vars".into(), pipeline.vars.clone());
-    scope.insert("steps".into(), Value::Object(steps));
-    scope.extend(globals.iter().map(|(k, v)| (k.clone(), v.clone())));
-    match step.needs.as_slice() {
-        [] => {}
-        [only] => {
-            scope.insert(
-                "input".into(),
-                records[*only].output.clone().unwrap_or(Value::Null),
-            );
-        }
-        many => {
-            let joined: Map<String, Value> = many
-                .iter()
-                .map(|&n| {
-                    (
-                        records[n].name.clone(),
-                        records[n].output.clone().unwrap_or(Value::Null),
-                    )
-                })
-                .collect();
-            scope.insert("input".into(), Value::Object(joined));
+/// What the template context of every step of a run shares: inputs, vars and the run's globals,
+/// in the order a step's context has them, `steps` holding its place. Built once per run; a
+/// step's context is a copy with its own upstream steps put in.
+struct RunScope {
+    base: Map<String, Value>,
+    /// Whether a global named `steps` took the place of the steps (it then stays).
+    steps_from_globals: bool,
+}
+
+impl RunScope {
+    fn new(pipeline: &Pipeline, inputs: &Value, globals: Map<String, Value>) -> Self {
+        let steps_from_globals = globals.contains_key("steps");
+        let mut base = Map::new();
+        base.insert("inputs".into(), inputs.clone());
+        base.insert("vars".into(), pipeline.vars.clone());
+        base.insert("steps".into(), Value::Object(Map::new()));
+        base.extend(globals);
+        RunScope {
+            base,
+            steps_from_globals,
         }
     }
-    Value::Object(scope)
+
+    /// The template context of a step: inputs, vars, its upstream steps, the run's globals, and
+    /// `input` when it has predecessors (one predecessor: its output; several: an object of
+    /// their outputs by name).
+    fn for_step(&self, pipeline: &Pipeline, index: usize, records: &[StepRecord]) -> Value {
+        let step = &pipeline.steps[index];
+        let mut scope = self.base.clone();
+        if !self.steps_from_globals {
+            let mut steps = Map::new();
+            for &u in &step.reads {
+                steps.insert(records[u].name.clone(), step_view(&records[u]));
+            }
+            scope.insert("steps".into(), Value::Object(steps));
+        }
+        match step.needs.as_slice() {
+            [] => {}
+            [only] => {
+                scope.insert(
+                    "input".into(),
+                    records[*only].output.clone().unwrap_or(Value::Null),
+                );
+            }
+            many => {
+                let joined: Map<String, Value> = many
+                    .iter()
+                    .map(|&n| {
+                        (
+                            records[n].name.clone(),
+                            records[n].output.clone().unwrap_or(Value::Null),
+                        )
+                    })
+                    .collect();
+                scope.insert("input".into(), Value::Object(joined));
+            }
+        }
+        Value::Object(scope)
+    }
 }
 
 /// What templates see of a finished step: its output, usage, and error (null unless it failed

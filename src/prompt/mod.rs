@@ -6,15 +6,15 @@
 //! Prompt files are loaded by name from one directory (the plan's `prompts/`), so `{% include %}`
 //! and `{% import %}` work between them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use minijinja::machinery::{Token, tokenize};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior, Value as TemplateValue};
-use serde::Serialize;
+use serde_json::Value;
 
 use crate::core::{Failure, FailureCode};
 
@@ -127,10 +127,26 @@ pub fn environment() -> Environment<'static> {
     env
 }
 
+/// Most inline templates one [`Templates`] keeps compiled; texts beyond it are compiled on each
+/// render, so a caller rendering ever-new texts cannot grow memory without bound.
+const MAX_COMPILED_INLINE: usize = 1024;
+
 /// Renders templates for one plan: inline text, prompt files from its `prompts/` directory, and
 /// expressions (`when:`, validation `expr`).
+///
+/// An inline text is compiled once, on its first render, and kept: a batch renders the same
+/// few templates for every row.
 pub struct Templates {
+    compiled: RwLock<Compiled>,
+}
+
+/// The environment and the inline texts compiled into it.
+struct Compiled {
     env: Environment<'static>,
+    /// The name each inline text was added under: `/inline/N`, a name the prompt-file loader
+    /// never serves (it refuses absolute names), without an extension (so nothing is
+    /// auto-escaped, as for a template rendered from a string).
+    inline: HashMap<String, String>,
 }
 
 impl Templates {
@@ -152,33 +168,70 @@ impl Templates {
                 }
             });
         }
-        Templates { env }
+        Templates {
+            compiled: RwLock::new(Compiled {
+                env,
+                inline: HashMap::new(),
+            }),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Compiled> {
+        // Rendering never panics while holding the lock; if something did, what it guarded is
+        // still a usable environment.
+        self.compiled.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Renders inline template text.
-    pub fn render_str(&self, text: &str, context: &impl Serialize) -> Result<String, Failure> {
-        self.env
-            .render_str(text, TemplateValue::from(Serde(context)))
-            .map_err(|e| render_failure("template", &e))
+    pub fn render_str(&self, text: &str, context: &Value) -> Result<String, Failure> {
+        let failure = |e: minijinja::Error| render_failure("template", &e);
+        {
+            let compiled = self.read();
+            match compiled.inline.get(text) {
+                Some(name) => {
+                    let template = compiled.env.get_template(name).map_err(failure)?;
+                    return template.render(template_value(context)).map_err(failure);
+                }
+                None if compiled.inline.len() >= MAX_COMPILED_INLINE => {
+                    return compiled
+                        .env
+                        .render_str(text, template_value(context))
+                        .map_err(failure);
+                }
+                None => {}
+            }
+        }
+        {
+            let mut compiled = self
+                .compiled
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !compiled.inline.contains_key(text) {
+                let name = format!("/inline/{}", compiled.inline.len());
+                compiled
+                    .env
+                    .add_template_owned(name.clone(), text.to_string())
+                    .map_err(failure)?;
+                compiled.inline.insert(text.to_string(), name);
+            }
+        }
+        self.render_str(text, context)
     }
 
     /// Renders the prompt file `name`.
-    pub fn render_file(&self, name: &str, context: &impl Serialize) -> Result<String, Failure> {
-        let template = self
+    pub fn render_file(&self, name: &str, context: &Value) -> Result<String, Failure> {
+        let compiled = self.read();
+        let template = compiled
             .env
             .get_template(name)
             .map_err(|e| render_failure(name, &e))?;
         template
-            .render(TemplateValue::from(Serde(context)))
+            .render(template_value(context))
             .map_err(|e| render_failure(name, &e))
     }
 
     /// Evaluates an expression to a JSON value (an undefined result is an error).
-    pub fn evaluate(
-        &self,
-        expression: &str,
-        context: &impl Serialize,
-    ) -> Result<serde_json::Value, Failure> {
+    pub fn evaluate(&self, expression: &str, context: &Value) -> Result<Value, Failure> {
         let value = self.eval(expression, context)?;
         if value.is_undefined() {
             return Err(Failure::new(
@@ -195,18 +248,51 @@ impl Templates {
     }
 
     /// Evaluates an expression and tells whether the result is true (minijinja truthiness).
-    pub fn is_true(&self, expression: &str, context: &impl Serialize) -> Result<bool, Failure> {
+    pub fn is_true(&self, expression: &str, context: &Value) -> Result<bool, Failure> {
         Ok(self.eval(expression, context)?.is_true())
     }
 
-    fn eval(&self, expression: &str, context: &impl Serialize) -> Result<TemplateValue, Failure> {
-        let compiled = self
+    fn eval(&self, expression: &str, context: &Value) -> Result<TemplateValue, Failure> {
+        let compiled = self.read();
+        let expression = compiled
             .env
             .compile_expression(expression)
             .map_err(|e| render_failure("expression", &e))?;
-        compiled
-            .eval(TemplateValue::from(Serde(context)))
+        expression
+            .eval(template_value(context))
             .map_err(|e| render_failure("expression", &e))
+    }
+}
+
+/// `value` as templates see it: the same value minijinja makes of it through serde (numbers
+/// keep their kind, objects become maps), built directly — a template context is converted on
+/// every render, and this is several times cheaper than going through a serializer.
+fn template_value(value: &Value) -> TemplateValue {
+    match value {
+        Value::Null => TemplateValue::from(()),
+        Value::Bool(b) => TemplateValue::from(*b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => TemplateValue::from(u),
+            (None, Some(i)) => TemplateValue::from(i),
+            (None, None) => TemplateValue::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => TemplateValue::from(s.as_str()),
+        Value::Array(items) => {
+            let mut seq = Vec::with_capacity(items.len());
+            for item in items {
+                seq.push(template_value(item));
+            }
+            TemplateValue::from(seq)
+        }
+        Value::Object(map) => {
+            // A map built by inserts, not by collecting (which sorts a staging vector): this
+            // crate is built unoptimised in dev builds, and the short loop is the cheaper there.
+            let mut entries = BTreeMap::new();
+            for (key, value) in map {
+                entries.insert(TemplateValue::from(key.as_str()), template_value(value));
+            }
+            TemplateValue::from(entries)
+        }
     }
 }
 
@@ -433,6 +519,44 @@ mod tests {
                 .as_deref(),
             Ok(r#"{"name": "Ada"}"#)
         );
+    }
+
+    #[test]
+    fn a_context_is_the_value_minijinja_makes_of_it_through_serde() {
+        let context = serde_json::json!({
+            "inputs": { "b": [1, -2, 2.5, u64::MAX, true, null], "a": "x\"y" },
+            "steps": { "s": { "output": { "z": [], "y": {} } } },
+        });
+        let direct = template_value(&context);
+        let through_serde = TemplateValue::from(minijinja::value::Serde(&context));
+        assert_eq!(direct, through_serde);
+        assert_eq!(format!("{direct:?}"), format!("{through_serde:?}"));
+        let templates = Templates::new(None);
+        assert_eq!(
+            templates.render_str("{{ inputs | tojson }} {{ steps.s.output | tojson }}", &context),
+            Ok(r#"{"a": "x\"y", "b": [1, -2, 2.5, 18446744073709551615, true, null]} {"y": {}, "z": []}"#.into())
+        );
+    }
+
+    #[test]
+    fn an_inline_template_is_compiled_once_and_rendered_like_a_string() {
+        let templates = Templates::new(None);
+        let text = "<{{ inputs.name }}> page.html";
+        for name in ["<b>", "Ada"] {
+            let context = serde_json::json!({ "inputs": { "name": name } });
+            // Nothing is escaped, whatever the text ends with: inline templates are not files.
+            assert_eq!(
+                templates.render_str(text, &context),
+                Ok(format!("<{name}> page.html"))
+            );
+        }
+        assert_eq!(templates.read().inline.len(), 1);
+        let broken = templates.render_str("{{ inputs.name ", &serde_json::json!({}));
+        assert_eq!(
+            broken.map_err(|e| e.code),
+            Err(FailureCode::ConfigTemplateError)
+        );
+        assert_eq!(templates.read().inline.len(), 1);
     }
 
     #[test]
