@@ -26,7 +26,7 @@ use mistralrs::core::{
 };
 use mistralrs::{
     CalledFunction, ChatCompletionResponse, Device, Function, Model, RequestBuilder,
-    TextMessageRole, Tool, ToolCallResponse, ToolCallType, ToolChoice, ToolType,
+    SamplingParams, TextMessageRole, Tool, ToolCallResponse, ToolCallType, ToolChoice, ToolType,
 };
 use serde_json::Value;
 use tokio::sync::{OnceCell, mpsc};
@@ -379,14 +379,10 @@ impl LocalEngine {
         if let Some(constraint) = constraint {
             builder = builder.set_constraint(constraint);
         }
-        // The sampler first: `set_deterministic_sampler` replaces every sampling parameter, the
-        // length limit included (setting it after max_len made greedy runs ignore max_tokens,
-        // which under a constraint meant decoding forced end tokens up to the context length).
-        match request.temperature {
-            Some(t) if t > 0.0 => builder = builder.set_sampler_temperature(t),
-            // Temperature 0 (or unset) is greedy, deterministic decoding.
-            _ => builder = builder.set_deterministic_sampler(),
-        }
+        // The sampler first: it replaces every sampling parameter, the length limit included
+        // (setting it after max_len made greedy runs ignore max_tokens, which under a constraint
+        // meant decoding forced end tokens up to the context length).
+        builder = builder.set_sampling(sampling(request.temperature));
         if let Some(max) = request.max_tokens {
             builder = builder.set_sampler_max_len(max as usize);
         }
@@ -446,6 +442,21 @@ fn add_message(builder: RequestBuilder, message: &Message) -> RequestBuilder {
             &message.content,
             message.tool_call_id.as_deref().unwrap_or_default(),
         ),
+    }
+}
+
+/// Greedy decoding for temperature 0 (or none); otherwise sampling from the whole distribution
+/// at that temperature. mistral.rs's request builder starts from its deterministic parameters,
+/// which keep only the top token (`top_k` 1), so setting a temperature alone still decoded
+/// greedily: every "hot" candidate came out the same as the greedy one.
+fn sampling(temperature: Option<f64>) -> SamplingParams {
+    match temperature {
+        Some(t) if t > 0.0 => SamplingParams {
+            temperature: Some(t),
+            top_k: None,
+            ..SamplingParams::deterministic()
+        },
+        _ => SamplingParams::deterministic(),
     }
 }
 
@@ -871,6 +882,15 @@ impl Engine for LocalModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temperature_samples_from_more_than_the_top_token() {
+        let hot = sampling(Some(0.7));
+        assert_eq!((hot.temperature, hot.top_k), (Some(0.7), None));
+        for greedy in [sampling(None), sampling(Some(0.0))] {
+            assert_eq!((greedy.temperature, greedy.top_k), (None, Some(1)));
+        }
+    }
 
     #[test]
     fn models_with_the_same_source_and_batch_size_share_one_load() {
