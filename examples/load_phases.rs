@@ -87,8 +87,16 @@ fn without_colours(line: &str) -> String {
     out
 }
 
-/// One child's output: (phase, seconds) for each phase found, the load, the first request.
-fn phases(output: &str) -> Option<(Vec<(&'static str, f64)>, f64, f64)> {
+/// What one child's output says.
+struct Run {
+    /// (phase, seconds) for each phase found.
+    phases: Vec<(&'static str, f64)>,
+    load: f64,
+    first_request: f64,
+}
+
+/// Reads one child's output.
+fn read_run(output: &str) -> Option<Run> {
     let lines: Vec<String> = output.lines().map(without_colours).collect();
     let time_of = |text: &str, from: usize| {
         lines[from..]
@@ -107,8 +115,11 @@ fn phases(output: &str) -> Option<(Vec<(&'static str, f64)>, f64, f64)> {
     }
     let (_, loaded) = time_of(&format!("{MARK} loaded"), 0)?;
     let (_, answered) = time_of(&format!("{MARK} answered"), 0)?;
-    let load = (loaded - started).rem_euclid(86_400.0);
-    Some((found, load, (answered - loaded).rem_euclid(86_400.0)))
+    Some(Run {
+        phases: found,
+        load: (loaded - started).rem_euclid(86_400.0),
+        first_request: (answered - loaded).rem_euclid(86_400.0),
+    })
 }
 
 /// The child: load, answer one short question, mark each moment on stdout.
@@ -149,7 +160,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return child(path).await;
     }
     let runs: usize = args.get(1).map_or(Ok(3), |n| n.parse())?;
-    let mut best: Option<(Vec<(&str, f64)>, f64, f64)> = None;
+    let mut best: Option<Run> = None;
     let mut loads = Vec::new();
     for _ in 0..runs {
         let wall = Instant::now();
@@ -161,14 +172,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(String::from_utf8_lossy(&output.stderr).into_owned().into());
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let run = phases(&stdout).ok_or("the child printed no marks")?;
-        loads.push((run.1, wall.elapsed().as_secs_f64()));
-        if best.as_ref().is_none_or(|b| run.1 < b.1) {
+        let run = read_run(&stdout).ok_or("the child printed no marks")?;
+        loads.push((run.load, wall.elapsed().as_secs_f64()));
+        if best.as_ref().is_none_or(|b| run.load < b.load) {
             best = Some(run);
         }
     }
-    let (found, load, first) = best.ok_or("no runs")?;
-    let phases: Vec<_> = found
+    let best = best.ok_or("no runs")?;
+    let phases: Vec<_> = best
+        .phases
         .iter()
         .map(|(phase, s)| serde_json::json!({ "phase": phase, "s": s }))
         .collect();
@@ -177,9 +189,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         serde_json::json!({
             "model": path.display().to_string(),
             "runs": runs,
-            "load_s": load,
+            "load_s": best.load,
             "phases": phases,
-            "first_request_s": first,
+            "first_request_s": best.first_request,
             "all_runs": loads.iter().map(|(load, process)| serde_json::json!({"load_s": load, "process_s": process})).collect::<Vec<_>>(),
         })
     );
