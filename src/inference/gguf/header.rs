@@ -389,17 +389,22 @@ mod tests {
         gguf.u32(0).u64(offset)
     }
 
+    /// `gguf` with one 4-element F32 tensor, `w`, whose data follows the header; checked.
+    fn check_with_one_tensor(gguf: Gguf) -> Result<Header, Problem> {
+        let gguf = tensor(gguf, "w", &[4], 0);
+        let header = gguf.bytes.len();
+        let padded = header.div_ceil(32) * 32 - header;
+        gguf.padding(padded + 16).check()
+    }
+
     #[test]
     fn a_well_formed_header_passes() {
         let gguf = Gguf::new(1, 1)
             .string("general.architecture")
             .u32(8)
             .string("qwen2");
-        let gguf = tensor(gguf, "w", &[4], 0);
-        let header = gguf.bytes.len();
-        let padded = header.div_ceil(32) * 32 - header;
         assert_eq!(
-            gguf.padding(padded + 16).check(),
+            check_with_one_tensor(gguf),
             Ok(Header {
                 architecture: Some("qwen2".into()),
                 tensor_types: vec![GgmlDType::F32],
@@ -431,10 +436,7 @@ mod tests {
             .string("general.architecture")
             .u32(8)
             .string("llama");
-        let gguf = tensor(gguf, "w", &[4], 0);
-        let header = gguf.bytes.len();
-        let padded = header.div_ceil(32) * 32 - header;
-        let checked = gguf.padding(padded + 16).check().expect("passes");
+        let checked = check_with_one_tensor(gguf).expect("passes");
         assert_eq!(checked.architecture.as_deref(), Some("llama"));
         assert_eq!(checked.tensor_types, vec![GgmlDType::F32]);
     }
