@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Local-model speed, pagantic (mistral.rs) vs llama.cpp, side by side on the same machine, the
-# same GGUF files and 2 threads: prefill tok/s, decode tok/s, and 8 concurrent requests.
+# same GGUF files and 2 threads: load time (pagantic's split into phases, best of 3 fresh
+# processes), prefill tok/s, decode tok/s, and 8 concurrent requests. Prints both engines'
+# versions first.
 #
 #   bash benches/inference.sh
 #
@@ -19,9 +21,20 @@ dir="${PAGANTIC_HOME:-$HOME/.cache/pagantic}/models"
 original="$dir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 derived="$dir/qwen2.5-coder-0.5b-instruct-q4_k_m.q8_0-derived.gguf"
 [ -f "$original" ] || { echo "pull the model first: cargo run -- models pull" >&2; exit 1; }
-cargo build --locked --quiet --example local_speed
+cargo build --locked --quiet --example local_speed --example load_phases
+# With RUST_BACKTRACE set, mistral.rs 0.8.1 resolves a backtrace for each optional GGUF key the
+# file lacks while loading (about a second in a debug build); measure what a user's shell runs.
+unset RUST_BACKTRACE RUST_LIB_BACKTRACE
 # mistral.rs sizes its thread pool from the visible cores; pin both sides to the same two.
 run() { taskset -c 0,1 "$@"; }
+# The version Cargo.lock pins for a crate.
+locked() { awk -v name="name = \"$1\"" '$0 == name { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock; }
+echo "pagantic engine: mistral.rs $(locked mistralrs-core) on candle-core $(locked candle-core)"
+if [ -n "${LLAMA_VENV:-}" ]; then
+  echo "llama.cpp engine: llama-cpp-python $("$LLAMA_VENV/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)')"
+fi
+echo "pagantic, load of the embedded model (derived Q8_0 file), best of 3:"
+run ./target/debug/examples/load_phases 3
 echo "pagantic, derived Q8_0 file:";  run ./target/debug/examples/local_speed "$derived"
 echo "pagantic, original file:";      run ./target/debug/examples/local_speed "$original"
 # The same with one sequence at a time inside mistral.rs (requests queue there instead).
@@ -29,3 +42,4 @@ echo "pagantic, derived file, max_batch 1:"; run ./target/debug/examples/local_s
 if [ -n "${LLAMA_VENV:-}" ]; then
   echo "llama.cpp, original file:";   run "$LLAMA_VENV/bin/python" benches/peers/llamacpp_speed.py "$original" 2
 fi
+echo "(load_s in each line above is that engine's load time, in seconds)"

@@ -6,10 +6,13 @@
 //! [`check`] walks the same format without allocating what the file claims: every length is
 //! compared with the bytes that remain, counts with what so many entries would take at least,
 //! sizes are computed with checked arithmetic, and every tensor must end inside the file. Only
-//! a header that passes is handed to the library.
+//! a header that passes is handed to the library. The walk also keeps what pagantic needs to know
+//! about the model (its architecture, its tensors' types), so checking a file before a load
+//! parses its header once: the vocabulary's hundreds of thousands of strings are skipped over in
+//! the read buffer, never copied out.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::{BufReader, Read};
 
 use candle_core::quantized::GgmlDType;
 
@@ -73,8 +76,9 @@ impl Cursor {
             ));
         }
         let offset = i64::try_from(count).map_err(|_| format!("{what} is too long"))?;
+        // Relative, so a skip that lands inside the read buffer keeps it (no system call).
         self.reader
-            .seek(SeekFrom::Current(offset))
+            .seek_relative(offset)
             .map_err(|e| format!("cannot read the header: {e}"))?;
         self.position += count;
         Ok(())
@@ -82,14 +86,7 @@ impl Cursor {
 
     /// A string: read when short enough to matter, skipped otherwise.
     fn string(&mut self, what: &str) -> Result<Option<String>, Problem> {
-        let length = self.length()?;
-        if length > self.remaining() {
-            return Err(format!(
-                "{what} claims {length} bytes at byte {}, but only {} remain",
-                self.position,
-                self.remaining()
-            ));
-        }
+        let length = self.string_length(what)?;
         if length > MAX_READ_STRING {
             self.skip(length, what)?;
             return Ok(None);
@@ -100,6 +97,25 @@ impl Cursor {
             .map_err(|_| format!("the header ends early (at byte {})", self.position))?;
         self.position += length;
         Ok(Some(String::from_utf8_lossy(&buffer).into_owned()))
+    }
+
+    /// A string nobody reads (an item of a metadata array): checked and skipped.
+    fn skip_string(&mut self, what: &str) -> Result<(), Problem> {
+        let length = self.string_length(what)?;
+        self.skip(length, what)
+    }
+
+    /// The length a string states, checked against what remains.
+    fn string_length(&mut self, what: &str) -> Result<u64, Problem> {
+        let length = self.length()?;
+        if length > self.remaining() {
+            return Err(format!(
+                "{what} claims {length} bytes at byte {}, but only {} remain",
+                self.position,
+                self.remaining()
+            ));
+        }
+        Ok(length)
     }
 
     /// A count of entries that each take at least `smallest` bytes, checked against what remains.
@@ -127,9 +143,18 @@ fn fixed_size(value_type: u32) -> Result<Option<u64>, Problem> {
     })
 }
 
-/// Reads (or skips) one metadata value; returns it as a number when it is an integer (for
-/// `general.alignment`).
-fn value(cursor: &mut Cursor, value_type: u32, depth: u32) -> Result<Option<i128>, Problem> {
+/// A metadata value, as far as the check keeps it.
+enum Value {
+    /// An integer (for `general.alignment`).
+    Integer(i128),
+    /// A string short enough to be read (for `general.architecture`).
+    Text(String),
+    /// Anything else, skipped.
+    Skipped,
+}
+
+/// Reads (or skips) one metadata value.
+fn value(cursor: &mut Cursor, value_type: u32) -> Result<Value, Problem> {
     match fixed_size(value_type)? {
         Some(size) => {
             let raw = match size {
@@ -145,31 +170,52 @@ fn value(cursor: &mut Cursor, value_type: u32, depth: u32) -> Result<Option<i128
                 5 => i128::from(raw as u32 as i32),
                 _ => raw,
             };
-            Ok(matches!(value_type, 0..=5).then_some(signed))
+            Ok(match value_type {
+                0..=5 => Value::Integer(signed),
+                _ => Value::Skipped,
+            })
         }
-        None if value_type == 8 => cursor.string("a metadata string").map(|_| None),
+        None if value_type == 8 => Ok(cursor
+            .string("a metadata string")?
+            .map_or(Value::Skipped, Value::Text)),
+        None => skip_array(cursor, 0).map(|()| Value::Skipped),
+    }
+}
+
+/// Skips the rest of a metadata array (its item type and count come next).
+fn skip_array(cursor: &mut Cursor, depth: u32) -> Result<(), Problem> {
+    if depth > 8 {
+        return Err("metadata arrays are nested too deep".into());
+    }
+    let item_type = cursor.u32()?;
+    let smallest = fixed_size(item_type)?.unwrap_or(if cursor.wide { 8 } else { 4 });
+    let count = cursor.count("array items", smallest)?;
+    match fixed_size(item_type)? {
+        Some(size) => cursor.skip(count * size, "a metadata array"),
         None => {
-            if depth > 8 {
-                return Err("metadata arrays are nested too deep".into());
-            }
-            let item_type = cursor.u32()?;
-            let smallest = fixed_size(item_type)?.unwrap_or(if cursor.wide { 8 } else { 4 });
-            let count = cursor.count("array items", smallest)?;
-            match fixed_size(item_type)? {
-                Some(size) => cursor.skip(count * size, "a metadata array")?,
-                None => {
-                    for _ in 0..count {
-                        value(cursor, item_type, depth + 1)?;
-                    }
+            for _ in 0..count {
+                if item_type == 8 {
+                    cursor.skip_string("a metadata string")?;
+                } else {
+                    skip_array(cursor, depth + 1)?;
                 }
             }
-            Ok(None)
+            Ok(())
         }
     }
 }
 
+/// What a header that passed says about the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// `general.architecture`, when it is a string.
+    pub architecture: Option<String>,
+    /// Each tensor's type, in the order they are listed.
+    pub tensor_types: Vec<GgmlDType>,
+}
+
 /// Checks a GGUF file's header and that every tensor it lists lies inside the file.
-pub fn check(file: File) -> Result<(), Problem> {
+pub fn check(file: File) -> Result<Header, Problem> {
     let length = file
         .metadata()
         .map_err(|e| format!("cannot read it: {e}"))?
@@ -198,22 +244,25 @@ pub fn check(file: File) -> Result<(), Problem> {
         ));
     }
     let mut alignment = DEFAULT_ALIGNMENT;
+    let mut architecture = None;
     for _ in 0..entries {
         let key = cursor.string("a metadata key")?;
         let value_type = cursor.u32()?;
-        let number = value(&mut cursor, value_type, 0)?;
-        if key.as_deref() == Some("general.alignment")
-            && let Some(number) = number
-        {
-            alignment = u64::try_from(number)
-                .ok()
-                .filter(|a| a.is_power_of_two())
-                .ok_or_else(|| {
-                    format!("its alignment is {number}, not a power of two above zero")
-                })?;
+        match (key.as_deref(), value(&mut cursor, value_type)?) {
+            (Some("general.alignment"), Value::Integer(number)) => {
+                alignment = u64::try_from(number)
+                    .ok()
+                    .filter(|a| a.is_power_of_two())
+                    .ok_or_else(|| {
+                        format!("its alignment is {number}, not a power of two above zero")
+                    })?;
+            }
+            (Some("general.architecture"), Value::Text(text)) => architecture = Some(text),
+            _ => {}
         }
     }
     let mut ends = Vec::new();
+    let mut tensor_types = Vec::new();
     for _ in 0..tensors {
         let name = cursor
             .string("a tensor name")?
@@ -232,8 +281,10 @@ pub fn check(file: File) -> Result<(), Problem> {
                 .ok_or_else(|| format!("tensor `{name}` has more elements than can be counted"))?;
         }
         let dtype = cursor.u32()?;
-        let (block, bytes_per_block) =
-            block_size(dtype).ok_or_else(|| format!("tensor `{name}` has unknown type {dtype}"))?;
+        let dtype =
+            ggml_type(dtype).ok_or_else(|| format!("tensor `{name}` has unknown type {dtype}"))?;
+        tensor_types.push(dtype);
+        let (block, bytes_per_block) = (dtype.block_size() as u64, dtype.type_size() as u64);
         if !elements.is_multiple_of(block) {
             return Err(format!(
                 "tensor `{name}` has {elements} elements, not a whole number of {block}-element blocks"
@@ -259,12 +310,15 @@ pub fn check(file: File) -> Result<(), Problem> {
             ));
         }
     }
-    Ok(())
+    Ok(Header {
+        architecture,
+        tensor_types,
+    })
 }
 
-/// (elements per block, bytes per block) of a ggml tensor type candle can read.
-fn block_size(dtype: u32) -> Option<(u64, u64)> {
-    let dtype = match dtype {
+/// The ggml tensor type numbered `dtype` in a GGUF file, if candle can read it.
+fn ggml_type(dtype: u32) -> Option<GgmlDType> {
+    Some(match dtype {
         0 => GgmlDType::F32,
         1 => GgmlDType::F16,
         2 => GgmlDType::Q4_0,
@@ -281,8 +335,7 @@ fn block_size(dtype: u32) -> Option<(u64, u64)> {
         15 => GgmlDType::Q8K,
         30 => GgmlDType::BF16,
         _ => return None,
-    };
-    Some((dtype.block_size() as u64, dtype.type_size() as u64))
+    })
 }
 
 #[cfg(test)]
@@ -319,7 +372,7 @@ mod tests {
             self.bytes.extend(std::iter::repeat_n(0u8, count));
             self
         }
-        fn check(self) -> Result<(), Problem> {
+        fn check(self) -> Result<Header, Problem> {
             let dir = tempfile::tempdir().expect("temp dir");
             let path = dir.path().join("model.gguf");
             std::fs::write(&path, &self.bytes).expect("written");
@@ -336,16 +389,56 @@ mod tests {
         gguf.u32(0).u64(offset)
     }
 
+    /// `gguf` with one 4-element F32 tensor, `w`, whose data follows the header; checked.
+    fn check_with_one_tensor(gguf: Gguf) -> Result<Header, Problem> {
+        let gguf = tensor(gguf, "w", &[4], 0);
+        let header = gguf.bytes.len();
+        let padded = header.div_ceil(32) * 32 - header;
+        gguf.padding(padded + 16).check()
+    }
+
     #[test]
     fn a_well_formed_header_passes() {
         let gguf = Gguf::new(1, 1)
             .string("general.architecture")
             .u32(8)
             .string("qwen2");
-        let gguf = tensor(gguf, "w", &[4], 0);
-        let header = gguf.bytes.len();
-        let padded = header.div_ceil(32) * 32 - header;
-        assert_eq!(gguf.padding(padded + 16).check(), Ok(()));
+        assert_eq!(
+            check_with_one_tensor(gguf),
+            Ok(Header {
+                architecture: Some("qwen2".into()),
+                tensor_types: vec![GgmlDType::F32],
+            })
+        );
+    }
+
+    /// A vocabulary (an array of strings, and one of arrays) before the architecture is stepped
+    /// over, and the walk still finds the architecture and the tensor after it.
+    #[test]
+    fn arrays_are_skipped_and_the_architecture_still_found() {
+        let mut gguf = Gguf::new(1, 3)
+            .string("tokenizer.ggml.tokens")
+            .u32(9)
+            .u32(8)
+            .u64(3);
+        for token in ["a", "bc", "<|im_end|>"] {
+            gguf = gguf.string(token);
+        }
+        let gguf = gguf
+            .string("nested")
+            .u32(9)
+            .u32(9)
+            .u64(1)
+            .u32(4)
+            .u64(2)
+            .u32(7)
+            .u32(8)
+            .string("general.architecture")
+            .u32(8)
+            .string("llama");
+        let checked = check_with_one_tensor(gguf).expect("passes");
+        assert_eq!(checked.architecture.as_deref(), Some("llama"));
+        assert_eq!(checked.tensor_types, vec![GgmlDType::F32]);
     }
 
     #[test]

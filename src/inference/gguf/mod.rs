@@ -55,14 +55,18 @@ fn unusable(path: &Path, reason: impl std::fmt::Display) -> Failure {
     )
 }
 
-fn read_content(path: &Path) -> Result<(gguf_file::Content, BufReader<File>), Failure> {
-    let file = File::open(path).map_err(|e| {
+fn open(path: &Path) -> Result<File, Failure> {
+    File::open(path).map_err(|e| {
         Failure::new(
             FailureCode::InferenceModelUnavailable,
             format!("cannot open {}: {e}", path.display()),
         )
         .with_help("check the path, or run `pagantic models pull` for the embedded model")
-    })?;
+    })
+}
+
+fn read_content(path: &Path) -> Result<(gguf_file::Content, BufReader<File>), Failure> {
+    let file = open(path)?;
     // The library allocates whatever the header claims; nothing reaches it unchecked.
     let own = File::open(path).map_err(|e| unusable(path, e))?;
     header::check(own).map_err(|problem| unusable(path, problem))?;
@@ -71,14 +75,12 @@ fn read_content(path: &Path) -> Result<(gguf_file::Content, BufReader<File>), Fa
     Ok((content, reader))
 }
 
-/// Reads a GGUF header and checks that mistral.rs can run the model.
+/// Reads a GGUF header and checks that mistral.rs can run the model (one pass over the header,
+/// [`header::check`]'s).
 pub fn inspect(path: &Path) -> Result<GgufSummary, Failure> {
-    let (content, _) = read_content(path)?;
-    let architecture = content
-        .metadata
-        .get("general.architecture")
-        .and_then(|v| v.to_string().ok())
-        .cloned()
+    let header = header::check(open(path)?).map_err(|problem| unusable(path, problem))?;
+    let architecture = header
+        .architecture
         .ok_or_else(|| unusable(path, "it has no `general.architecture`"))?;
     if !SUPPORTED_ARCHITECTURES.contains(&architecture.as_str()) {
         return Err(Failure::new(
@@ -94,12 +96,12 @@ pub fn inspect(path: &Path) -> Result<GgufSummary, Failure> {
         )));
     }
     let mut dtypes = BTreeMap::new();
-    for info in content.tensor_infos.values() {
-        *dtypes.entry(format!("{:?}", info.ggml_dtype)).or_insert(0) += 1;
+    for dtype in &header.tensor_types {
+        *dtypes.entry(format!("{dtype:?}")).or_insert(0) += 1;
     }
     Ok(GgufSummary {
         architecture,
-        tensors: content.tensor_infos.len(),
+        tensors: header.tensor_types.len(),
         dtypes,
     })
 }
