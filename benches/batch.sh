@@ -6,7 +6,7 @@
 #   bash benches/batch.sh            # LOCAL_ROWS=16 by default; the local part needs `models pull`
 #
 # The dev build (the profile of the README commands: dependencies optimised, pagantic itself
-# not); GNU time for the peak RSS. Prints one line per measurement.
+# at level 1); GNU time for the peak RSS. Prints one line per measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --quiet
