@@ -72,8 +72,9 @@ impl BiEncoder {
     }
 
     /// Cosine similarity of `query` with each passage, embedding each distinct passage text once
-    /// for the life of this scorer (a run): for dense retrieval over a corpus.
-    pub fn score_cached(&self, query: &str, passages: &[&str]) -> Result<Vec<f64>, Failure> {
+    /// for the life of this scorer (a run), and not at all when its memo holds it: for dense
+    /// retrieval over a corpus.
+    pub fn score_cached(&self, query: &str, passages: &[&str]) -> Result<DenseScores, Failure> {
         let keys: Vec<[u8; 32]> = passages
             .iter()
             .map(|p| Sha256::digest(p.as_bytes()).into())
@@ -89,17 +90,31 @@ impl BiEncoder {
                 .collect()
         };
         let texts: Vec<&str> = missing.iter().map(|(_, text)| *text).collect();
-        let fresh = self.embed_passages(&texts)?.values;
+        let fresh = self.embed_passages(&texts)?;
+        let embedded = texts.len() - fresh.recalled;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        for ((i, _), embedding) in missing.iter().zip(fresh) {
+        for ((i, _), embedding) in missing.iter().zip(fresh.values) {
             cache.insert(keys[*i], embedding);
         }
         let query = self.embed(&[query])?;
-        Ok(keys
-            .iter()
-            .map(|key| cache.get(key).map_or(0.0, |e| cosine(&query[0], e)))
-            .collect())
+        Ok(DenseScores {
+            values: keys
+                .iter()
+                .map(|key| cache.get(key).map_or(0.0, |e| cosine(&query[0], e)))
+                .collect(),
+            embedded,
+        })
     }
+}
+
+/// What [`BiEncoder::score_cached`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenseScores {
+    /// One cosine per passage, in order.
+    pub values: Vec<f64>,
+    /// How many passages the model embedded for this call (neither embedded earlier in the run
+    /// nor found in the memo).
+    pub embedded: usize,
 }
 
 impl Scorer for BiEncoder {
@@ -250,11 +265,13 @@ mod tests {
         let first = scorer("tiny")
             .score_cached("resume", &passages)
             .expect("scores");
-        assert_eq!(kept.stored(), 2);
+        assert_eq!((kept.stored(), first.embedded), (2, 2));
         let later = scorer("tiny");
         let again = later.score_cached("resume", &passages).expect("scores");
-        assert_eq!(first, again);
-        assert_eq!(kept.stored(), 2, "nothing embedded again");
+        assert_eq!(again.values, first.values);
+        assert_eq!(again.embedded, 0, "nothing embedded again");
+        assert_eq!(kept.stored(), 2);
+        let first = first.values;
         let reranked = later.score("resume", &passages).expect("scores");
         assert_eq!((reranked.values, reranked.cached), (first, 2));
         scorer("other")
@@ -293,9 +310,13 @@ mod tests {
         let cached = encoder
             .score_cached("validate plans", &passages)
             .expect("cached");
+        assert_eq!(cached.embedded, 2, "the repeated text once");
+        let cached = cached.values;
         let again = encoder
             .score_cached("validate plans", &passages)
             .expect("again");
+        assert_eq!(again.embedded, 0, "embedded earlier in the run");
+        let again = again.values;
         for (a, b) in fresh.iter().zip(&cached) {
             assert!((a - b).abs() < 1e-6, "{fresh:?} vs {cached:?}");
         }

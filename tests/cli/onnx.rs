@@ -153,17 +153,38 @@ fn passage_embeddings_are_kept_in_the_call_cache() {
     let question = "question=How can I continue a batch job that was interrupted?";
     let plan = "tests/plans/minilm-relevance.yaml";
     let embeddings = || entries(cache, "embedding");
-    let first = pagantic(&["run", plan, "-i", question, "--cache", cache]);
+    // How many passages the retrieve step embedded, from its run record.
+    let embedded = |stdout: &str| -> u64 {
+        let record: Value = serde_json::from_str(stdout).expect("a run record");
+        record["steps"][0]["detail"]["embedded"]
+            .as_u64()
+            .expect("a dense retrieve says how many it embedded")
+    };
+    let json = ["--format", "json", "--cache", cache];
+    let first = pagantic(&[&["run", plan, "-i", question][..], &json].concat());
     assert_eq!(first.code, 0, "{}", first.stderr);
     let kept = embeddings();
     assert!(kept >= 6, "the corpus's passages at least: {kept}");
-    let second = pagantic(&["run", plan, "-i", question, "--cache", cache]);
+    assert_eq!(embedded(&first.stdout), kept, "every passage embedded once");
+    let second = pagantic(&[&["run", plan, "-i", question][..], &json].concat());
     assert_eq!(second.code, 0, "{}", second.stderr);
-    assert_eq!(second.stdout, first.stdout);
+    assert_eq!(embedded(&second.stdout), 0, "no passage embedded again");
+    let output =
+        |stdout: &str| serde_json::from_str::<Value>(stdout).expect("record")["output"].clone();
+    assert_eq!(output(&second.stdout), output(&first.stdout));
     assert_eq!(embeddings(), kept);
-    let none = pagantic(&["run", plan, "-i", question, "--no-cache"]);
+    let none = pagantic(&[
+        "run",
+        plan,
+        "-i",
+        question,
+        "--format",
+        "json",
+        "--no-cache",
+    ]);
     assert_eq!(
-        none.stdout, first.stdout,
+        output(&none.stdout),
+        output(&first.stdout),
         "the same ranking without the cache"
     );
 }

@@ -40,28 +40,36 @@ impl StepHandler for Retrieve {
         Box::pin(async move {
             let query = ctx.render(&self.query)?;
             let keep = self.keep;
-            let found = match &self.source {
+            let (found, embedded) = match &self.source {
                 RetrieveSource::Corpus {
                     corpus,
                     scorer,
                     dense: None,
-                } => keep.apply(corpus.search(&query, *scorer)),
+                } => (keep.apply(corpus.search(&query, *scorer)), None),
                 RetrieveSource::Corpus {
                     corpus,
                     dense: Some(encoder),
                     ..
                 } => {
                     let (encoder, corpus) = (Arc::clone(encoder), Arc::clone(corpus));
-                    blocking(move || dense_search(&encoder, &corpus, &query, keep)).await?
+                    let (found, embedded) =
+                        blocking(move || dense_search(&encoder, &corpus, &query, keep)).await?;
+                    (found, Some(embedded))
                 }
                 RetrieveSource::Tool(tool) => {
                     let args = json!({ "query": query, "limit": keep.limit });
                     let call_id = format!("call_{}", ctx.events.new_span());
                     let output = tool.call(&args, &call_id, ctx, ctx.span).await?;
-                    keep.apply(retrieved(tool, &args, &output)?)
+                    (keep.apply(retrieved(tool, &args, &output)?), None)
                 }
             };
-            candidates_output(found)
+            let mut output = candidates_output(found)?;
+            // Dense retrieval says how many passages the model embedded for this query: none
+            // once the run, or the call cache, has them all.
+            if let Some(embedded) = embedded {
+                output.detail = Some(json!({ "embedded": embedded }));
+            }
+            Ok(output)
         })
     }
 
@@ -88,20 +96,22 @@ fn retrieved(tool: &ToolRuntime, args: &Value, output: &Value) -> Result<Vec<Can
     external_candidates(&tool.name, output)
 }
 
-/// The passages most similar to `query`, as `keep` allows; each passage is embedded once per run.
+/// The passages most similar to `query`, as `keep` allows, and how many passages were embedded
+/// for it; each passage is embedded once per run, and not at all when the call cache has it.
 fn dense_search(
     encoder: &BiEncoder,
     corpus: &Corpus,
     query: &str,
     keep: Keep,
-) -> Result<Vec<Candidate>, Failure> {
+) -> Result<(Vec<Candidate>, usize), Failure> {
     let passages: Vec<&str> = corpus
         .passages()
         .iter()
         .map(|p| p.content.as_str())
         .collect();
     let scores = encoder.score_cached(query, &passages)?;
-    Ok(keep.apply(corpus.best(scores.into_iter().enumerate())))
+    let found = keep.apply(corpus.best(scores.values.into_iter().enumerate()));
+    Ok((found, scores.embedded))
 }
 
 #[cfg(test)]
