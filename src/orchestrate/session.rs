@@ -241,17 +241,25 @@ impl Session {
 
     /// Resolves once Ctrl-C or SIGTERM has arrived `count` times in all.
     pub fn wait_for_signals(&self, count: u32) -> impl Future<Output = ()> + Send + 'static {
-        let mut receiver = self.runner.signals.subscribe();
-        async move {
-            // An error means the session is gone, and with it anything to wait for.
-            let _ = receiver.wait_for(|received| *received >= count).await;
-        }
+        wait_until(&self.runner.signals, move |received| *received >= count)
     }
 
     /// Forgets an interruption that has been dealt with, so the next run is not cancelled at
     /// once (a chat goes on after a cancelled turn).
     pub fn clear_interrupt(&self) {
         self.runner.interrupt.send_replace(false);
+    }
+}
+
+/// Resolves once the value `watched` holds satisfies `done` (at once if it already does).
+fn wait_until<T: Send + Sync + 'static>(
+    watched: &watch::Sender<T>,
+    done: impl Fn(&T) -> bool + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    let mut receiver = watched.subscribe();
+    async move {
+        // An error means the session is gone, and with it anything to wait for.
+        let _ = receiver.wait_for(done).await;
     }
 }
 
@@ -271,11 +279,7 @@ impl Runner {
 
     /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
     pub fn wait_for_interrupt(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut receiver = self.interrupt.subscribe();
-        async move {
-            // An error means the session is gone, and with it anything to wait for.
-            let _ = receiver.wait_for(|interrupted| *interrupted).await;
-        }
+        wait_until(&self.interrupt, |interrupted| *interrupted)
     }
 
     fn run_options(&self) -> RunOptions {

@@ -8,12 +8,13 @@ use crate::{pagantic, root};
 #[test]
 fn readme_yaml_examples_validate() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    // The examples sit in a `plans/` directory beside the repository's plans, their data, prompts
-    // and corpus, as the README's plans and test files do, so their relative paths resolve.
+    // The examples sit in a `plans/` directory holding the repository's plans and their data,
+    // beside its prompts and corpus, as the README's plans and test files do, so their relative
+    // paths resolve.
     let dir = tempfile::tempdir().expect("temp dir");
     let plans = dir.path().join("plans");
     std::fs::create_dir_all(&plans).expect("plans dir");
-    for shared in ["prompts", "corpus", "benches"] {
+    for shared in ["prompts", "corpus"] {
         std::os::unix::fs::symlink(root().join(shared), dir.path().join(shared)).expect("linked");
     }
     for entry in std::fs::read_dir(root().join("plans")).expect("plans/") {
