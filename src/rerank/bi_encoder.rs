@@ -189,13 +189,12 @@ fn pooled(output: &Output<'_>, rows: usize, model: &str) -> Result<Vec<Embedding
             .chunks(dim.max(1))
             .map(<[f32]>::to_vec)
             .collect(),
-        [r, tokens, dim] if r == rows && output.attention_mask.len() == rows * tokens => {
-            mean_pool(output, [rows, tokens, dim]).map_err(|e| {
-                Failure::new(
-                    FailureCode::InferenceEngineError,
-                    format!("mean pooling failed: {e}"),
-                )
-            })?
+        [r, tokens, dim]
+            if r == rows
+                && output.attention_mask.len() == rows * tokens
+                && output.values.len() == rows * tokens * dim =>
+        {
+            mean_pool(output, [rows, tokens, dim])
         }
         _ => {
             return Err(Failure::new(
@@ -220,26 +219,28 @@ fn pooled(output: &Output<'_>, rows: usize, model: &str) -> Result<Vec<Embedding
         .collect())
 }
 
-/// The mean of each row's attended token embeddings: `mask [rows, 1, tokens] × hidden [rows,
-/// tokens, dim]`, divided by the attended count — one batched matrix product in candle's
-/// optimised kernels rather than a loop here.
-fn mean_pool(
-    output: &Output<'_>,
-    [rows, tokens, dim]: [usize; 3],
-) -> candle_core::Result<Vec<Vec<f32>>> {
-    use candle_core::{Device, Tensor};
-    let mask: Vec<f32> = output.attention_mask.iter().map(|&m| m as f32).collect();
-    let counts: Vec<f32> = mask
-        .chunks(tokens.max(1))
-        .map(|row| row.iter().sum::<f32>().max(1.0))
-        .collect();
-    let hidden = Tensor::from_slice(output.values, (rows, tokens, dim), &Device::Cpu)?;
-    let mask = Tensor::from_vec(mask, (rows, 1, tokens), &Device::Cpu)?;
-    let counts = Tensor::from_vec(counts, (rows, 1), &Device::Cpu)?;
-    mask.matmul(&hidden)?
-        .squeeze(1)?
-        .broadcast_div(&counts)?
-        .to_vec2::<f32>()
+/// The mean of each row's attended token embeddings (`values` is `[rows, tokens, dim]`, the mask
+/// `[rows, tokens]`); a row that attends to nothing pools to zeros.
+fn mean_pool(output: &Output<'_>, [rows, tokens, dim]: [usize; 3]) -> Vec<Vec<f32>> {
+    if tokens == 0 || dim == 0 {
+        return vec![vec![0.0; dim]; rows];
+    }
+    output
+        .values
+        .chunks(tokens * dim)
+        .zip(output.attention_mask.chunks(tokens))
+        .map(|(row, mask)| {
+            let mut sum = vec![0f32; dim];
+            let mut attended = 0usize;
+            for (token, _) in row.chunks(dim).zip(mask).filter(|(_, m)| **m != 0) {
+                sum.iter_mut().zip(token).for_each(|(s, v)| *s += v);
+                attended += 1;
+            }
+            let count = attended.max(1) as f32;
+            sum.iter_mut().for_each(|s| *s /= count);
+            sum
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,14 +7,16 @@
 //! compared with the bytes that remain, counts with what so many entries would take at least,
 //! sizes are computed with checked arithmetic, and every tensor must end inside the file. Only
 //! a header that passes is handed to the library. The walk also keeps what pagantic needs to know
-//! about the model (its architecture, its tensors' types), so checking a file before a load
-//! parses its header once: the vocabulary's hundreds of thousands of strings are skipped over in
-//! the read buffer, never copied out.
+//! about the model (its architecture, its tensors) and where each metadata entry lies, so
+//! checking a file before a load parses its header once, and re-quantising copies the metadata
+//! byte for byte: the vocabulary's hundreds of thousands of strings are skipped over in the read
+//! buffer, never copied out.
 
 use std::fs::File;
 use std::io::{BufReader, Read};
+use std::ops::Range;
 
-use candle_core::quantized::GgmlDType;
+use super::tensor_type::TensorType;
 
 /// Longest key or string value read into memory (the architecture name and the like); longer
 /// strings are skipped over, not read.
@@ -208,10 +210,41 @@ fn skip_array(cursor: &mut Cursor, depth: u32) -> Result<(), Problem> {
 /// What a header that passed says about the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// The GGUF version (1 wrote lengths as u32, 2 and 3 as u64).
+    pub version: u32,
     /// `general.architecture`, when it is a string.
     pub architecture: Option<String>,
-    /// Each tensor's type, in the order they are listed.
-    pub tensor_types: Vec<GgmlDType>,
+    /// The metadata entries, in file order.
+    pub entries: Vec<Entry>,
+    /// The tensors, in the order they are listed.
+    pub tensors: Vec<TensorInfo>,
+    /// Where tensor data starts: tensor offsets count from here.
+    pub data_start: u64,
+    /// The alignment of tensor data (`general.alignment`, else 32).
+    pub alignment: u64,
+}
+
+/// One metadata entry of a header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its key; None for a key too long to have been read.
+    pub key: Option<String>,
+    /// Where the whole entry (key, value type, value) lies in the file.
+    pub bytes: Range<u64>,
+}
+
+/// One tensor a header lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Its name; None for a name too long to have been read.
+    pub name: Option<String>,
+    /// Its dimensions as the file lists them (fastest-varying first).
+    pub dimensions: Vec<u64>,
+    pub kind: TensorType,
+    /// Where its data starts, counted from [`Header::data_start`].
+    pub offset: u64,
+    /// Bytes of data.
+    pub size: u64,
 }
 
 /// Checks a GGUF file's header and that every tensor it lists lies inside the file.
@@ -229,7 +262,8 @@ pub fn check(file: File) -> Result<Header, Problem> {
     if cursor.bytes::<4>()? != *b"GGUF" {
         return Err("it does not start with `GGUF`".into());
     }
-    match cursor.u32()? {
+    let version = cursor.u32()?;
+    match version {
         1 => cursor.wide = false,
         2 | 3 => {}
         other => return Err(format!("unknown GGUF version {other}")),
@@ -245,10 +279,17 @@ pub fn check(file: File) -> Result<Header, Problem> {
     }
     let mut alignment = DEFAULT_ALIGNMENT;
     let mut architecture = None;
+    let mut kept_entries = Vec::new();
     for _ in 0..entries {
+        let start = cursor.position;
         let key = cursor.string("a metadata key")?;
         let value_type = cursor.u32()?;
-        match (key.as_deref(), value(&mut cursor, value_type)?) {
+        let value = value(&mut cursor, value_type)?;
+        kept_entries.push(Entry {
+            key: key.clone(),
+            bytes: start..cursor.position,
+        });
+        match (key.as_deref(), value) {
             (Some("general.alignment"), Value::Integer(number)) => {
                 alignment = u64::try_from(number)
                     .ok()
@@ -261,30 +302,29 @@ pub fn check(file: File) -> Result<Header, Problem> {
             _ => {}
         }
     }
-    let mut ends = Vec::new();
-    let mut tensor_types = Vec::new();
+    let mut listed = Vec::new();
     for _ in 0..tensors {
-        let name = cursor
-            .string("a tensor name")?
-            .unwrap_or_else(|| "(a long name)".into());
-        let dimensions = cursor.u32()?;
-        if dimensions > MAX_DIMENSIONS {
+        let read_name = cursor.string("a tensor name")?;
+        let name = read_name.as_deref().unwrap_or("(a long name)");
+        let count = cursor.u32()?;
+        if count > MAX_DIMENSIONS {
             return Err(format!(
-                "tensor `{name}` has {dimensions} dimensions (at most {MAX_DIMENSIONS})"
+                "tensor `{name}` has {count} dimensions (at most {MAX_DIMENSIONS})"
             ));
         }
+        let mut dimensions = Vec::new();
         let mut elements: u64 = 1;
-        for _ in 0..dimensions {
+        for _ in 0..count {
             let size = cursor.length()?;
+            dimensions.push(size);
             elements = elements
                 .checked_mul(size)
                 .ok_or_else(|| format!("tensor `{name}` has more elements than can be counted"))?;
         }
-        let dtype = cursor.u32()?;
-        let dtype =
-            ggml_type(dtype).ok_or_else(|| format!("tensor `{name}` has unknown type {dtype}"))?;
-        tensor_types.push(dtype);
-        let (block, bytes_per_block) = (dtype.block_size() as u64, dtype.type_size() as u64);
+        let code = cursor.u32()?;
+        let kind = TensorType::from_code(code)
+            .ok_or_else(|| format!("tensor `{name}` has unknown type {code}"))?;
+        let (block, bytes_per_block) = (kind.block_elements(), kind.block_bytes());
         if !elements.is_multiple_of(block) {
             return Err(format!(
                 "tensor `{name}` has {elements} elements, not a whole number of {block}-element blocks"
@@ -294,15 +334,22 @@ pub fn check(file: File) -> Result<Header, Problem> {
             .checked_mul(bytes_per_block)
             .ok_or_else(|| format!("tensor `{name}` is larger than can be counted"))?;
         let offset = cursor.u64()?;
-        let end = offset
+        offset
             .checked_add(size)
             .ok_or_else(|| format!("tensor `{name}` lies past any file (offset {offset})"))?;
-        ends.push((name, end));
+        listed.push(TensorInfo {
+            name: read_name,
+            dimensions,
+            kind,
+            offset,
+            size,
+        });
     }
     let data_start = cursor.position.div_ceil(alignment) * alignment;
-    for (name, end) in ends {
+    for tensor in &listed {
+        let name = tensor.name.as_deref().unwrap_or("(a long name)");
         let end = data_start
-            .checked_add(end)
+            .checked_add(tensor.offset + tensor.size)
             .ok_or_else(|| format!("tensor `{name}` lies past any file"))?;
         if end > length {
             return Err(format!(
@@ -311,90 +358,36 @@ pub fn check(file: File) -> Result<Header, Problem> {
         }
     }
     Ok(Header {
+        version,
         architecture,
-        tensor_types,
-    })
-}
-
-/// The ggml tensor type numbered `dtype` in a GGUF file, if candle can read it.
-fn ggml_type(dtype: u32) -> Option<GgmlDType> {
-    Some(match dtype {
-        0 => GgmlDType::F32,
-        1 => GgmlDType::F16,
-        2 => GgmlDType::Q4_0,
-        3 => GgmlDType::Q4_1,
-        6 => GgmlDType::Q5_0,
-        7 => GgmlDType::Q5_1,
-        8 => GgmlDType::Q8_0,
-        9 => GgmlDType::Q8_1,
-        10 => GgmlDType::Q2K,
-        11 => GgmlDType::Q3K,
-        12 => GgmlDType::Q4K,
-        13 => GgmlDType::Q5K,
-        14 => GgmlDType::Q6K,
-        15 => GgmlDType::Q8K,
-        30 => GgmlDType::BF16,
-        _ => return None,
+        entries: kept_entries,
+        tensors: listed,
+        data_start,
+        alignment,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inference::gguf::test_file::GgufBytes as Gguf;
 
-    /// A GGUF v3 file: the given metadata entries and tensors, then `data` bytes of tensor data.
-    struct Gguf {
-        bytes: Vec<u8>,
+    /// Checks the bytes built so far, written to a file of their own.
+    fn check_bytes(gguf: Gguf) -> Result<Header, Problem> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("model.gguf");
+        gguf.write(&path);
+        check(File::open(&path).expect("opened"))
     }
 
-    impl Gguf {
-        fn new(tensors: u64, entries: u64) -> Self {
-            let mut bytes = b"GGUF".to_vec();
-            bytes.extend(3u32.to_le_bytes());
-            bytes.extend(tensors.to_le_bytes());
-            bytes.extend(entries.to_le_bytes());
-            Gguf { bytes }
-        }
-        fn string(mut self, text: &str) -> Self {
-            self.bytes.extend((text.len() as u64).to_le_bytes());
-            self.bytes.extend(text.as_bytes());
-            self
-        }
-        fn u32(mut self, value: u32) -> Self {
-            self.bytes.extend(value.to_le_bytes());
-            self
-        }
-        fn u64(mut self, value: u64) -> Self {
-            self.bytes.extend(value.to_le_bytes());
-            self
-        }
-        fn padding(mut self, count: usize) -> Self {
-            self.bytes.extend(std::iter::repeat_n(0u8, count));
-            self
-        }
-        fn check(self) -> Result<Header, Problem> {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let path = dir.path().join("model.gguf");
-            std::fs::write(&path, &self.bytes).expect("written");
-            check(File::open(&path).expect("opened"))
-        }
-    }
-
-    /// An F32 tensor of `count` elements at data offset `offset`.
+    /// An F32 tensor's entry in the tensor list.
     fn tensor(gguf: Gguf, name: &str, dims: &[u64], offset: u64) -> Gguf {
-        let mut gguf = gguf.string(name).u32(dims.len() as u32);
-        for &d in dims {
-            gguf = gguf.u64(d);
-        }
-        gguf.u32(0).u64(offset)
+        gguf.tensor(name, dims, 0, offset)
     }
 
     /// `gguf` with one 4-element F32 tensor, `w`, whose data follows the header; checked.
     fn check_with_one_tensor(gguf: Gguf) -> Result<Header, Problem> {
-        let gguf = tensor(gguf, "w", &[4], 0);
-        let header = gguf.bytes.len();
-        let padded = header.div_ceil(32) * 32 - header;
-        gguf.padding(padded + 16).check()
+        check_bytes(tensor(gguf, "w", &[4], 0).align().padding(16))
     }
 
     #[test]
@@ -403,11 +396,28 @@ mod tests {
             .string("general.architecture")
             .u32(8)
             .string("qwen2");
+        // magic, version, counts (24 bytes); then the entry: key (8 + 20), type (4), value (8 + 5).
+        let entry_end = 24 + 8 + 20 + 4 + 8 + 5;
+        // Then the tensor: name (8 + 1), one dimension (4 + 8), type and offset (4 + 8).
+        let header_end = entry_end + 8 + 1 + 4 + 8 + 4 + 8;
         assert_eq!(
             check_with_one_tensor(gguf),
             Ok(Header {
+                version: 3,
                 architecture: Some("qwen2".into()),
-                tensor_types: vec![GgmlDType::F32],
+                entries: vec![Entry {
+                    key: Some("general.architecture".into()),
+                    bytes: 24..entry_end,
+                }],
+                tensors: vec![TensorInfo {
+                    name: Some("w".into()),
+                    dimensions: vec![4],
+                    kind: TensorType::F32,
+                    offset: 0,
+                    size: 16,
+                }],
+                data_start: header_end.div_ceil(32) * 32,
+                alignment: 32,
             })
         );
     }
@@ -438,7 +448,21 @@ mod tests {
             .string("llama");
         let checked = check_with_one_tensor(gguf).expect("passes");
         assert_eq!(checked.architecture.as_deref(), Some("llama"));
-        assert_eq!(checked.tensor_types, vec![GgmlDType::F32]);
+        let keys: Vec<_> = checked.entries.iter().map(|e| e.key.as_deref()).collect();
+        assert_eq!(
+            keys,
+            [
+                Some("tokenizer.ggml.tokens"),
+                Some("nested"),
+                Some("general.architecture")
+            ]
+        );
+        // Each entry ends where the next starts.
+        for pair in checked.entries.windows(2) {
+            assert_eq!(pair[0].bytes.end, pair[1].bytes.start);
+        }
+        assert_eq!(checked.tensors.len(), 1);
+        assert_eq!(checked.tensors[0].kind, TensorType::F32);
     }
 
     #[test]
@@ -520,7 +544,7 @@ mod tests {
             ),
         ];
         for (what, gguf, expected) in cases {
-            let problem = gguf.check().expect_err(what);
+            let problem = check_bytes(gguf).expect_err(what);
             assert!(problem.contains(expected), "{what}: {problem}");
         }
     }

@@ -1,28 +1,25 @@
 //! GGUF files: what is in them (checked before mistral.rs sees them) and the Q5_0 → Q8_0
-//! re-quantisation that makes the embedded model fast on CPU.
+//! re-quantisation that makes the embedded model fast on CPU ([`requantize`]).
 //!
 //! mistral.rs panics on an architecture it does not support (e.g. `gemma3`) and fails obscurely on
 //! a truncated file, and the GGUF reader aborts the process on a header whose lengths are absurd,
 //! so [`inspect`] checks the whole header first ([`header`]) and turns all of these into clear
-//! failures.
-//!
-//! The embedded Qwen2.5 "Q4_K_M" file is mostly Q5_0 tensors (its hidden size, 896, is not a
-//! multiple of 256, so llama.cpp fell back to Q5_0), and candle has no SIMD kernel for Q5_0: about
-//! 70% of prefill time goes to a scalar loop. Q8_0 has an AVX2 kernel; [`requantize`] converts
-//! every Q5_0 tensor to Q8_0 once, at pull time (measured: prefill ~2×, decode ~1.25×; the file
-//! grows from 491 MB to 637 MB; answers unchanged on our probes).
+//! failures. Neither reads the file through candle: the format is pagantic's own code here, so a
+//! mistral.rs on another candle version needs no change in this module.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
 use std::path::Path;
-
-use candle_core::Device;
-use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 
 use crate::core::{Failure, FailureCode};
 
 mod header;
+mod requantize;
+mod tensor_type;
+#[cfg(test)]
+mod test_file;
+
+pub use requantize::requantize;
 
 /// Architectures mistral.rs 0.8.1 can run from GGUF.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
@@ -65,16 +62,6 @@ fn open(path: &Path) -> Result<File, Failure> {
     })
 }
 
-fn read_content(path: &Path) -> Result<(gguf_file::Content, BufReader<File>), Failure> {
-    let file = open(path)?;
-    // The library allocates whatever the header claims; nothing reaches it unchecked.
-    let own = File::open(path).map_err(|e| unusable(path, e))?;
-    header::check(own).map_err(|problem| unusable(path, problem))?;
-    let mut reader = BufReader::new(file);
-    let content = gguf_file::Content::read(&mut reader).map_err(|e| unusable(path, e))?;
-    Ok((content, reader))
-}
-
 /// Reads a GGUF header and checks that mistral.rs can run the model (one pass over the header,
 /// [`header::check`]'s).
 pub fn inspect(path: &Path) -> Result<GgufSummary, Failure> {
@@ -96,81 +83,21 @@ pub fn inspect(path: &Path) -> Result<GgufSummary, Failure> {
         )));
     }
     let mut dtypes = BTreeMap::new();
-    for dtype in &header.tensor_types {
-        *dtypes.entry(format!("{dtype:?}")).or_insert(0) += 1;
+    for tensor in &header.tensors {
+        *dtypes.entry(format!("{:?}", tensor.kind)).or_insert(0) += 1;
     }
     Ok(GgufSummary {
         architecture,
-        tensors: header.tensor_types.len(),
+        tensors: header.tensors.len(),
         dtypes,
     })
 }
 
-/// Writes a copy of `source` with every Q5_0 tensor re-quantised to Q8_0 (others unchanged);
-/// returns how many tensors were converted. Tensors and metadata are written in name order, so
-/// the same input always gives the same bytes.
-pub fn requantize(source: &Path, target: &Path) -> Result<usize, Failure> {
-    let (content, mut reader) = read_content(source)?;
-    let failed = |e: candle_core::Error| {
-        Failure::new(
-            FailureCode::InferenceModelUnavailable,
-            format!("re-quantising {}: {e}", source.display()),
-        )
-    };
-    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(String, QTensor)> = Vec::with_capacity(names.len());
-    let mut converted = 0;
-    for name in names {
-        let tensor = content
-            .tensor(&mut reader, name, &Device::Cpu)
-            .map_err(failed)?;
-        let tensor = if tensor.dtype() == GgmlDType::Q5_0 {
-            converted += 1;
-            let values = tensor.dequantize(&Device::Cpu).map_err(failed)?;
-            QTensor::quantize(&values, GgmlDType::Q8_0).map_err(failed)?
-        } else {
-            tensor
-        };
-        tensors.push((name.clone(), tensor));
-    }
-    let mut metadata: Vec<(&str, &gguf_file::Value)> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
-    metadata.sort_by(|a, b| a.0.cmp(b.0));
-    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let file = File::create(target).map_err(|e| {
-        Failure::new(
-            FailureCode::ConfigFileError,
-            format!("cannot write {}: {e}", target.display()),
-        )
-    })?;
-    let mut writer = BufWriter::new(file);
-    gguf_file::write(&mut writer, &metadata, &tensor_refs).map_err(failed)?;
-    writer
-        .into_inner()
-        .map_err(|e| {
-            Failure::new(
-                FailureCode::ConfigFileError,
-                format!("cannot write {}: {e}", target.display()),
-            )
-        })?
-        .sync_all()
-        .map_err(|e| {
-            Failure::new(
-                FailureCode::ConfigFileError,
-                format!("cannot write {}: {e}", target.display()),
-            )
-        })?;
-    Ok(converted)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::tensor_type::TensorType;
     use super::*;
-    use candle_core::Tensor;
+    use crate::inference::gguf::test_file::{GgufBytes, q5_0_block};
 
     /// A path named `name` in a directory of its own, removed with the returned guard.
     fn scratch(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -179,22 +106,48 @@ mod tests {
         (dir, path)
     }
 
-    /// A tiny GGUF file: one Q5_0 tensor and one F32 tensor, with the given architecture.
+    /// The scales of the two Q5_0 blocks of `a.weight` in [`tiny`].
+    const A_SCALES: [f32; 2] = [0.5, 0.25];
+
+    /// The 64 weights of `a.weight`: in each block, its scale × (q − 16) for q = 0 … 31.
+    fn a_weights() -> Vec<f32> {
+        (0..64)
+            .map(|i| ((i % 32) as f32 - 16.0) * A_SCALES[i / 32])
+            .collect()
+    }
+
+    /// A tiny GGUF file with the given architecture: its metadata out of key order, an F32
+    /// tensor `b.weight` (4 weights) listed before a Q5_0 tensor `a.weight` (2 blocks, 32 × 2).
     fn tiny(path: &Path, architecture: &str) {
-        let values = Tensor::arange(0f32, 64f32, &Device::Cpu)
-            .expect("arange")
-            .reshape((2, 32))
-            .expect("reshape");
-        let q5 = QTensor::quantize(&values, GgmlDType::Q5_0).expect("q5");
-        let f32 = QTensor::quantize(&values, GgmlDType::F32).expect("f32");
-        let arch = gguf_file::Value::String(architecture.into());
-        let mut file = File::create(path).expect("create");
-        gguf_file::write(
-            &mut file,
-            &[("general.architecture", &arch)],
-            &[("a.weight", &q5), ("b.weight", &f32)],
-        )
-        .expect("write");
+        let blocks: Vec<u8> = A_SCALES
+            .iter()
+            .flat_map(|&scale| q5_0_block(scale, std::array::from_fn(|q| q as u8)))
+            .collect();
+        let b: Vec<u8> = [1.5f32, -2.0, 0.0, 3.25]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        GgufBytes::new(2, 2)
+            .text_entry("zz.note", "listed first")
+            .text_entry("general.architecture", architecture)
+            .tensor("b.weight", &[4], 0, 0)
+            .tensor("a.weight", &[32, 2], 6, 32)
+            .align()
+            .raw(&b)
+            .align()
+            .raw(&blocks)
+            .align()
+            .write(path);
+    }
+
+    /// The weights of a Q8_0 tensor's blocks.
+    fn q8_0_weights(data: &[u8]) -> Vec<f32> {
+        data.chunks(34)
+            .flat_map(|block| {
+                let scale = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+                block[2..].iter().map(move |&q| f32::from(q as i8) * scale)
+            })
+            .collect()
     }
 
     #[test]
@@ -247,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn requantizing_turns_q5_0_into_q8_0_and_keeps_values_close() {
+    fn requantizing_turns_q5_0_into_q8_0_keeps_the_rest_and_sorts_the_layout() {
         let (_source_dir, source) = scratch("source.gguf");
         let (_target_dir, target) = scratch("target.gguf");
         tiny(&source, "qwen2");
@@ -255,28 +208,75 @@ mod tests {
         let summary = inspect(&target).expect("readable");
         assert_eq!(summary.dtypes.get("Q8_0"), Some(&1));
         assert_eq!(summary.dtypes.get("Q5_0"), None);
-        let values = |path: &Path| {
-            let (content, mut reader) = read_content(path).expect("content");
-            content
-                .tensor(&mut reader, "a.weight", &Device::Cpu)
-                .expect("tensor")
-                .dequantize(&Device::Cpu)
-                .expect("dequantize")
-                .flatten_all()
-                .expect("flat")
-                .to_vec1::<f32>()
-                .expect("values")
+
+        let read = |path: &Path| {
+            let header = header::check(File::open(path).expect("open")).expect("checked");
+            (header, std::fs::read(path).expect("read"))
         };
-        // Q8_0 of the Q5_0 values loses far less than Q5_0 itself did.
-        for (before, after) in values(&source).iter().zip(values(&target)) {
-            assert!((before - after).abs() < 0.5, "{before} became {after}");
+        let (before, source_bytes) = read(&source);
+        let (after, target_bytes) = read(&target);
+        assert_eq!(after.version, 2);
+        let entry = |header: &header::Header, bytes: &[u8], key: &str| {
+            let found = header
+                .entries
+                .iter()
+                .find(|e| e.key.as_deref() == Some(key));
+            let range = found.expect("entry").bytes.clone();
+            bytes[range.start as usize..range.end as usize].to_vec()
+        };
+        let keys: Vec<_> = after.entries.iter().map(|e| e.key.clone()).collect();
+        assert_eq!(
+            keys,
+            [Some("general.architecture".into()), Some("zz.note".into())]
+        );
+        for key in ["general.architecture", "zz.note"] {
+            assert_eq!(
+                entry(&before, &source_bytes, key),
+                entry(&after, &target_bytes, key)
+            );
         }
+        let data = |header: &header::Header, bytes: &[u8], name: &str| {
+            let tensor = header
+                .tensors
+                .iter()
+                .find(|t| t.name.as_deref() == Some(name));
+            let tensor = tensor.expect("tensor").clone();
+            let start = (header.data_start + tensor.offset) as usize;
+            let data = bytes[start..start + tensor.size as usize].to_vec();
+            (tensor, data)
+        };
+        let names: Vec<_> = after.tensors.iter().map(|t| t.name.clone()).collect();
+        assert_eq!(names, [Some("a.weight".into()), Some("b.weight".into())]);
+        let (b_before, b_bytes) = data(&before, &source_bytes, "b.weight");
+        let (b_after, b_copied) = data(&after, &target_bytes, "b.weight");
+        assert_eq!((b_after.kind, b_copied), (b_before.kind, b_bytes));
+        let (a, a_bytes) = data(&after, &target_bytes, "a.weight");
+        assert_eq!((a.kind, a.dimensions), (TensorType::Q8_0, vec![32, 2]));
+        // Q8_0 keeps each weight within half a step (the largest, 8, / 127 / 2), plus what
+        // rounding the scale to f16 costs.
+        let weights = a_weights();
+        let kept = q8_0_weights(&a_bytes);
+        assert_eq!(kept.len(), weights.len());
+        for (weight, kept) in weights.iter().zip(kept) {
+            assert!(
+                (weight - kept).abs() <= 8.0 / 127.0 / 2.0 + 0.01,
+                "{weight} became {kept}"
+            );
+        }
+
         let (_again_dir, again) = scratch("again.gguf");
         requantize(&source, &again).expect("again");
         assert_eq!(
-            std::fs::read(&target).expect("a"),
+            target_bytes,
             std::fs::read(&again).expect("b"),
             "deterministic"
+        );
+        // A derived file derived again is the same file: nothing left to convert, same layout.
+        assert_eq!(requantize(&target, &again).expect("re-derived"), 0);
+        assert_eq!(
+            target_bytes,
+            std::fs::read(&again).expect("c"),
+            "a fixed point"
         );
     }
 }
