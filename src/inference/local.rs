@@ -828,7 +828,9 @@ pub fn describe(model: &EmbeddedModel, progress: &PullProgress) -> Option<String
             )
         }
         PullProgress::Verified { sha256 } => format!("verified sha256 {sha256}"),
-        PullProgress::Deriving => "re-quantising Q5_0 tensors to Q8_0 for speed".to_string(),
+        PullProgress::Deriving => {
+            "re-quantising Q5_0, Q4_K and Q6_K tensors to Q8_0 for speed".to_string()
+        }
         PullProgress::Done { path } => format!("stored {}", path.display()),
     })
 }

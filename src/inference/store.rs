@@ -54,7 +54,7 @@ pub struct EmbeddedModel {
     pub derived: Option<ExpectedDerivation>,
 }
 
-/// What re-quantising an embedded GGUF model's Q5_0 tensors to Q8_0 must write. The derivation
+/// What re-quantising an embedded GGUF model's Q5_0, Q4_K and Q6_K tensors to Q8_0 must write. The derivation
 /// is deterministic, so its output is checked like a download: a different result (a changed
 /// re-quantiser, a damaged original) fails the pull instead of being run.
 #[derive(Debug, Clone, Copy)]
@@ -123,8 +123,8 @@ pub const DEFAULT_LLM: EmbeddedModel = EmbeddedModel {
     },
     companions: &[],
     derived: Some(ExpectedDerivation {
-        size: 636_896_128,
-        sha256: "8698b59cb41f84d60e4cc5e7c9455770616d1b3ab6b645a6e140c05217c64975",
+        size: 675_710_848,
+        sha256: "7d6e48143ee1ad65d4362902b1ec55a339836ceefe84b5cc258d2f677d9f68c1",
     }),
 };
 
@@ -471,7 +471,7 @@ pub fn pull(
                 .len(),
             sha256: sha256_file(&derived_work)?,
             note: format!(
-                "{converted} Q5_0 tensors re-quantised to Q8_0 from the verified original"
+                "{converted} Q5_0, Q4_K and Q6_K tensors re-quantised to Q8_0 from the verified original"
             ),
         };
         check_derivation(&derived, expected)?;

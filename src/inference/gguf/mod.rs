@@ -1,5 +1,5 @@
-//! GGUF files: what is in them (checked before mistral.rs sees them) and the Q5_0 → Q8_0
-//! re-quantisation that makes the embedded model fast on CPU ([`requantize`]).
+//! GGUF files: what is in them (checked before mistral.rs sees them) and the re-quantisation to
+//! Q8_0 that makes the embedded model fast on CPU ([`requantize`]).
 //!
 //! mistral.rs panics on an architecture it does not support (e.g. `gemma3`) and fails obscurely on
 //! a truncated file, and the GGUF reader aborts the process on a header whose lengths are absurd,
@@ -117,7 +117,8 @@ mod tests {
     }
 
     /// A tiny GGUF file with the given architecture: its metadata out of key order, an F32
-    /// tensor `b.weight` (4 weights) listed before a Q5_0 tensor `a.weight` (2 blocks, 32 × 2).
+    /// tensor `b.weight` (4 weights) listed before a Q5_0 tensor `a.weight` (2 blocks, 32 × 2),
+    /// then a Q4_K tensor `c.weight` of one all-zero block (256 weights of 0).
     fn tiny(path: &Path, architecture: &str) {
         let blocks: Vec<u8> = A_SCALES
             .iter()
@@ -127,15 +128,18 @@ mod tests {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        GgufBytes::new(2, 2)
+        GgufBytes::new(3, 2)
             .text_entry("zz.note", "listed first")
             .text_entry("general.architecture", architecture)
             .tensor("b.weight", &[4], 0, 0)
             .tensor("a.weight", &[32, 2], 6, 32)
+            .tensor("c.weight", &[256], 12, 96)
             .align()
             .raw(&b)
             .align()
             .raw(&blocks)
+            .align()
+            .raw(&[0u8; 144])
             .align()
             .write(path);
     }
@@ -156,8 +160,9 @@ mod tests {
         tiny(&path, "qwen2");
         let summary = inspect(&path).expect("supported");
         assert_eq!(summary.architecture, "qwen2");
-        assert_eq!(summary.tensors, 2);
+        assert_eq!(summary.tensors, 3);
         assert_eq!(summary.dtypes.get("Q5_0"), Some(&1));
+        assert_eq!(summary.dtypes.get("Q4K"), Some(&1));
     }
 
     #[test]
@@ -204,10 +209,11 @@ mod tests {
         let (_source_dir, source) = scratch("source.gguf");
         let (_target_dir, target) = scratch("target.gguf");
         tiny(&source, "qwen2");
-        assert_eq!(requantize(&source, &target).expect("requantized"), 1);
+        assert_eq!(requantize(&source, &target).expect("requantized"), 2);
         let summary = inspect(&target).expect("readable");
-        assert_eq!(summary.dtypes.get("Q8_0"), Some(&1));
+        assert_eq!(summary.dtypes.get("Q8_0"), Some(&2));
         assert_eq!(summary.dtypes.get("Q5_0"), None);
+        assert_eq!(summary.dtypes.get("Q4K"), None);
 
         let read = |path: &Path| {
             let header = header::check(File::open(path).expect("open")).expect("checked");
@@ -246,7 +252,17 @@ mod tests {
             (tensor, data)
         };
         let names: Vec<_> = after.tensors.iter().map(|t| t.name.clone()).collect();
-        assert_eq!(names, [Some("a.weight".into()), Some("b.weight".into())]);
+        assert_eq!(
+            names,
+            [
+                Some("a.weight".into()),
+                Some("b.weight".into()),
+                Some("c.weight".into())
+            ]
+        );
+        // 256 zero weights: eight Q8_0 blocks of scale 0 and quants 0.
+        let (c, c_bytes) = data(&after, &target_bytes, "c.weight");
+        assert_eq!((c.kind, c_bytes), (TensorType::Q8_0, vec![0u8; 8 * 34]));
         let (b_before, b_bytes) = data(&before, &source_bytes, "b.weight");
         let (b_after, b_copied) = data(&after, &target_bytes, "b.weight");
         assert_eq!((b_after.kind, b_copied), (b_before.kind, b_bytes));
