@@ -23,8 +23,9 @@ derived="$dir/qwen2.5-coder-0.5b-instruct-q4_k_m.q8_0-derived.gguf"
 [ -f "$original" ] || { echo "pull the model first: cargo run -- models pull" >&2; exit 1; }
 cargo build --locked --quiet --example local_speed --example load_phases
 bin="${CARGO_TARGET_DIR:-target}/debug/examples"
-# With RUST_BACKTRACE set, mistral.rs 0.8.1 resolves a backtrace for each optional GGUF key the
-# file lacks while loading (about a second in a debug build); measure what a user's shell runs.
+# With RUST_BACKTRACE set, mistral.rs 0.8.1 captures and formats a backtrace for each optional
+# GGUF key the file lacks while loading (most of a second while dependencies carried debug
+# information; little since): measure what most users' shells run.
 unset RUST_BACKTRACE RUST_LIB_BACKTRACE
 # mistral.rs sizes its thread pool from the visible cores; pin both sides to the same two.
 run() { taskset -c 0,1 "$@"; }

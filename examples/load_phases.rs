@@ -122,14 +122,15 @@ fn read_run(output: &str) -> Option<Run> {
     })
 }
 
-/// The child: load, answer one short question, mark each moment on stdout.
+/// The child: load as plans do (one request at a time, prefix cache on), answer one short
+/// question, mark each moment on stdout.
 async fn child(path: std::path::PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     mistralrs::core::initialize_logging();
     println!("{MARK} start {}", seconds_of_day_now());
     let engine = LocalEngine::load(&LocalConfig {
         path,
         settings: LocalSettings {
-            max_batch: 8,
+            max_batch: 1,
             context_length: None,
             decoder_constraints: true,
         },
