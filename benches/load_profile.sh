@@ -6,23 +6,23 @@
 #
 #   bash benches/load_profile.sh
 #
-# Needs `perf` and the embedded model pulled (`cargo run -- models pull`). Dependencies are built
-# without debug information (Cargo.toml), and without it perf cannot see the functions the
-# compiler inlined (the rotary tables, for one), so this builds its own copy with full debug
-# information in target/load-profile (a full build: ~45 minutes on 2 cores the first time).
+# Needs `perf` and the embedded model pulled (`cargo run -- models pull`). Dependencies carry no
+# debug information (Cargo.toml); perf walks their stacks by their unwind tables and names them by
+# their symbols, which finds every row below (a function the compiler inlined would show as "-").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
-export CARGO_TARGET_DIR=target/load-profile
-cargo build --locked --quiet --example load_phases --config 'profile.dev.debug = 2' \
-  --config 'profile.dev.package."*".debug = 2'
+cargo build --locked --quiet --example load_phases
+target="${CARGO_TARGET_DIR:-target}"
 model="${PAGANTIC_HOME:-$HOME/.cache/pagantic}/models/qwen2.5-coder-0.5b-instruct-q4_k_m.q8_0-derived.gguf"
 [ -f "$model" ] || { echo "pull the model first: cargo run -- models pull" >&2; exit 1; }
-# What a user's shell runs: with RUST_BACKTRACE set, resolving backtraces would be a row of its own.
+# What most users' shells run (with RUST_BACKTRACE set, mistral.rs also captures a backtrace for
+# each optional GGUF key the file lacks).
 unset RUST_BACKTRACE RUST_LIB_BACKTRACE
-data="$CARGO_TARGET_DIR/perf.data"
+mkdir -p "$target/load-profile"
+data="$target/load-profile/perf.data"
 taskset -c 0,1 perf record -q -F 499 --call-graph dwarf,32768 -o "$data" \
-  "$CARGO_TARGET_DIR/debug/examples/load_phases" --child "$model" >/dev/null
+  "$target/debug/examples/load_phases" --child "$model" >/dev/null
 perf report -i "$data" --children --sort symbol --stdio -g none 2>/dev/null |
   python3 -c '
 import re, sys
