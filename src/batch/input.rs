@@ -490,7 +490,7 @@ mod tests {
         );
     }
 
-    /// Issue 13: one huge line is one failed row, read past without being held in memory; the
+    /// One huge line is one failed row, read past without being held in memory; the
     /// rows after it go on.
     #[test]
     fn a_row_past_the_size_limit_fails_alone() {
@@ -516,7 +516,7 @@ mod tests {
         assert_eq!(last.id, "3");
     }
 
-    /// Issue 13: the CSV twin of the above: a record with more field text than the limit (a
+    /// The CSV twin of the above: a record with more field text than the limit (a
     /// quoted field spanning lines) fails alone; so does one with the wrong number of fields.
     #[test]
     fn a_csv_record_past_the_size_limit_fails_alone() {

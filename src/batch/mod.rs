@@ -2,12 +2,13 @@
 //! once, and nothing lost on a crash.
 //!
 //! Rows are streamed from the input ([`input`]), bound to the pipeline's inputs (by name, or
-//! through `--map input=column`), and run concurrently in one session on one built pipeline, so every row shares the same
-//! loaded model (a local engine sees concurrent requests and can batch them). Each finished row
-//! becomes one JSON line ([`output`]), written and flushed at once; `--resume` skips the rows an
-//! earlier run wrote. A failing row is recorded and the others go on, unless `--fail-fast`.
-//! Templates see the row itself as `row`. Every row is a run of its own (its run id is in its
-//! output line) whose events go to the session's events file.
+//! through `--map input=column`), and run through the session's [`Runner::run_many`] on one
+//! built pipeline, so every row shares the same loaded models. Each finished row becomes one JSON
+//! line ([`output`]), written and flushed at once; `--resume` skips the rows an earlier run
+//! wrote. A failing row is recorded and the others go on, unless `--fail-fast`. Templates see the
+//! row itself as `row`. Every row is a run of its own (its run id is in its output line) whose
+//! events go to the session's events file, and whose record carries its model calls and cache
+//! tally for the summary.
 
 pub mod input;
 pub mod output;
@@ -17,14 +18,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use serde_json::{Map, Value, json};
-use tokio::task::JoinSet;
-
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
 use crate::orchestrate::{
-    CacheTally, Events, Pipeline, Rendered, RunRecord, RunStatus, Session, execute, render_step,
+    CacheTally, FanOut, Job, Pipeline, Rendered, RunRecord, RunRequest, RunStatus, Runner, Session,
 };
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 
 use input::Row;
 use output::Sink;
@@ -108,7 +107,7 @@ pub struct Summary {
 }
 
 /// Runs `pipeline` over every row, each row a run of `session` (its cancellation stops the
-/// batch: rows in flight are abandoned, not written, so `--resume` runs them again).
+/// batch: rows in flight end cancelled and are not written, so `--resume` runs them again).
 pub async fn run(
     session: &Session,
     pipeline: Arc<Pipeline>,
@@ -129,46 +128,158 @@ pub async fn run(
         )
         .with_help("write the output somewhere the input does not cover"));
     }
-    let (mut sink, previous) = match &options.out {
+    let (sink, previous) = match &options.out {
         Some(path) => output::open(path, options.resume, options.retry_errors)?,
         None => (Sink::Stdout, output::Previous::default()),
     };
-    let mut rows = input::open(
+    let rows = input::open(
         &options.input,
         options.id_column.as_deref(),
         options.max_row_bytes,
     )?;
-    let mut counts = Progress::default();
-    let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut usage = TokenUsage::default();
-    let mut cost = None;
-    let mut running: JoinSet<(usize, String, RunRecord, u64, CacheTally)> = JoinSet::new();
-    let mut cache = CacheTally::default();
-    let mut waiting_lines: BTreeMap<usize, String> = BTreeMap::new();
-    let (mut next_sequence, mut next_to_write) = (0usize, 0usize);
-    let mut started_rows = 0usize;
-    let mut stop = false;
-    let mut cancel = session.run_options().cancel;
-    let mut cancelled = false;
-    let mut exhausted = false;
-    let done: &HashSet<String> = &previous.done;
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    let concurrency = options.concurrency.max(1);
-    let total = count_rows_in_background(&options);
+    let runner = session.runner();
+    let mut work = RowRuns {
+        pipeline,
+        total: count_rows_in_background(&options),
+        options,
+        rows,
+        done: previous.done,
+        seen: HashMap::new(),
+        lines: Lines {
+            sink,
+            waiting: BTreeMap::new(),
+            next_sequence: 0,
+            next_to_write: 0,
+        },
+        started_rows: 0,
+        stop: false,
+        tally: Tally::default(),
+        started,
+        progress,
+        runner: runner.clone(),
+    };
+    let concurrency = work.options.concurrency;
+    let cancelled = runner
+        .run_many(&mut work, concurrency, runner.cancellation())
+        .await?;
+    Ok(work.tally.summary(cancelled, started.elapsed()))
+}
 
-    loop {
-        while !stop
-            && !exhausted
-            && running.len() < concurrency
-            && options.limit.is_none_or(|l| started_rows < l)
-        {
-            let Some(next) = rows.next() else {
-                exhausted = true;
-                break;
-            };
+/// A batch as the fan-out sees it: rows handed out as runs, their lines written as they end.
+struct RowRuns<'p> {
+    pipeline: Arc<Pipeline>,
+    options: BatchOptions,
+    rows: input::Rows,
+    /// Rows an earlier run wrote (`--resume`): skipped.
+    done: HashSet<String>,
+    /// How often each `--id` value has been seen.
+    seen: HashMap<String, usize>,
+    lines: Lines,
+    started_rows: usize,
+    /// No more rows start (`--fail-fast` after a failure).
+    stop: bool,
+    tally: Tally,
+    started: Instant,
+    total: Arc<OnceLock<usize>>,
+    progress: &'p dyn Fn(&Progress),
+    /// Told of rows that fail without a run, so the session ends in ERROR.
+    runner: Runner,
+}
+
+/// What the batch has done so far, for the progress line and the summary.
+#[derive(Default)]
+struct Tally {
+    counts: Progress,
+    durations: BTreeMap<String, Vec<f64>>,
+    usage: TokenUsage,
+    cost: Option<Cost>,
+    cache: CacheTally,
+}
+
+impl Tally {
+    /// Counts a row's run.
+    fn add(&mut self, record: &RunRecord) {
+        self.counts.model_calls += record.model_calls;
+        self.cache += record.cache;
+        for step in &record.steps {
+            self.durations
+                .entry(step.name.clone())
+                .or_default()
+                .push(step.duration_ms);
+        }
+        self.counts.tokens += record.usage.total();
+        self.usage += record.usage;
+        self.cost = Cost::sum(self.cost, record.cost);
+        if record.status == RunStatus::Complete {
+            self.counts.ok += 1;
+        } else {
+            self.counts.failed += 1;
+        }
+    }
+
+    fn summary(self, cancelled: bool, wall: Duration) -> Summary {
+        let counts = self.counts;
+        Summary {
+            rows_ok: counts.ok,
+            rows_failed: counts.failed,
+            rows_skipped: counts.skipped,
+            cancelled,
+            usage: self.usage,
+            cost: self.cost,
+            model_calls: counts.model_calls,
+            cache: self.cache,
+            wall_ms: wall.as_secs_f64() * 1000.0,
+            rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
+            steps: self
+                .durations
+                .into_iter()
+                .map(|(name, times)| (name, percentiles(times)))
+                .collect(),
+        }
+    }
+}
+
+/// The output lines: written as rows end, or (`--ordered`) in input order.
+struct Lines {
+    sink: Sink,
+    /// With `--ordered`: lines that wait for an earlier one.
+    waiting: BTreeMap<usize, String>,
+    next_sequence: usize,
+    next_to_write: usize,
+}
+
+impl Lines {
+    /// The place of the next row started.
+    fn sequence(&mut self) -> usize {
+        self.next_sequence += 1;
+        self.next_sequence - 1
+    }
+
+    /// Writes a line now, or (with `ordered`) once every earlier line is written.
+    fn write(&mut self, sequence: usize, line: String, ordered: bool) -> Result<(), Failure> {
+        if !ordered {
+            return self.sink.write_line(line);
+        }
+        self.waiting.insert(sequence, line);
+        while let Some(line) = self.waiting.remove(&self.next_to_write) {
+            self.sink.write_line(line)?;
+            self.next_to_write += 1;
+        }
+        Ok(())
+    }
+}
+
+impl RowRuns<'_> {
+    /// The next row of this shard that an earlier run did not write, its id made unique, with
+    /// why it cannot run if it cannot; None once the input (or `--limit`) is exhausted.
+    fn next_row(&mut self) -> Option<(Row, Option<Failure>)> {
+        loop {
+            if self.options.limit.is_some_and(|l| self.started_rows >= l) {
+                return None;
+            }
             // An unreadable row is recorded like a failed one (under its line or record number),
             // and the rest go on.
-            let (mut row, problem) = match next {
+            let (mut row, problem) = match self.rows.next()? {
                 Ok(row) => (row, None),
                 Err(bad) => (
                     Row {
@@ -179,145 +290,113 @@ pub async fn run(
                     Some(bad.failure),
                 ),
             };
-            if !in_shard(row.index, options.shard) {
+            if !in_shard(row.index, self.options.shard) {
                 continue;
             }
-            // A second row with an id already used is keyed `id#2` (and fails, saying so): a
-            // resume then skips exactly the rows that were written, none silently lost. Only
-            // `--id` values can repeat: line and record numbers and paths are unique, so without
-            // it nothing is remembered.
-            let occurrence = match options.id_column {
-                Some(_) => {
-                    let count = seen.entry(row.id.clone()).or_insert(0);
-                    *count += 1;
-                    *count
-                }
-                None => 1,
-            };
-            let problem = match (problem, occurrence) {
-                (Some(problem), _) => Some(problem),
-                (None, 1) => None,
-                (None, n) => Some(
-                    Failure::new(
-                        FailureCode::ConfigInvalidInput,
-                        format!(
-                            "row {} has the id `{}` of an earlier row (this is its occurrence {n})",
-                            row.index + 1,
-                            row.id
-                        ),
-                    )
-                    .with_help("ids must be unique: choose another --id column, or leave --id out to number rows"),
-                ),
-            };
+            let occurrence = self.occurrence(&row.id);
+            let problem = problem.or_else(|| repeated_id(&row, occurrence));
             if occurrence > 1 {
                 row.id = format!("{}#{occurrence}", row.id);
             }
-            if done.contains(&row.id) {
-                counts.skipped += 1;
+            if self.done.contains(&row.id) {
+                self.tally.counts.skipped += 1;
                 continue;
             }
-            started_rows += 1;
-            let sequence = next_sequence;
-            next_sequence += 1;
+            self.started_rows += 1;
+            return Some((row, problem));
+        }
+    }
+
+    /// How many rows so far had this id, this one included. Only `--id` values can repeat: line
+    /// and record numbers and paths are unique, so without it nothing is remembered.
+    fn occurrence(&mut self, id: &str) -> usize {
+        if self.options.id_column.is_none() {
+            return 1;
+        }
+        let count = self.seen.entry(id.to_string()).or_insert(0);
+        *count += 1;
+        *count
+    }
+
+    /// Writes a row's line and shows the progress so far.
+    fn write(&mut self, sequence: usize, line: String) -> Result<(), Failure> {
+        self.lines.write(sequence, line, self.options.ordered)?;
+        let counts = &mut self.tally.counts;
+        counts.elapsed = self.started.elapsed();
+        counts.total = self.total.get().copied();
+        (self.progress)(counts);
+        Ok(())
+    }
+}
+
+/// A second row with an id already used is keyed `id#2` and fails, saying so: a resume then
+/// skips exactly the rows that were written, none silently lost.
+fn repeated_id(row: &Row, occurrence: usize) -> Option<Failure> {
+    (occurrence > 1).then(|| {
+        Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!(
+                "row {} has the id `{}` of an earlier row (this is its occurrence {occurrence})",
+                row.index + 1,
+                row.id
+            ),
+        )
+        .with_help(
+            "ids must be unique: choose another --id column, or leave --id out to number rows",
+        )
+    })
+}
+
+impl FanOut for RowRuns<'_> {
+    /// The row's place among the rows started, and the row.
+    type Tag = (usize, Row);
+
+    fn next(&mut self) -> Result<Option<Job<Self::Tag>>, Failure> {
+        while !self.stop {
+            let Some((row, problem)) = self.next_row() else {
+                return Ok(None);
+            };
+            let sequence = self.lines.sequence();
             let bound = match problem {
                 Some(problem) => Err(problem),
-                None => pipeline.bind_row(&row.data, &options.map),
+                None => self.pipeline.bind_row(&row.data, &self.options.map),
             };
             match bound {
-                Ok(bound) => {
-                    let mut run_options = session.run_options();
-                    run_options
-                        .globals
-                        .insert("row".into(), Value::Object(row.data.clone()));
-                    let pipeline = Arc::clone(&pipeline);
-                    let events = session.events().new_run();
-                    running.spawn(async move {
-                        let record = execute(&pipeline, bound, run_options, &events).await;
-                        // The line is written out here, on the row's own task, so the loop
-                        // that writes lines in order only has to copy it out.
-                        (
-                            sequence,
-                            line_for(&row, &record),
-                            record,
-                            events.model_calls(),
-                            events.cache_tally(),
-                        )
-                    });
+                Ok(inputs) => {
+                    let globals = Map::from_iter([("row".into(), Value::Object(row.data.clone()))]);
+                    return Ok(Some(Job {
+                        pipeline: Arc::clone(&self.pipeline),
+                        inputs,
+                        globals,
+                        tag: (sequence, row),
+                    }));
                 }
                 Err(failure) => {
                     let line = json!({ "row": row.id, "index": row.index, "status": "error", "input": row.data, "error": failure }).to_string();
-                    write(
-                        &mut sink,
-                        &mut waiting_lines,
-                        &mut next_to_write,
-                        sequence,
-                        line,
-                        options.ordered,
-                    )?;
-                    counts.failed += 1;
-                    stop = options.fail_fast;
+                    self.tally.counts.failed += 1;
+                    self.runner.note_failure();
+                    self.stop = self.options.fail_fast;
+                    self.write(sequence, line)?;
                 }
             }
         }
-        if running.is_empty() {
-            break;
-        }
-        tokio::select! {
-            joined = running.join_next() => {
-                let Some(Ok((sequence, line, record, calls, cached))) = joined else { continue };
-                if record.status == RunStatus::Cancelled {
-                    // The row saw the cancellation before this loop did: abandoned like the rows
-                    // still in flight (they end the same way), so a resume runs it again.
-                    cancelled = true;
-                    stop = true;
-                    continue;
-                }
-                counts.model_calls += calls;
-                cache += cached;
-                for step in &record.steps {
-                    durations.entry(step.name.clone()).or_default().push(step.duration_ms);
-                }
-                counts.tokens += record.usage.total();
-                usage += record.usage;
-                cost = Cost::sum(cost, record.cost);
-                let ok = record.status == RunStatus::Complete;
-                if ok { counts.ok += 1 } else { counts.failed += 1 }
-                stop |= !ok && options.fail_fast;
-                write(&mut sink, &mut waiting_lines, &mut next_to_write, sequence, line, options.ordered)?;
-                counts.elapsed = started.elapsed();
-                counts.total = total.get().copied();
-                progress(&counts);
-            }
-            changed = cancel.changed(), if !cancelled => {
-                if changed.is_ok() && *cancel.borrow() {
-                    // Rows in flight are abandoned, not written: a resume runs them again.
-                    cancelled = true;
-                    stop = true;
-                    running.abort_all();
-                    while running.join_next().await.is_some() {}
-                } else if changed.is_err() {
-                    cancelled = true;
-                }
-            }
-        }
+        Ok(None)
     }
-    let wall = started.elapsed();
-    Ok(Summary {
-        rows_ok: counts.ok,
-        rows_failed: counts.failed,
-        rows_skipped: counts.skipped,
-        cancelled: cancelled && *cancel.borrow(),
-        usage,
-        cost,
-        model_calls: counts.model_calls,
-        cache,
-        wall_ms: wall.as_secs_f64() * 1000.0,
-        rows_per_s: (counts.ok + counts.failed) as f64 / wall.as_secs_f64().max(1e-9),
-        steps: durations
-            .into_iter()
-            .map(|(name, times)| (name, percentiles(times)))
-            .collect(),
-    })
+
+    async fn finished(
+        &mut self,
+        (sequence, row): Self::Tag,
+        record: RunRecord,
+    ) -> Result<(), Failure> {
+        if record.status == RunStatus::Cancelled {
+            // Abandoned, not written: a resume runs the row again.
+            self.stop = true;
+            return Ok(());
+        }
+        self.tally.add(&record);
+        self.stop |= record.status != RunStatus::Complete && self.options.fail_fast;
+        self.write(sequence, line_for(&row, &record))
+    }
 }
 
 /// Whether the row at `index` belongs to this shard (every row does without one).
@@ -366,6 +445,7 @@ pub async fn preview(
     options: &BatchOptions,
     rows: usize,
 ) -> Result<Vec<RowPreview>, Failure> {
+    let runner = session.runner();
     let mut previews = Vec::new();
     let rows_in_shard = input::open(
         &options.input,
@@ -387,12 +467,13 @@ pub async fn preview(
         match pipeline.bind_row(&row.data, &options.map) {
             Ok(bound) => {
                 for (index, step) in pipeline.steps.iter().enumerate() {
-                    let mut run_options = session.run_options();
-                    run_options
-                        .globals
-                        .insert("row".into(), Value::Object(row.data.clone()));
-                    let events = Events::new(None);
-                    match render_step(pipeline, index, bound.clone(), run_options, &events).await {
+                    let request = RunRequest {
+                        globals: Map::from_iter([("row".into(), Value::Object(row.data.clone()))]),
+                        unrecorded: true,
+                        ..RunRequest::default()
+                    };
+                    let rendered = runner.render(pipeline, index, bound.clone(), request);
+                    match rendered.await {
                         Ok(Rendered::Messages(messages)) => {
                             preview.calls.push((step.name.clone(), messages));
                         }
@@ -409,26 +490,6 @@ pub async fn preview(
         previews.push(preview);
     }
     Ok(previews)
-}
-
-/// Writes a line now, or (with `ordered`) once every earlier line is written.
-fn write(
-    sink: &mut Sink,
-    waiting: &mut BTreeMap<usize, String>,
-    next_to_write: &mut usize,
-    sequence: usize,
-    line: String,
-    ordered: bool,
-) -> Result<(), Failure> {
-    if !ordered {
-        return sink.write_line(line);
-    }
-    waiting.insert(sequence, line);
-    while let Some(line) = waiting.remove(next_to_write) {
-        sink.write_line(line)?;
-        *next_to_write += 1;
-    }
-    Ok(())
 }
 
 /// One output line: the row, its status, output or error, usage, cost and timings per step.
@@ -485,7 +546,7 @@ fn percentiles(mut times: Vec<f64>) -> StepTimes {
 /// (`SLURM_ARRAY_TASK_ID` and `SLURM_ARRAY_TASK_COUNT`; the array may start anywhere and step,
 /// as `--array=1-8` or `0-14:2` do: `SLURM_ARRAY_TASK_MIN` and `SLURM_ARRAY_TASK_STEP` turn the
 /// task id into a shard from 0).
-pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+pub fn parse_shard(text: &str) -> Result<(usize, usize), ShardError> {
     let (index, count) = if text == "env" {
         shard_from_env(|name| {
             std::env::var(name)
@@ -493,38 +554,50 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
                 .and_then(|v| v.trim().parse::<usize>().ok())
         })?
     } else {
-        let (i, n) = text
-            .split_once('/')
-            .ok_or_else(|| format!("expected I/N, got `{text}`"))?;
-        let parse = |s: &str| {
-            s.trim()
-                .parse::<usize>()
-                .map_err(|_| format!("expected I/N, got `{text}`"))
-        };
+        let not_i_over_n = || ShardError::NotIOverN(text.to_string());
+        let (i, n) = text.split_once('/').ok_or_else(not_i_over_n)?;
+        let parse = |s: &str| s.trim().parse::<usize>().map_err(|_| not_i_over_n());
         (parse(i)?, parse(n)?)
     };
     if count == 0 || index >= count {
-        return Err(format!(
-            "shard {index} of {count} does not exist (shards are 0 to N-1)"
-        ));
+        return Err(ShardError::NoSuchShard { index, count });
     }
     Ok((index, count))
 }
 
+/// Why `--shard` names no shard.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    /// Neither `I/N` nor `env`.
+    #[error("expected I/N, got `{0}`")]
+    NotIOverN(String),
+    /// The index is not below the count (or the count is 0).
+    #[error("shard {index} of {count} does not exist (shards are 0 to N-1)")]
+    NoSuchShard { index: usize, count: usize },
+    /// A Slurm array task id below the array's first id.
+    #[error("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")]
+    BelowArrayStart { id: usize, min: usize },
+    /// `--shard env` outside an array job.
+    #[error(
+        "--shard env needs JOB_COMPLETION_INDEX and PAGANTIC_SHARDS, or SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT"
+    )]
+    NotAnArrayJob,
+}
+
 /// The shard of an array job, from its environment (`var` reads one variable as a number).
-fn shard_from_env(var: impl Fn(&str) -> Option<usize>) -> Result<(usize, usize), String> {
+fn shard_from_env(var: impl Fn(&str) -> Option<usize>) -> Result<(usize, usize), ShardError> {
     if let (Some(index), Some(count)) = (var("JOB_COMPLETION_INDEX"), var("PAGANTIC_SHARDS")) {
         return Ok((index, count));
     }
     if let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT")) {
         let min = var("SLURM_ARRAY_TASK_MIN").unwrap_or(0);
         let step = var("SLURM_ARRAY_TASK_STEP").unwrap_or(1).max(1);
-        let offset = id.checked_sub(min).ok_or_else(|| {
-            format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")
-        })?;
+        let offset = id
+            .checked_sub(min)
+            .ok_or(ShardError::BelowArrayStart { id, min })?;
         return Ok((offset / step, count));
     }
-    Err("--shard env needs JOB_COMPLETION_INDEX and PAGANTIC_SHARDS, or SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT".into())
+    Err(ShardError::NotAnArrayJob)
 }
 
 #[cfg(test)]
@@ -568,8 +641,20 @@ mod tests {
     #[test]
     fn shards_parse_and_are_checked() {
         assert_eq!(parse_shard("1/4"), Ok((1, 4)));
-        assert!(parse_shard("4/4").is_err());
-        assert!(parse_shard("x").is_err());
+        assert_eq!(
+            parse_shard("4/4"),
+            Err(ShardError::NoSuchShard { index: 4, count: 4 })
+        );
+        assert_eq!(parse_shard("x"), Err(ShardError::NotIOverN("x".into())));
+        assert_eq!(parse_shard("1/y"), Err(ShardError::NotIOverN("1/y".into())));
+        let below = shard_from_env(|name| match name {
+            "SLURM_ARRAY_TASK_ID" => Some(0),
+            "SLURM_ARRAY_TASK_COUNT" => Some(4),
+            "SLURM_ARRAY_TASK_MIN" => Some(1),
+            _ => None,
+        });
+        assert_eq!(below, Err(ShardError::BelowArrayStart { id: 0, min: 1 }));
+        assert_eq!(shard_from_env(|_| None), Err(ShardError::NotAnArrayJob));
     }
 
     #[test]

@@ -172,7 +172,7 @@ mod tests {
         );
     }
 
-    /// Issue 13: a kill between a line's `}` and its newline leaves a line that parses; it was
+    /// A kill between a line's `}` and its newline leaves a line that parses; it was
     /// not finished, so resume cuts it and its row runs again, and the next line starts clean.
     #[test]
     fn a_last_line_without_its_newline_is_cut_even_when_it_parses() {

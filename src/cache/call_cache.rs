@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::UNIX_EPOCH;
 
 use super::database::{Database, RunStats, Stored};
-use super::{CacheMode, CacheSettings, DATABASE_FILE, Key};
+use super::{CacheError, CacheMode, CacheSettings, DATABASE_FILE, Key};
 use crate::core::Memo;
-use crate::inference::{Notice, store};
+use crate::inference::source::Notice;
+use crate::inference::store;
 
 /// Says once that the cache cannot be used; the run goes on uncached.
 struct Health {
@@ -19,7 +20,7 @@ struct Health {
 }
 
 impl Health {
-    fn fail(&self, reason: &str) {
+    fn fail(&self, reason: &CacheError) {
         if !self.broken.swap(true, Ordering::SeqCst)
             && let Some(warn) = &self.warn
         {
@@ -67,7 +68,7 @@ impl CallCache {
     }
 
     /// Opens the database at `dir` for maintenance (`pagantic cache stats|prune|clear`).
-    pub fn maintain(dir: &Path) -> Result<Arc<Database>, String> {
+    pub fn maintain(dir: &Path) -> Result<Arc<Database>, CacheError> {
         Database::open(&dir.join(DATABASE_FILE), |_| {})
     }
 
@@ -249,6 +250,38 @@ mod tests {
         let warnings = warnings.lock().expect("lock");
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("cannot be used"), "{}", warnings[0]);
+    }
+
+    #[test]
+    fn a_database_of_a_newer_schema_is_warned_about_and_the_run_goes_on_without_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(DATABASE_FILE);
+        let key = Key::of("call", &[&"question"]);
+        {
+            let newer = rusqlite::Connection::open(&path).expect("opens");
+            newer
+                .execute_batch("CREATE TABLE answers (key BLOB PRIMARY KEY, text TEXT);")
+                .expect("a newer layout");
+            newer
+                .pragma_update(None, "user_version", 99)
+                .expect("a newer version");
+        }
+        let before = std::fs::read(&path).expect("the file");
+        let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
+        let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+        assert!(!cache.usable());
+        cache.put(key, "call", "answer".into(), 1, 1.0);
+        assert_eq!(cache.get(&key), None);
+        cache.finish();
+        drop(cache);
+        let warnings = warnings.lock().expect("lock");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("cannot be used") && warnings[0].contains("schema version is 99"),
+            "{}",
+            warnings[0]
+        );
+        assert_eq!(std::fs::read(&path).expect("the file"), before);
     }
 
     #[test]

@@ -4,8 +4,13 @@
 //! WAL mode lets readers go on while one process writes, and the busy timeout makes a writer
 //! wait its turn rather than fail, so batch workers and several processes can share one file.
 //! Writes are queued and committed in batches (one transaction per batch), so storing an answer
-//! costs its caller only a channel send. Any SQLite error comes back as a string for the cache
-//! to report once.
+//! costs its caller only a channel send. Any failure comes back as a [`CacheError`] for the
+//! cache to report once.
+//!
+//! The layout carries a version (`PRAGMA user_version`). A database made before versions
+//! existed (version 0) is taken as version 1 in place when its tables are today's; a version
+//! this build does not know (a newer pagantic's) is refused before anything is written, so the
+//! file is never changed by a build that cannot read it.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -13,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::Serialize;
 
-use super::Key;
+use super::{CacheError, Key};
 
 /// How long a statement waits for another process's lock before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,6 +29,32 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most queued writes committed in one transaction.
 const WRITE_BATCH: usize = 512;
 
+/// The layout this build reads and writes, as `PRAGMA user_version` records it.
+const SCHEMA_VERSION: i64 = 1;
+
+/// The tables of [`SCHEMA_VERSION`] and their columns, in order: what a database from before
+/// schema versions must have (for each table it has) to be taken as that version.
+const TABLES: [(&str, &[&str]); 3] = [
+    (
+        "entries",
+        &[
+            "key",
+            "kind",
+            "value",
+            "tokens",
+            "duration_ms",
+            "created_at",
+            "used_at",
+        ],
+    ),
+    (
+        "runs",
+        &["finished_at", "hits", "misses", "tokens_saved", "ms_saved"],
+    ),
+    ("file_hashes", &["path", "size", "modified_ns", "sha256"]),
+];
+
+/// The tables of [`SCHEMA_VERSION`], created where missing.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS entries (
     key BLOB PRIMARY KEY,
@@ -134,7 +165,7 @@ struct Reader {
 
 impl Reader {
     /// Begins a read transaction unless one is open and still within its bounds.
-    fn snapshot(&mut self) -> Result<(), String> {
+    fn snapshot(&mut self) -> Result<(), CacheError> {
         match self.snapshot {
             Some((began, lookups))
                 if began.elapsed() < SNAPSHOT_FOR
@@ -145,7 +176,7 @@ impl Reader {
             }
             _ => {
                 self.end_snapshot()?;
-                self.connection.execute_batch("BEGIN").map_err(sql)?;
+                self.connection.execute_batch("BEGIN")?;
                 self.snapshot = Some((Instant::now(), 0));
                 Ok(())
             }
@@ -153,12 +184,12 @@ impl Reader {
     }
 
     /// Ends the read transaction, if one is open.
-    fn end_snapshot(&mut self) -> Result<(), String> {
+    fn end_snapshot(&mut self) -> Result<(), CacheError> {
         self.snapshot = None;
         if self.connection.is_autocommit() {
             return Ok(());
         }
-        self.connection.execute_batch("COMMIT").map_err(sql)
+        Ok(self.connection.execute_batch("COMMIT")?)
     }
 }
 
@@ -177,28 +208,76 @@ fn now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-fn sql(error: rusqlite::Error) -> String {
-    error.to_string()
+/// Opens (creating if needed) the database file `path`, in WAL mode with the busy timeout; a
+/// database of a schema version this build does not know is refused before anything is
+/// written to it.
+fn connect(path: &Path) -> Result<Connection, CacheError> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    // Reading the version is what first touches the file: a file that is not a database fails
+    // here, before any run depends on it.
+    let version = schema_version(&connection)?;
+    if !(0..=SCHEMA_VERSION).contains(&version) {
+        return Err(CacheError::UnknownSchemaVersion {
+            found: version,
+            known: SCHEMA_VERSION,
+        });
+    }
+    let mode: String = connection.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(CacheError::NotWal { mode });
+    }
+    connection.execute_batch("PRAGMA synchronous=NORMAL;")?;
+    Ok(connection)
 }
 
-/// Opens (creating if needed) the database in `dir`, in WAL mode with the busy timeout.
-fn connect(path: &Path) -> Result<Connection, String> {
-    let connection = Connection::open(path).map_err(sql)?;
-    connection.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
-    // Reading the mode back is what first touches the file: a file that is not a database
-    // fails here, before any run depends on it.
-    let mode: String = connection
-        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-        .map_err(sql)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(format!(
-            "the database would not switch to WAL mode ({mode})"
-        ));
+/// The database's `PRAGMA user_version`: 0 for a new file and for one from before versions.
+fn schema_version(connection: &Connection) -> Result<i64, CacheError> {
+    Ok(connection.pragma_query_value(None, "user_version", |row| row.get(0))?)
+}
+
+/// Brings the database to [`SCHEMA_VERSION`]: creates the tables of a new file, and takes a
+/// file from before versions (version 0) as the current version when the tables it has are
+/// today's. Done under the write lock, so processes opening one new file at once set it up once.
+fn migrate(connection: &Connection) -> Result<(), CacheError> {
+    if schema_version(connection)? == SCHEMA_VERSION {
+        return Ok(());
     }
-    connection
-        .execute_batch("PRAGMA synchronous=NORMAL;")
-        .map_err(sql)?;
-    Ok(connection)
+    let transaction = Transaction::new_unchecked(connection, TransactionBehavior::Immediate)?;
+    match schema_version(&transaction)? {
+        0 => {
+            check_unversioned_layout(&transaction)?;
+            transaction.execute_batch(SCHEMA)?;
+            transaction.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        found if found == SCHEMA_VERSION => {}
+        found => {
+            return Err(CacheError::UnknownSchemaVersion {
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+    }
+    Ok(transaction.commit()?)
+}
+
+/// Checks that every table of [`TABLES`] that a version-0 database has holds exactly the
+/// columns this build knows; the ones it lacks are created afterwards.
+fn check_unversioned_layout(connection: &Connection) -> Result<(), CacheError> {
+    for (table, expected) in TABLES {
+        let mut statement = connection.prepare("SELECT name FROM pragma_table_info(?1)")?;
+        let found = statement
+            .query_map([table], |row| row.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        if !found.is_empty() && found != expected {
+            return Err(CacheError::UnknownLayout {
+                table,
+                found: found.join(", "),
+                expected: expected.join(", "),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Database {
@@ -206,20 +285,22 @@ impl Database {
     /// thread reports a failed write through `failed`.
     pub fn open(
         path: &Path,
-        failed: impl Fn(String) + Send + 'static,
-    ) -> Result<Arc<Database>, String> {
+        failed: impl Fn(CacheError) + Send + 'static,
+    ) -> Result<Arc<Database>, CacheError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| CacheError::CreateDir {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
         }
         let reader = connect(path)?;
-        reader.execute_batch(SCHEMA).map_err(sql)?;
+        migrate(&reader)?;
         let writer = connect(path)?;
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("pagantic-cache".into())
             .spawn(move || write_loop(&writer, &receiver, &failed))
-            .map_err(|e| format!("cannot start the cache's writer: {e}"))?;
+            .map_err(CacheError::WriterNotStarted)?;
         Ok(Arc::new(Database {
             path: path.to_path_buf(),
             reader: Mutex::new(Reader {
@@ -233,9 +314,12 @@ impl Database {
 
     /// The value stored under `key`, if any; a hit on an entry last used over a day ago
     /// queues marking it used now (what `prune --older-than` goes by).
-    pub fn get(&self, key: &Key) -> Result<Option<Stored>, String> {
+    pub fn get(&self, key: &Key) -> Result<Option<Stored>, CacheError> {
         let found = {
-            let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
+            let mut reader = self
+                .reader
+                .lock()
+                .map_err(|_| CacheError::ConnectionPoisoned)?;
             reader.snapshot()?;
             let found = reader
                 .connection
@@ -251,7 +335,7 @@ impl Database {
                         })
                         .optional()
                 })
-                .map_err(sql);
+                .map_err(CacheError::from);
             let hit = matches!(found, Ok(Some(_)));
             if hit && let Some((_, lookups)) = &mut reader.snapshot {
                 *lookups += 1;
@@ -345,15 +429,17 @@ impl Database {
     }
 
     /// What `pagantic cache stats` shows.
-    pub fn stats(&self) -> Result<CacheStats, String> {
-        let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
+    pub fn stats(&self) -> Result<CacheStats, CacheError> {
+        let mut reader = self
+            .reader
+            .lock()
+            .map_err(|_| CacheError::ConnectionPoisoned)?;
         reader.end_snapshot()?;
         let reader = &reader.connection;
         let mut statement = reader
             .prepare(
                 "SELECT kind, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM entries GROUP BY kind ORDER BY kind",
-            )
-            .map_err(sql)?;
+            )?;
         let kinds = statement
             .query_map([], |row| {
                 Ok(KindStats {
@@ -361,27 +447,23 @@ impl Database {
                     entries: row.get(1)?,
                     bytes: row.get(2)?,
                 })
-            })
-            .map_err(sql)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(sql)?;
-        let (recent_runs, hits, misses, tokens_saved, ms_saved) = reader
-            .query_row(
-                "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0),
-                        COALESCE(SUM(tokens_saved), 0), COALESCE(SUM(ms_saved), 0.0)
-                 FROM (SELECT * FROM runs ORDER BY rowid DESC LIMIT ?1)",
-                [RECENT_RUNS],
-                |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                    ))
-                },
-            )
-            .map_err(sql)?;
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let (recent_runs, hits, misses, tokens_saved, ms_saved) = reader.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0),
+                    COALESCE(SUM(tokens_saved), 0), COALESCE(SUM(ms_saved), 0.0)
+             FROM (SELECT * FROM runs ORDER BY rowid DESC LIMIT ?1)",
+            [RECENT_RUNS],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
+        )?;
         let file_bytes = ["", "-wal"]
             .iter()
             .filter_map(|suffix| {
@@ -405,26 +487,29 @@ impl Database {
     }
 
     /// Deletes the entries no run has used for `unused_for` seconds; how many.
-    pub fn prune(&self, unused_for: u64) -> Result<u64, String> {
+    pub fn prune(&self, unused_for: u64) -> Result<u64, CacheError> {
         let before = now().saturating_sub(i64::try_from(unused_for).unwrap_or(i64::MAX));
         self.flush();
-        let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let reader = self
+            .reader
+            .lock()
+            .map_err(|_| CacheError::ConnectionPoisoned)?;
         let deleted = reader
             .connection
-            .execute("DELETE FROM entries WHERE used_at < ?1", [before])
-            .map_err(sql)?;
+            .execute("DELETE FROM entries WHERE used_at < ?1", [before])?;
         Ok(deleted as u64)
     }
 
     /// Deletes every entry, run tally and file hash, and gives the space back; how many entries.
-    pub fn clear(&self) -> Result<u64, String> {
+    pub fn clear(&self) -> Result<u64, CacheError> {
         self.flush();
-        let reader = self.reader.lock().map_err(|e| e.to_string())?;
+        let reader = self
+            .reader
+            .lock()
+            .map_err(|_| CacheError::ConnectionPoisoned)?;
         let reader = &reader.connection;
-        let deleted = reader.execute("DELETE FROM entries", []).map_err(sql)?;
-        reader
-            .execute_batch("DELETE FROM runs; DELETE FROM file_hashes; VACUUM;")
-            .map_err(sql)?;
+        let deleted = reader.execute("DELETE FROM entries", [])?;
+        reader.execute_batch("DELETE FROM runs; DELETE FROM file_hashes; VACUUM;")?;
         Ok(deleted as u64)
     }
 }
@@ -436,7 +521,7 @@ impl Drop for Database {
 }
 
 /// Commits queued writes in batches until the database closes.
-fn write_loop(connection: &Connection, queue: &Receiver<Write>, failed: &impl Fn(String)) {
+fn write_loop(connection: &Connection, queue: &Receiver<Write>, failed: &impl Fn(CacheError)) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < WRITE_BATCH {
@@ -459,9 +544,9 @@ fn commit(
     connection: &Connection,
     batch: Vec<Write>,
     flushed: &mut Vec<Sender<()>>,
-) -> Result<(), String> {
+) -> Result<(), CacheError> {
     let now = now();
-    let transaction = connection.unchecked_transaction().map_err(sql)?;
+    let transaction = connection.unchecked_transaction()?;
     for write in batch {
         match write {
             Write::Put {
@@ -478,14 +563,12 @@ fn commit(
                     )
                     .and_then(|mut s| {
                         s.execute(params![&key.0[..], kind, value, tokens, duration_ms, now])
-                    })
-                    .map_err(sql)?;
+                    })?;
             }
             Write::Touch(key) => {
                 transaction
                     .prepare_cached("UPDATE entries SET used_at = ?2 WHERE key = ?1")
-                    .and_then(|mut s| s.execute(params![&key.0[..], now]))
-                    .map_err(sql)?;
+                    .and_then(|mut s| s.execute(params![&key.0[..], now]))?;
             }
             Write::FileHash {
                 path,
@@ -497,21 +580,19 @@ fn commit(
                     .execute(
                         "INSERT OR REPLACE INTO file_hashes (path, size, modified_ns, sha256) VALUES (?1, ?2, ?3, ?4)",
                         params![path, size, modified_ns, sha256],
-                    )
-                    .map_err(sql)?;
+                    )?;
             }
             Write::Run(run) => {
                 transaction
                     .execute(
                         "INSERT INTO runs (finished_at, hits, misses, tokens_saved, ms_saved) VALUES (?1, ?2, ?3, ?4, ?5)",
                         params![now, run.hits, run.misses, run.tokens_saved, run.ms_saved],
-                    )
-                    .map_err(sql)?;
+                    )?;
             }
             Write::Flush(done) => flushed.push(done),
         }
     }
-    transaction.commit().map_err(sql)
+    Ok(transaction.commit()?)
 }
 
 #[cfg(test)]
@@ -553,6 +634,115 @@ mod tests {
         writer.flush();
         reader.flush();
         assert!(reader.get(&key(3)).expect("reads").is_some());
+    }
+
+    /// A database as pagantic made it before schema versions: today's tables, version 0, one
+    /// entry under key 7, and `version` written as its `user_version`.
+    fn unversioned_database(path: &Path, version: i64) {
+        let connection = Connection::open(path).expect("opens");
+        connection.execute_batch(SCHEMA).expect("tables");
+        connection
+            .execute(
+                "INSERT INTO entries (key, kind, value, tokens, duration_ms, created_at, used_at)
+                 VALUES (?1, 'call', 'kept', 3, 12.5, ?2, ?2)",
+                params![&key(7).0[..], now()],
+            )
+            .expect("an entry");
+        connection
+            .pragma_update(None, "user_version", version)
+            .expect("version");
+    }
+
+    fn version_of(path: &Path) -> i64 {
+        let connection = Connection::open(path).expect("opens");
+        schema_version(&connection).expect("a version")
+    }
+
+    #[test]
+    fn a_new_database_gets_the_current_schema_version() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("cache.db");
+        let database = open(&path);
+        database.put(key(1), "call", "one".into(), 1, 1.0);
+        database.flush();
+        assert_eq!(version_of(&path), SCHEMA_VERSION);
+        assert_eq!(
+            database.get(&key(1)).expect("reads").expect("found").value,
+            "one"
+        );
+    }
+
+    #[test]
+    fn a_database_from_before_versions_is_migrated_in_place_with_its_entries() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("cache.db");
+        unversioned_database(&path, 0);
+        let database = open(&path);
+        assert_eq!(version_of(&path), SCHEMA_VERSION);
+        assert_eq!(
+            database.get(&key(7)).expect("reads"),
+            Some(Stored {
+                value: "kept".into(),
+                duration_ms: 12.5
+            })
+        );
+        let stats = database.stats().expect("stats");
+        assert_eq!(stats.kinds.len(), 1);
+        assert_eq!(stats.kinds[0].entries, 1);
+        drop(database);
+        // Opened again, it is simply the current version.
+        assert!(open(&path).get(&key(7)).expect("reads").is_some());
+    }
+
+    #[test]
+    fn a_newer_schema_version_is_refused_and_the_file_left_as_it_is() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("cache.db");
+        unversioned_database(&path, SCHEMA_VERSION + 1);
+        let before = std::fs::read(&path).expect("the file");
+        let refused = Database::open(&path, |reason| panic!("write failed: {reason}"))
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(
+                refused,
+                CacheError::UnknownSchemaVersion { found, known }
+                    if found == SCHEMA_VERSION + 1 && known == SCHEMA_VERSION
+            ),
+            "{refused:?}"
+        );
+        assert!(
+            refused.to_string().contains("a newer pagantic"),
+            "{refused}"
+        );
+        assert_eq!(std::fs::read(&path).expect("the file"), before);
+        assert_eq!(version_of(&path), SCHEMA_VERSION + 1);
+    }
+
+    #[test]
+    fn an_unversioned_database_with_other_tables_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("cache.db");
+        Connection::open(&path)
+            .and_then(|c| c.execute_batch("CREATE TABLE entries (key BLOB, answer TEXT);"))
+            .expect("a foreign table");
+        let refused = Database::open(&path, |reason| panic!("write failed: {reason}"))
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(&refused, CacheError::UnknownLayout { table: "entries", found, .. } if found == "key, answer"),
+            "{refused:?}"
+        );
+        assert_eq!(version_of(&path), 0);
+        let connection = Connection::open(&path).expect("opens");
+        let tables: i64 = connection
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |row| row.get(0),
+            )
+            .expect("counted");
+        assert_eq!(tables, 1, "nothing was created beside the foreign table");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 mod call_cache;
 mod database;
 mod engine;
+mod error;
 mod key;
 
 use std::path::PathBuf;
@@ -23,9 +24,11 @@ use std::path::PathBuf;
 pub use call_cache::CallCache;
 pub use database::{CacheStats, Database, KindStats, RunStats};
 pub use engine::CachedEngine;
+pub use error::CacheError;
 pub use key::Key;
 
-use crate::inference::{Notice, store};
+use crate::inference::source::Notice;
+use crate::inference::store;
 
 /// The environment variable that moves the cache (e.g. to a volume shard workers share).
 pub const CACHE_DIR_VAR: &str = "PAGANTIC_CACHE_DIR";

@@ -53,7 +53,9 @@ fn parse_age(text: &str) -> Result<u64, String> {
             .and_then(|days| days.checked_mul(86_400))
             .ok_or_else(|| format!("`{text}` is not a number of days such as `30d`"));
     }
-    DurationSpec::parse(text).map(|d| d.get().as_secs())
+    DurationSpec::parse(text)
+        .map(|d| d.get().as_secs())
+        .map_err(|e| e.to_string())
 }
 
 pub fn run(args: &Args) -> Outcome {

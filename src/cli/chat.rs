@@ -4,15 +4,19 @@
 //! on stderr as they happen. The model is loaded once, on the first turn. `--save` keeps the
 //! transcript as the conversation goes and `--load` continues one (see [`transcript`]).
 
+use std::fmt::Display;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
+use tokio::sync::mpsc::Receiver;
 
 use crate::core::Message;
 use crate::orchestrate::inputs::InputType;
 use crate::orchestrate::new_run_id;
-use crate::orchestrate::{Event, EventData, RunStatus, SessionOptions, ToolOutcome};
+use crate::orchestrate::{
+    Event, EventData, Pipeline, RunStatus, Session, SessionOptions, ToolOutcome,
+};
 use crate::plan::build::BuildOptions;
 use crate::plan::canonical;
 
@@ -52,35 +56,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Outcome {
-    let loaded = match &args.load {
-        Some(path) => match transcript::load(path) {
-            Ok(loaded) => Some(loaded),
-            Err(error) => {
-                writeln!(io::stderr(), "error: {error}")?;
-                return Err(Exit::Code(EXIT_INVALID));
-            }
-        },
-        None => None,
-    };
-    let chat_session = loaded
-        .as_ref()
-        .map_or_else(new_run_id, |l| l.session.clone());
-    let mut history: Vec<Message> = loaded.map(|l| l.messages).unwrap_or_default();
-    let mut saved = match &args.save {
-        Some(path) => {
-            let mut writer = transcript::Writer::append(path, &chat_session)?;
-            // Saving a loaded conversation elsewhere: the new file holds it whole.
-            let same_file = args
-                .load
-                .as_ref()
-                .is_some_and(|load| canonical(load) == canonical(path));
-            if !same_file {
-                writer.write(&history)?;
-            }
-            Some(writer)
-        }
-        None => None,
-    };
+    let (chat_session, conversation) = open_conversation(args)?;
     let session = open_session(SessionOptions {
         events_file: args.events.clone(),
         observer: Some(Box::new(show_tool_event)),
@@ -100,80 +76,169 @@ pub fn run(args: &Args) -> Outcome {
         },
     )?;
     if !pipeline.steps.iter().any(|s| s.kind == "agent") {
-        writeln!(
-            io::stderr(),
-            "error: {} has no `agent` step to chat with",
+        return refuse(format_args!(
+            "{} has no `agent` step to chat with",
             args.plan.display()
-        )?;
-        return Err(Exit::Code(EXIT_INVALID));
+        ));
     }
-    let message_input = match &args.message_input {
-        Some(name) if pipeline.inputs.contains_key(name) => name.clone(),
-        Some(name) => {
-            writeln!(io::stderr(), "error: the plan has no input `{name}`")?;
-            return Err(Exit::Code(EXIT_INVALID));
+    let message_input = message_input(args, &pipeline)?;
+    let mut chat = Chat {
+        args,
+        session: &session,
+        pipeline: &pipeline,
+        file,
+        message_input,
+        conversation,
+    };
+    chat.converse()?;
+    Ok(EXIT_OK)
+}
+
+/// Says why the command cannot go on, and exits as for an invalid plan.
+fn refuse<T>(reason: impl Display) -> Outcome<T> {
+    writeln!(io::stderr(), "error: {reason}")?;
+    Err(Exit::Code(EXIT_INVALID))
+}
+
+/// The conversation so far: its turns, and the transcript `--save` appends each new one to.
+struct Conversation {
+    history: Vec<Message>,
+    saved: Option<transcript::Writer>,
+}
+
+impl Conversation {
+    /// Adds a question and its answer, saving them first when `--save` asked.
+    fn add_turn(&mut self, question: &str, answer: String) -> io::Result<()> {
+        let turn = [Message::user(question), Message::assistant(answer)];
+        if let Some(writer) = &mut self.saved {
+            writer.write(&turn)?;
         }
+        self.history.extend(turn);
+        Ok(())
+    }
+}
+
+/// The chat's session id and its conversation: the one `--load` continues, or a new one; with
+/// `--save`'s transcript opened.
+fn open_conversation(args: &Args) -> Outcome<(String, Conversation)> {
+    let loaded = match &args.load {
+        Some(path) => match transcript::load(path) {
+            Ok(loaded) => Some(loaded),
+            Err(error) => return refuse(error),
+        },
+        None => None,
+    };
+    let chat_session = loaded
+        .as_ref()
+        .map_or_else(new_run_id, |l| l.session.clone());
+    let history: Vec<Message> = loaded.map(|l| l.messages).unwrap_or_default();
+    let saved = match &args.save {
+        Some(path) => {
+            let mut writer = transcript::Writer::append(path, &chat_session)?;
+            // Saving a loaded conversation elsewhere: the new file holds it whole.
+            let same_file = args
+                .load
+                .as_ref()
+                .is_some_and(|load| canonical(load) == canonical(path));
+            if !same_file {
+                writer.write(&history)?;
+            }
+            Some(writer)
+        }
+        None => None,
+    };
+    Ok((chat_session, Conversation { history, saved }))
+}
+
+/// The input each typed line is bound to: `--message-input`, else the plan's first string input.
+fn message_input(args: &Args, pipeline: &Pipeline) -> Outcome<String> {
+    match &args.message_input {
+        Some(name) if pipeline.inputs.contains_key(name) => Ok(name.clone()),
+        Some(name) => refuse(format_args!("the plan has no input `{name}`")),
         None => match pipeline
             .inputs
             .iter()
             .find(|(_, spec)| spec.kind == InputType::String)
         {
-            Some((name, _)) => name.clone(),
-            None => {
-                writeln!(
-                    io::stderr(),
-                    "error: the plan has no string input for your messages (declare one, or name it with --message-input)"
-                )?;
-                return Err(Exit::Code(EXIT_INVALID));
-            }
+            Some((name, _)) => Ok(name.clone()),
+            None => refuse(
+                "the plan has no string input for your messages (declare one, or name it with --message-input)",
+            ),
         },
-    };
-    let interactive = io::stdin().is_terminal();
-    if interactive {
-        writeln!(
-            io::stderr(),
-            "chatting with {} — /exit or Ctrl-D to leave, Ctrl-C stops a reply",
-            args.plan.display()
-        )?;
     }
-    let mut lines = stdin_lines();
-    loop {
+}
+
+/// A conversation with a built plan: what every turn needs.
+struct Chat<'a> {
+    args: &'a Args,
+    session: &'a Session,
+    pipeline: &'a Pipeline,
+    /// The inputs of `--inputs-file`, given to every turn.
+    file: Option<Map<String, Value>>,
+    /// The input each typed line is bound to.
+    message_input: String,
+    conversation: Conversation,
+}
+
+impl Chat<'_> {
+    /// Runs a turn for each line typed, until `/exit`, the end of input, or an interrupt at the
+    /// prompt.
+    fn converse(&mut self) -> Outcome<()> {
+        let interactive = io::stdin().is_terminal();
         if interactive {
-            write!(io::stderr(), "you> ")?;
-            io::stderr().flush()?;
+            writeln!(
+                io::stderr(),
+                "chatting with {} — /exit or Ctrl-D to leave, Ctrl-C stops a reply",
+                self.args.plan.display()
+            )?;
         }
-        // Ctrl-C or SIGTERM at the prompt ends the conversation; during a reply it stops the reply.
-        let interrupted = session.wait_for_interrupt();
-        let next = session.block_on(async {
+        let mut lines = stdin_lines();
+        loop {
+            if interactive {
+                write!(io::stderr(), "you> ")?;
+                io::stderr().flush()?;
+            }
+            let Some(line) = self.next_line(&mut lines)? else {
+                return Ok(());
+            };
+            let line = line.trim();
+            if line == "/exit" || line == "/quit" {
+                return Ok(());
+            }
+            if !line.is_empty() {
+                self.turn(line)?;
+            }
+        }
+    }
+
+    /// The next line typed; None at the end of input or on an interrupt (Ctrl-C or SIGTERM at
+    /// the prompt ends the conversation; during a reply it stops the reply).
+    fn next_line(&self, lines: &mut Receiver<io::Result<String>>) -> io::Result<Option<String>> {
+        let interrupted = self.session.wait_for_interrupt();
+        let next = self.session.block_on(async {
             tokio::select! {
                 line = lines.recv() => line,
                 () = interrupted => None,
             }
         });
-        let Some(line) = next.transpose()? else {
-            break;
-        };
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line == "/exit" || line == "/quit" {
-            break;
-        }
-        let mut given = args.given.inputs.clone();
-        given.push((message_input.clone(), line.to_string()));
-        let inputs = match pipeline.bind(&given, file.clone()) {
+        next.transpose()
+    }
+
+    /// Runs the plan on `line`, with the turns so far as `history`, and prints its answer. A
+    /// failed or cancelled turn is reported and forgotten; the conversation goes on.
+    fn turn(&mut self, line: &str) -> Outcome<()> {
+        let mut given = self.args.given.inputs.clone();
+        given.push((self.message_input.clone(), line.to_string()));
+        let inputs = match self.pipeline.bind(&given, self.file.clone()) {
             Ok(inputs) => inputs,
             Err(failure) => {
                 print_failure(&failure)?;
-                continue;
+                return Ok(());
             }
         };
-        let globals = Map::from_iter([(
-            "history".to_string(),
-            serde_json::to_value(&history).map_err(io::Error::other)?,
-        )]);
-        let record = session.run(&pipeline, inputs, globals);
+        let history = serde_json::to_value(&self.conversation.history).map_err(io::Error::other)?;
+        let globals = Map::from_iter([("history".to_string(), history)]);
+        let record = self.session.run(self.pipeline, inputs, globals);
         match (record.status, record.error) {
             (RunStatus::Complete, _) => {
                 let answer = match record.output {
@@ -182,27 +247,21 @@ pub fn run(args: &Args) -> Outcome {
                     None => String::new(),
                 };
                 writeln!(io::stdout(), "{answer}")?;
-                let turn = [Message::user(line), Message::assistant(answer)];
-                if let Some(writer) = &mut saved {
-                    writer.write(&turn)?;
-                }
-                history.extend(turn);
+                self.conversation.add_turn(line, answer)?;
             }
             (RunStatus::Cancelled, _) => {
-                // The reply was stopped; the conversation goes on without it.
                 writeln!(io::stderr(), "(reply cancelled)")?;
-                session.clear_interrupt();
+                self.session.clear_interrupt();
             }
-            // A failed turn is reported and forgotten; the conversation goes on.
             (_, Some(failure)) => print_failure(&failure)?,
             (_, None) => {}
         }
+        Ok(())
     }
-    Ok(EXIT_OK)
 }
 
 /// Lines of stdin, read on a thread of their own so that waiting for one can be interrupted.
-fn stdin_lines() -> tokio::sync::mpsc::Receiver<io::Result<String>> {
+fn stdin_lines() -> Receiver<io::Result<String>> {
     let (sender, receiver) = tokio::sync::mpsc::channel(1);
     std::thread::spawn(move || {
         for line in io::stdin().lock().lines() {

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::cache::{CacheMode, CacheSettings};
 use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
-use crate::orchestrate::{Lifecycle, Pipeline, Session, SessionOptions};
+use crate::orchestrate::{Pipeline, Session, SessionOptions};
 use crate::plan::build::BuildOptions;
 use crate::plan::lock::{Lock, lock_path};
 use crate::plan::yaml::{self, YamlError};
@@ -102,12 +102,17 @@ pub struct ConcurrencyArgs {
 }
 
 /// Splits `name=value` (at the first `=`).
-pub fn split_pair(text: &str) -> Result<(String, String), String> {
+pub fn split_pair(text: &str) -> Result<(String, String), NotAPair> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!("expected NAME=VALUE, got `{text}`")),
+        _ => Err(NotAPair(text.to_string())),
     }
 }
+
+/// A flag's value that should be `NAME=VALUE` and is not (no `=`, or nothing before it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected NAME=VALUE, got `{0}`")]
+pub struct NotAPair(pub String);
 
 /// Prints one-time work (pulling or loading a model) on stderr.
 pub fn stderr_notice() -> Notice {
@@ -134,7 +139,8 @@ pub fn invalid<T>(failure: &Failure) -> Outcome<T> {
 
 /// Ends `session` with ERROR, prints `failure` and stops with exit 2: nothing ran.
 fn refuse<T>(session: &Session, failure: &Failure) -> Outcome<T> {
-    session.finish(Lifecycle::Error);
+    session.fail();
+    session.finish();
     invalid(failure)
 }
 
@@ -162,7 +168,8 @@ pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outco
         None => plan::load_plan(path, None),
     };
     loaded.or_else(|diagnostics| {
-        session.finish(Lifecycle::Error);
+        session.fail();
+        session.finish();
         report::print(&diagnostics, Format::Human)?;
         Err(Exit::Code(EXIT_INVALID))
     })

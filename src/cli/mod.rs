@@ -131,7 +131,7 @@ fn harden() -> nix::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    /// Issue 13: after hardening, the process is not dumpable.
+    /// After hardening, the process is not dumpable.
     #[test]
     fn hardening_makes_the_process_non_dumpable() {
         super::harden().expect("prctl works on Linux");

@@ -2,7 +2,8 @@
 
 use std::io::{self, Write};
 
-use crate::inference::{describe_pull, store};
+use crate::inference::source::describe_pull;
+use crate::inference::store;
 
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 

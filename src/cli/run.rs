@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 
 use crate::inference::TokenSink;
 use crate::orchestrate::{
-    Event, EventData, Lifecycle, Observer, RunRecord, RunStatus, Session, SessionOptions,
-    SkipReason, StepOutcome,
+    Event, EventData, Observer, RunRecord, RunStatus, Session, SessionOptions, SkipReason,
+    StepOutcome,
 };
 use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
@@ -229,17 +229,12 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     let summary = match summary {
         Ok(summary) => summary,
         Err(failure) => {
-            session.finish(Lifecycle::Error);
+            session.fail();
+            session.finish();
             return invalid(&failure);
         }
     };
-    session.finish(if summary.cancelled {
-        Lifecycle::Cancelled
-    } else if summary.rows_failed > 0 {
-        Lifecycle::Error
-    } else {
-        Lifecycle::Complete
-    });
+    session.finish();
     if !args.quiet {
         let mut stderr = io::stderr().lock();
         writeln!(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::{Failure, FailureCode};
-use crate::orchestrate::{Lifecycle, SessionOptions};
+use crate::orchestrate::SessionOptions;
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
 use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions, Shutdown};
@@ -107,13 +107,15 @@ pub fn run(args: &Args) -> Outcome {
         }
     }
     if rejected {
-        session.finish(Lifecycle::Error);
+        session.fail();
+        session.finish();
         return Err(Exit::Code(EXIT_INVALID));
     }
     let catalog = Catalog::new(plans)
         .map(|catalog| catalog.watching(args.plans.clone()))
         .or_else(|failure| {
-            session.finish(Lifecycle::Error);
+            session.fail();
+            session.finish();
             invalid(&failure)
         })?;
     if token.is_none() && !args.addr.ip().is_loopback() {
@@ -143,15 +145,10 @@ pub fn run(args: &Args) -> Outcome {
             second: session.wait_for_signals(2),
         },
     ));
+    session.finish_serving(served.as_ref().err());
     match served {
-        Ok(()) => {
-            session.finish(Lifecycle::Complete);
-            Ok(EXIT_OK)
-        }
-        Err(failure) => {
-            session.finish(Lifecycle::Error);
-            invalid(&failure)
-        }
+        Ok(()) => Ok(EXIT_OK),
+        Err(failure) => invalid(&failure),
     }
 }
 

@@ -8,10 +8,9 @@ use std::sync::Mutex;
 
 use clap::ValueEnum;
 
-use crate::core::{Failure, FailureCode};
-use crate::evals::{self, CaseResult, EvalOptions, SuiteResult, report};
-use crate::orchestrate::{Lifecycle, SessionOptions};
+use crate::orchestrate::SessionOptions;
 use crate::plan::suite::{Suite, load_suite};
+use crate::suite::{self, CaseResult, SuiteOptions, SuiteResult, report};
 
 use super::common::{CacheArgs, ConcurrencyArgs, Outcome, invalid, open_session, stderr_notice};
 use super::report::{self as diagnostics, Format};
@@ -83,45 +82,13 @@ pub fn run(args: &Args) -> Outcome {
         diagnostics::print(&problems, annotate)?;
         return Ok(EXIT_INVALID);
     }
-    if let Some(name) = &args.variant
-        && let Some(suite) = suites
-            .iter()
-            .find(|s| !s.variants.iter().any(|v| &v.name == name))
-    {
-        let known: Vec<&str> = suite.variants.iter().map(|v| v.name.as_str()).collect();
-        return invalid(
-            &Failure::new(
-                FailureCode::ConfigInvalidInput,
-                format!("{} has no variant `{name}`", suite.path.display()),
-            )
-            .with_help(format!("its variants: {}", known.join(", "))),
-        );
-    }
-    if let Some(filter) = &args.filter {
-        let mut any = false;
-        for suite in &suites {
-            match evals::cases::expand(suite, Some(filter)) {
-                Ok(cases) => any |= !cases.is_empty(),
-                Err(failure) => return invalid(&failure),
-            }
-        }
-        if !any {
-            return invalid(
-                &Failure::new(
-                    FailureCode::ConfigInvalidInput,
-                    format!("no case name contains `{filter}`"),
-                )
-                .with_help("--filter keeps the cases whose name contains it (a dataset case is named FILE:ID)"),
-            );
-        }
-    }
     // The session every case runs in, as `run --batch` rows do.
     let session = open_session(SessionOptions {
         max_parallel: 4,
         cache: args.cache.settings(),
         ..SessionOptions::default()
     })?;
-    let options = EvalOptions {
+    let options = SuiteOptions {
         concurrency: args.jobs.concurrency,
         filter: args.filter.clone(),
         variant: args.variant.clone(),
@@ -150,33 +117,25 @@ pub fn run(args: &Args) -> Outcome {
             }
         );
     };
-    let mut results: Vec<SuiteResult> = Vec::new();
-    for suite in &suites {
+    let starting = |suite: &Suite| {
         if show {
-            writeln!(io::stderr(), "{}:", suite.path.display())?;
+            let _ = writeln!(io::stderr(), "{}:", suite.path.display());
         }
-        match session.block_on(evals::run_suite(&session, suite, &options, &progress)) {
-            Ok(result) => {
-                let cancelled = result.cancelled;
-                results.push(result);
-                if cancelled {
-                    break;
-                }
-            }
-            Err(failure) => {
-                session.finish(Lifecycle::Error);
-                return invalid(&failure);
-            }
+    };
+    let run = suite::run_suites(&session, &suites, &options, &starting, &progress);
+    let results = match session.block_on(run) {
+        Ok(results) => results,
+        Err(failure) => {
+            session.fail();
+            session.finish();
+            return invalid(&failure);
         }
-    }
+    };
     let passed = results.len() == suites.len() && results.iter().all(SuiteResult::passed);
-    session.finish(if results.iter().any(|r| r.cancelled) {
-        Lifecycle::Cancelled
-    } else if passed {
-        Lifecycle::Complete
-    } else {
-        Lifecycle::Error
-    });
+    if !passed {
+        session.fail();
+    }
+    session.finish();
     let text = match args.format {
         ReportFormat::Text => report::text(&results),
         ReportFormat::Json => report::json(&results),

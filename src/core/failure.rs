@@ -113,6 +113,8 @@ failure_codes! {
     OrchestrationDependencyFailed = "ORCHESTRATION_DEPENDENCY_FAILED", Orchestration, false;
     /// The run's model calls cost more than the policy's `max_cost`.
     OrchestrationCostExceeded = "ORCHESTRATION_COST_EXCEEDED", Orchestration, false;
+    /// A step's handler panicked: a bug in pagantic, recorded as that step's failure.
+    OrchestrationStepPanicked = "ORCHESTRATION_STEP_PANICKED", Orchestration, false;
     /// A model the plan uses has no engine.
     ConfigNoEngine = "CONFIG_NO_ENGINE", Configuration, false;
     /// A required input is missing or has the wrong type.

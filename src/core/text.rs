@@ -1,4 +1,4 @@
-//! Word tokenisation and the keyword score, shared by retrieval (`context`) and reranking
+//! Word tokenisation and the keyword score, shared by retrieval (`corpora`) and reranking
 //! (`rerank`) so both agree on what a word is and what a keyword match is worth; and the
 //! "did you mean" suggestions every layer's errors use for a name that is not there.
 

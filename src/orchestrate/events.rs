@@ -7,10 +7,8 @@
 //! keys: emitters cannot misspell a field, and readers (progress lines, the chat's tool lines)
 //! match on variants instead of looking up JSON keys.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -18,13 +16,22 @@ use serde_json::Value;
 
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
-use crate::inference::CacheStatus;
 use crate::inference::SchemaMode;
 use crate::inference::TokenSink;
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SpanId(u64);
+
+impl SpanId {
+    /// The span of a run itself (its lifecycle events).
+    pub const RUN: SpanId = SpanId(0);
+
+    /// The span numbered `n` in its run (the run's own is 0).
+    pub(super) fn numbered(n: u64) -> SpanId {
+        SpanId(n)
+    }
+}
 
 impl std::fmt::Display for SpanId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,7 +85,7 @@ pub enum EventData {
         duration_ms: f64,
         usage: TokenUsage,
         #[serde(flatten)]
-        call: ModelCall,
+        call: CallKind,
         #[serde(flatten)]
         sent: Sent,
         /// What the call cost at the model's declared price; null for an unpriced model.
@@ -165,7 +172,7 @@ pub enum SkipReason {
 /// Which of a step's model calls an `inference` event records; written into its data as
 /// `attempt`, `round` or `call` (nothing for a step's only call).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelCall {
+pub enum CallKind {
     /// The step's only call (`infer`).
     Single,
     /// An attempt at schema-valid output (`structured` asks again after an invalid answer).
@@ -182,36 +189,36 @@ pub enum ModelCall {
     Agent(String),
 }
 
-impl std::fmt::Display for ModelCall {
+impl std::fmt::Display for CallKind {
     /// The call in words, as a run record lists the calls the cache answered: `call`,
     /// `attempt 2`, `round 3`, `vote 1`, `route attempt 1`, `synthesis`, `agent lookup`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ModelCall::Single => f.write_str("call"),
-            ModelCall::Attempt(n) => write!(f, "attempt {n}"),
-            ModelCall::Round(n) => write!(f, "round {n}"),
-            ModelCall::Vote(n) => write!(f, "vote {n}"),
-            ModelCall::Route { attempt } => write!(f, "route attempt {attempt}"),
-            ModelCall::Synthesis => f.write_str("synthesis"),
-            ModelCall::Agent(name) => write!(f, "agent {name}"),
+            CallKind::Single => f.write_str("call"),
+            CallKind::Attempt(n) => write!(f, "attempt {n}"),
+            CallKind::Round(n) => write!(f, "round {n}"),
+            CallKind::Vote(n) => write!(f, "vote {n}"),
+            CallKind::Route { attempt } => write!(f, "route attempt {attempt}"),
+            CallKind::Synthesis => f.write_str("synthesis"),
+            CallKind::Agent(name) => write!(f, "agent {name}"),
         }
     }
 }
 
-impl Serialize for ModelCall {
+impl Serialize for CallKind {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         match self {
-            ModelCall::Single => {}
-            ModelCall::Attempt(attempt) => map.serialize_entry("attempt", attempt)?,
-            ModelCall::Round(round) => map.serialize_entry("round", round)?,
-            ModelCall::Vote(vote) => map.serialize_entry("vote", vote)?,
-            ModelCall::Route { attempt } => {
+            CallKind::Single => {}
+            CallKind::Attempt(attempt) => map.serialize_entry("attempt", attempt)?,
+            CallKind::Round(round) => map.serialize_entry("round", round)?,
+            CallKind::Vote(vote) => map.serialize_entry("vote", vote)?,
+            CallKind::Route { attempt } => {
                 map.serialize_entry("call", "route")?;
                 map.serialize_entry("attempt", attempt)?;
             }
-            ModelCall::Synthesis => map.serialize_entry("call", "synthesis")?,
-            ModelCall::Agent(name) => {
+            CallKind::Synthesis => map.serialize_entry("call", "synthesis")?,
+            CallKind::Agent(name) => {
                 map.serialize_entry("call", "agent")?;
                 map.serialize_entry("agent", name)?;
             }
@@ -249,8 +256,13 @@ pub struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     pub span: SpanId,
+    /// The span this one is part of; for the run-level events of a nested run (a sub-plan), the
+    /// span of the step in `parent_run_id`'s run that started it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_span: Option<SpanId>,
+    /// The run that started this one, for every event of a nested run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// The `kind` and `data` keys.
@@ -261,270 +273,13 @@ pub struct Event {
 /// Called with every event (e.g. to print progress).
 pub type Observer = Box<dyn Fn(&Event) + Send + Sync>;
 
-/// Where events go: shared by every run of a session (a batch's rows, a chat's turns).
-struct Outputs {
-    sink: Option<Mutex<Box<dyn Write + Send>>>,
-    kept: Option<Mutex<Vec<Event>>>,
-    observer: Option<Observer>,
-    /// A chat session's id, written into every line of the events file.
-    session: Option<String>,
-}
-
-/// An event as the events file of a chat session holds it: the session id first.
-#[derive(Serialize)]
-struct InSession<'a> {
-    session: &'a str,
-    #[serde(flatten)]
-    event: &'a Event,
-}
-
-/// What the call cache did for a run's (or a batch's) model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct CacheTally {
-    /// Calls it answered.
-    pub hits: u64,
-    /// Calls it was asked about and did not have (the model answered, and it stored that).
-    pub misses: u64,
-    /// Tokens the answered calls had used when they were made.
-    pub tokens_saved: u64,
-    /// How long the answered calls had taken when they were made.
-    pub ms_saved: f64,
-}
-
-impl std::ops::AddAssign for CacheTally {
-    fn add_assign(&mut self, other: CacheTally) {
-        self.hits += other.hits;
-        self.misses += other.misses;
-        self.tokens_saved += other.tokens_saved;
-        self.ms_saved += other.ms_saved;
-    }
-}
-
-struct Inner {
-    run_id: String,
-    started: Instant,
-    next_span: AtomicU64,
-    /// Model calls recorded in this run so far (not counting those the cache answered).
-    model_calls: AtomicU64,
-    /// What the call cache did for this run's calls.
-    cache: Mutex<CacheTally>,
-    /// What they cost, where priced; None while no priced model answered.
-    cost: Mutex<Option<Cost>>,
-    outputs: Arc<Outputs>,
-    /// Who watches this run alone (a server's stream of one run to its client).
-    watch: Watch,
-}
-
 /// What one run shows whoever watches it alone (a server's client), besides the session's
-/// outputs: its events as they happen, and the text its streamed steps generate — the steps built
+/// sinks: its events as they happen, and the text its streamed steps generate — the steps built
 /// to stream (see `BuildOptions::stream`) send their tokens here as well as to the build's sink.
 #[derive(Default)]
 pub struct Watch {
     pub events: Option<Observer>,
     pub tokens: Option<TokenSink>,
-}
-
-/// Where events go; cheap to clone and share between steps.
-#[derive(Clone)]
-pub struct Events {
-    inner: Arc<Inner>,
-}
-
-impl Events {
-    /// Events for a new run, written to `sink` (one JSON object per line) if given.
-    pub fn new(sink: Option<Box<dyn Write + Send>>) -> Self {
-        Self::build(sink, false, None, None)
-    }
-
-    /// Events written to `sink` and shown to `observer` as they happen; with `session` (a chat
-    /// session's id), every line written carries it.
-    pub fn with_observer(
-        sink: Option<Box<dyn Write + Send>>,
-        observer: Option<Observer>,
-        session: Option<String>,
-    ) -> Self {
-        Self::build(sink, false, observer, session)
-    }
-
-    /// Events kept in memory (for tests).
-    pub fn recording() -> Self {
-        Self::build(None, true, None, None)
-    }
-
-    fn build(
-        sink: Option<Box<dyn Write + Send>>,
-        keep: bool,
-        observer: Option<Observer>,
-        session: Option<String>,
-    ) -> Self {
-        Self::for_outputs(Arc::new(Outputs {
-            sink: sink.map(Mutex::new),
-            kept: keep.then(|| Mutex::new(Vec::new())),
-            observer,
-            session,
-        }))
-    }
-
-    fn for_outputs(outputs: Arc<Outputs>) -> Self {
-        Self::for_outputs_watched(outputs, Watch::default())
-    }
-
-    fn for_outputs_watched(outputs: Arc<Outputs>, watch: Watch) -> Self {
-        Events {
-            inner: Arc::new(Inner {
-                run_id: new_run_id(),
-                started: Instant::now(),
-                next_span: AtomicU64::new(1),
-                model_calls: AtomicU64::new(0),
-                cache: Mutex::default(),
-                cost: Mutex::new(None),
-                outputs,
-                watch,
-            }),
-        }
-    }
-
-    /// Events of another run (its own run id, clock and spans) that go where these go: every
-    /// row of a batch and every turn of a chat is a run of its own in the same events file.
-    pub fn new_run(&self) -> Events {
-        Self::for_outputs(Arc::clone(&self.inner.outputs))
-    }
-
-    /// [`Events::new_run`] watched by `watch` too.
-    pub fn new_run_watched(&self, watch: Watch) -> Events {
-        Self::for_outputs_watched(Arc::clone(&self.inner.outputs), watch)
-    }
-
-    /// Where this run's streamed text goes besides the build's sink, if anyone watches it.
-    pub fn tokens(&self) -> Option<&TokenSink> {
-        self.inner.watch.tokens.as_ref()
-    }
-
-    pub fn run_id(&self) -> &str {
-        &self.inner.run_id
-    }
-
-    /// Model calls this run has made so far (every attempt, vote and tool round), not
-    /// counting those the call cache answered.
-    pub fn model_calls(&self) -> u64 {
-        self.inner.model_calls.load(Ordering::Relaxed)
-    }
-
-    /// What the call cache did for this run's calls so far.
-    pub fn cache_tally(&self) -> CacheTally {
-        self.inner
-            .cache
-            .lock()
-            .map(|tally| *tally)
-            .unwrap_or_default()
-    }
-
-    /// Counts what the call cache did for one call: answered it (saving `usage` and the
-    /// original call's time), or had no answer.
-    pub fn count_cache(&self, status: CacheStatus, usage: TokenUsage) {
-        if let Ok(mut tally) = self.inner.cache.lock() {
-            match status {
-                CacheStatus::Unused => {}
-                CacheStatus::Miss => tally.misses += 1,
-                CacheStatus::Hit { original } => {
-                    tally.hits += 1;
-                    tally.tokens_saved += usage.total();
-                    tally.ms_saved += original.as_secs_f64() * 1000.0;
-                }
-            }
-        }
-    }
-
-    /// What this run's model calls have cost so far (sub-plans run by its agents included);
-    /// None while no priced model has answered.
-    pub fn cost(&self) -> Option<Cost> {
-        self.inner.cost.lock().ok().and_then(|cost| *cost)
-    }
-
-    /// The run's own span.
-    pub fn run_span(&self) -> SpanId {
-        SpanId(0)
-    }
-
-    /// A fresh span id.
-    pub fn new_span(&self) -> SpanId {
-        SpanId(self.inner.next_span.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// Milliseconds since the run started.
-    pub fn elapsed_ms(&self) -> f64 {
-        self.inner.started.elapsed().as_secs_f64() * 1000.0
-    }
-
-    /// Records an event.
-    pub fn emit(&self, step: Option<&str>, span: SpanId, parent: Option<SpanId>, data: EventData) {
-        self.emit_event(Event {
-            run_id: self.inner.run_id.clone(),
-            at_ms: (self.elapsed_ms() * 1000.0).round() / 1000.0,
-            step: step.map(str::to_string),
-            span,
-            parent_span: parent,
-            tool_call_id: None,
-            data,
-        });
-    }
-
-    /// Records the run's move to `state`.
-    pub fn lifecycle(&self, state: Lifecycle) {
-        self.emit(None, self.run_span(), None, EventData::Lifecycle { state });
-    }
-
-    /// Records a fully built event (tool events set `tool_call_id`).
-    pub fn emit_event(&self, event: Event) {
-        if let EventData::Inference { cost, cached, .. } = &event.data {
-            if !cached {
-                self.inner.model_calls.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Ok(mut total) = self.inner.cost.lock() {
-                *total = Cost::sum(*total, *cost);
-            }
-        }
-        let outputs = &self.inner.outputs;
-        if let Some(observer) = &outputs.observer {
-            observer(&event);
-        }
-        if let Some(watcher) = &self.inner.watch.events {
-            watcher(&event);
-        }
-        // Serialised only when there is a file to write it to: a batch without `--events`
-        // emits several events a row, and writing them as JSON would be most of its work.
-        if let Some(sink) = &outputs.sink {
-            let line = match &outputs.session {
-                Some(session) => serde_json::to_string(&InSession {
-                    session,
-                    event: &event,
-                }),
-                None => serde_json::to_string(&event),
-            };
-            if let Ok(line) = line
-                && let Ok(mut sink) = sink.lock()
-            {
-                // An events file that cannot be written must not fail the run.
-                let _ = writeln!(sink, "{line}");
-                let _ = sink.flush();
-            }
-        }
-        if let Some(kept) = &outputs.kept
-            && let Ok(mut kept) = kept.lock()
-        {
-            kept.push(event);
-        }
-    }
-
-    /// The events recorded so far (only for [`Events::recording`]).
-    pub fn recorded(&self) -> Vec<Event> {
-        self.inner
-            .outputs
-            .kept
-            .as_ref()
-            .and_then(|k| k.lock().ok().map(|k| k.clone()))
-            .unwrap_or_default()
-    }
 }
 
 /// A run id: time and process, unique enough to tell runs apart in logs (also a chat session's).
@@ -556,6 +311,7 @@ mod tests {
             step: Some("ask".into()),
             span: SpanId(2),
             parent_span: Some(SpanId(0)),
+            parent_run_id: None,
             tool_call_id: None,
             data,
         }
@@ -606,12 +362,12 @@ mod tests {
         }
     }
 
-    fn inference(call: ModelCall) -> EventData {
+    fn inference(call: CallKind) -> EventData {
         inference_with(call, sent(), None, Vec::new())
     }
 
     fn inference_with(
-        call: ModelCall,
+        call: CallKind,
         sent: Sent,
         cost: Option<Cost>,
         tool_call_ids: Vec<String>,
@@ -654,17 +410,17 @@ mod tests {
             data
         };
         for (call, expected) in [
-            (ModelCall::Single, base.clone()),
-            (ModelCall::Attempt(2), with(json!({ "attempt": 2 }))),
-            (ModelCall::Round(3), with(json!({ "round": 3 }))),
-            (ModelCall::Vote(4), with(json!({ "vote": 4 }))),
+            (CallKind::Single, base.clone()),
+            (CallKind::Attempt(2), with(json!({ "attempt": 2 }))),
+            (CallKind::Round(3), with(json!({ "round": 3 }))),
+            (CallKind::Vote(4), with(json!({ "vote": 4 }))),
             (
-                ModelCall::Route { attempt: 1 },
+                CallKind::Route { attempt: 1 },
                 with(json!({ "call": "route", "attempt": 1 })),
             ),
-            (ModelCall::Synthesis, with(json!({ "call": "synthesis" }))),
+            (CallKind::Synthesis, with(json!({ "call": "synthesis" }))),
             (
-                ModelCall::Agent("lookup".into()),
+                CallKind::Agent("lookup".into()),
                 with(json!({ "call": "agent", "agent": "lookup" })),
             ),
         ] {
@@ -672,7 +428,7 @@ mod tests {
             assert_eq!(line["kind"], "inference");
             assert_eq!(line["data"], expected, "{call:?}");
         }
-        let attempt = serde_json::to_string(&inference(ModelCall::Attempt(2))).expect("json");
+        let attempt = serde_json::to_string(&inference(CallKind::Attempt(2))).expect("json");
         assert_eq!(
             attempt,
             r#"{"kind":"inference","data":{"model":"m","engine":"scripted","duration_ms":4.0,"usage":{"prompt_tokens":0,"completion_tokens":0},"attempt":2,"messages":2,"tools":0,"constraint":null,"constrained":false,"temperature":null,"cost":null,"tool_call_ids":[],"cached":false}}"#
@@ -691,7 +447,7 @@ mod tests {
         };
         let cost = Some(Cost::from_amount(0.00045));
         let ids = vec!["call_1".into(), "call_2".into()];
-        let data = inference_with(ModelCall::Round(1), sent, cost, ids);
+        let data = inference_with(CallKind::Round(1), sent, cost, ids);
         let line = wire(data);
         assert_eq!(
             line["data"],
@@ -806,56 +562,6 @@ mod tests {
             .map(|o| o.keys().cloned().collect())
             .unwrap_or_default();
         assert_eq!(keys, ["run_id", "at_ms", "span", "kind", "data"]);
-    }
-
-    #[test]
-    fn only_inference_events_count_as_model_calls_and_costs() {
-        let events = Events::recording();
-        events.lifecycle(Lifecycle::Execute);
-        events.emit(
-            Some("ask"),
-            events.new_span(),
-            Some(events.run_span()),
-            EventData::StepStart { attempt: 1 },
-        );
-        assert_eq!(events.model_calls(), 0);
-        assert_eq!(events.cost(), None);
-        for (call, cost) in [(ModelCall::Single, None), (ModelCall::Round(1), Some(0.25))] {
-            let data = inference_with(call, sent(), cost.map(Cost::from_amount), Vec::new());
-            events.emit(Some("ask"), events.new_span(), None, data);
-        }
-        assert_eq!(events.model_calls(), 2);
-        assert_eq!(events.cost().map(Cost::amount), Some(0.25));
-        assert_eq!(events.recorded().len(), 4);
-    }
-
-    #[test]
-    fn a_watched_run_shows_its_own_events_to_its_watcher_and_the_others_to_nobody_else() {
-        let session = Events::recording();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let watcher: Observer = {
-            let seen = Arc::clone(&seen);
-            Box::new(move |event: &Event| {
-                if let Ok(mut seen) = seen.lock() {
-                    seen.push(event.run_id.clone());
-                }
-            })
-        };
-        let tokens: TokenSink = Arc::new(|_: &str| {});
-        let watched = session.new_run_watched(Watch {
-            events: Some(watcher),
-            tokens: Some(tokens),
-        });
-        let other = session.new_run();
-        watched.lifecycle(Lifecycle::Execute);
-        other.lifecycle(Lifecycle::Execute);
-        assert_eq!(*seen.lock().expect("seen"), [watched.run_id().to_string()]);
-        assert_eq!(
-            session.recorded().len(),
-            2,
-            "both still reach the session's outputs"
-        );
-        assert!(watched.tokens().is_some() && other.tokens().is_none());
     }
 
     #[test]

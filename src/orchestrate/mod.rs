@@ -1,33 +1,58 @@
 //! Layer 3: running a built pipeline — the run session, the executor over the step graph, the
-//! step handlers, the lifecycle, run records and events.
+//! step handlers, the lifecycle, run records, run ledgers and events.
 //!
 //! The plan layer builds a [`Pipeline`] (steps with resolved handlers and dependencies, and the
 //! contract a run is held to: its input declarations and step timeout); this layer knows nothing
-//! about YAML. Every command runs pipelines through a [`Session`]. The executor starts every step
-//! whose dependencies are done, up to `max_parallel` at a time, applies `when`, timeouts and
-//! retries (by the failure taxonomy), stops scheduling at the first failure (unless the step may
-//! be continued past), sends the run back to a model step when a check with feedback fails,
-//! cancels on request, and returns a [`RunRecord`] that keeps every completed step's output
-//! whatever happened.
+//! about YAML. Every command runs pipelines through a [`Session`], and every run — one run, a
+//! batch row, a test case, a judge, a chat turn, a served request, a route's sub-plan — goes
+//! through its [`Runner`], the only caller of the executor.
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `session.rs` | the session and its [`Runner`]: runtime, signals, end state, nested runs |
+//! | `fanout.rs` | [`Runner::run_many`]: many runs, bounded and cancellable |
+//! | `executor.rs` | one run over the step graph: start ready steps, record their ends |
+//! | `schedule.rs` | which steps wait for which; feedback loops send the run back |
+//! | `attempt.rs` | one step's attempts: `when`, timeout, retry, their events |
+//! | `scope.rs` | what a step's templates see, and the run's final output |
+//! | `ledger.rs` | what a run and its steps spend: calls, cache tally, cost, the cost limit |
+//! | `events.rs` | the typed events a run emits, with ids and spans |
+//! | `emit.rs` | one run's emitter: its id, clock and spans; nested runs linked to their step |
+//! | `sinks.rs` | where events go: the JSON Lines file, observers |
+//! | `record.rs` | the run record |
+//! | `pipeline.rs` | the runnable pipeline, step handlers and their context |
+//! | `steps/` | one handler per step type |
 
+mod attempt;
+mod emit;
 mod events;
 mod executor;
+mod fanout;
 pub mod inputs;
+mod ledger;
 mod pipeline;
 mod record;
+mod schedule;
+mod scope;
 mod session;
+mod sinks;
 pub mod steps;
 pub mod tools;
 pub mod voting;
 
+pub use emit::Events;
 pub use events::{
-    CacheTally, Event, EventData, Events, Observer, Sent, SkipReason, SpanId, StepOutcome,
-    ToolOutcome, Watch, new_run_id,
+    Event, EventData, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome, Watch,
+    new_run_id,
 };
-pub use executor::{RunOptions, execute, render_step};
+pub use fanout::{FanOut, Job};
+pub use ledger::{RunLedger, StepLedger};
 pub use pipeline::{
-    Feedback, Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepLedger, StepNode,
-    StepOutput,
+    Feedback, NestedRun, NestedRuns, Pipeline, Rendered, StepContext, StepFuture, StepHandler,
+    StepNode, StepOutput,
 };
-pub use record::{AnsweredBy, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord};
+pub use record::{
+    AnsweredBy, CacheTally, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord,
+};
 pub use session::{RunRequest, Runner, Session, SessionOptions};
+pub use sinks::{EventSink, JsonLinesFile, Observing, Sinks};

@@ -9,16 +9,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::events::{EventData, Events, ModelCall, Sent, SpanId};
+use super::emit::Events;
+use super::events::{CallKind, EventData, Sent, SpanId};
 use super::inputs::{self, InputSpec};
-use super::record::VoteRecord;
-use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
+use super::ledger::{Booking, StepLedger};
+use super::record::RunRecord;
+use crate::core::{Cost, Failure, Message, TokenUsage};
 use crate::inference::{CacheStatus, Engine, Grammar, Request, Response, SchemaMode, TokenSink};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
@@ -105,84 +107,19 @@ pub struct Feedback {
     pub max_attempts: u32,
 }
 
-/// What a step accrues besides its output, over all its attempts (and the tasks they spawn):
-/// what its model calls cost, and how its last vote went. It outlives a step cancelled or timed
-/// out mid-call, so the record still shows what was spent.
-#[derive(Debug, Default)]
-pub struct StepLedger {
-    /// The run's cost limit (the policy's `max_cost`).
-    max_cost: Option<Cost>,
-    entries: Mutex<Entries>,
+/// Starts the runs nested in a step (a route's plan agents); the session's runner implements it.
+pub trait NestedRuns: Send + Sync {
+    /// Runs `pipeline` on bound `inputs` as a run nested in the step of `parent`.
+    fn run<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        inputs: Value,
+        parent: &'a StepContext,
+    ) -> NestedRun<'a>;
 }
 
-#[derive(Debug, Default)]
-struct Entries {
-    cost: Option<Cost>,
-    vote: Option<VoteRecord>,
-    cached_calls: Vec<String>,
-}
-
-impl StepLedger {
-    /// A ledger for a step of a run held to `max_cost`.
-    pub fn new(max_cost: Option<Cost>) -> Self {
-        StepLedger {
-            max_cost,
-            entries: Mutex::default(),
-        }
-    }
-
-    /// Adds what a model call (or a sub-plan run by an agent) cost; None: it was not priced.
-    pub fn spend(&self, cost: Option<Cost>) {
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.cost = Cost::sum(entries.cost, cost);
-        }
-    }
-
-    /// Records how a vote went (a later attempt's vote replaces an earlier one's).
-    pub fn vote(&self, vote: VoteRecord) {
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.vote = Some(vote);
-        }
-    }
-
-    /// Records a call the call cache answered: a model call, or a tool's (`tool NAME`).
-    pub fn served_from_cache(&self, call: impl std::fmt::Display) {
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.cached_calls.push(call.to_string());
-        }
-    }
-
-    /// The step's calls the call cache answered, in the order they ended.
-    pub fn cached_calls(&self) -> Vec<String> {
-        self.entries
-            .lock()
-            .map(|e| e.cached_calls.clone())
-            .unwrap_or_default()
-    }
-
-    /// What the step's model calls cost; None when none was priced.
-    pub fn cost(&self) -> Option<Cost> {
-        self.entries.lock().ok().and_then(|e| e.cost)
-    }
-
-    /// How the step's last vote went, if it voted.
-    pub fn last_vote(&self) -> Option<VoteRecord> {
-        self.entries.lock().ok().and_then(|e| e.vote.clone())
-    }
-
-    /// Fails when the run has spent more than its limit: before a call (the budget is gone) and
-    /// after one (that call took the run over it).
-    fn check_budget(&self, events: &Events) -> Result<(), Failure> {
-        match (self.max_cost, events.cost()) {
-            (Some(max), Some(spent)) if spent > max => Err(Failure::new(
-                FailureCode::OrchestrationCostExceeded,
-                format!("the run's model calls have cost {spent}, over its max_cost of {max}"),
-            )
-            .with_help("raise the policy's max_cost, lower max_tokens, or use a cheaper model")),
-            _ => Ok(()),
-        }
-    }
-}
+/// A nested run under way.
+pub type NestedRun<'a> = Pin<Box<dyn Future<Output = RunRecord> + Send + 'a>>;
 
 /// What a handler sees while it runs.
 pub struct StepContext {
@@ -198,6 +135,8 @@ pub struct StepContext {
     /// Messages a model step appends after its prompt's: its earlier answers, each followed by
     /// what a check found wrong with it (empty unless a check sent the run back to this step).
     pub feedback: Vec<Message>,
+    /// What starts the runs nested in this step (a route's plan agents), cancelled with it.
+    pub nesting: Arc<dyn NestedRuns>,
 }
 
 impl StepContext {
@@ -218,7 +157,7 @@ impl StepContext {
         engine: &dyn Engine,
         request: Request,
         stream: Option<TokenSink>,
-        call: ModelCall,
+        call: CallKind,
     ) -> Result<Response, Failure> {
         let (response, _) = self.call_model(engine, request, stream, call, Ok).await?;
         Ok(response)
@@ -232,7 +171,7 @@ impl StepContext {
         &self,
         engine: &dyn Engine,
         request: Request,
-        call: ModelCall,
+        call: CallKind,
         read: impl FnOnce(Response) -> Result<Response, Failure>,
     ) -> Result<(Response, SpanId), Failure> {
         self.call_model(engine, request, None, call, read).await
@@ -243,11 +182,11 @@ impl StepContext {
         engine: &dyn Engine,
         mut request: Request,
         stream: Option<TokenSink>,
-        call: ModelCall,
+        call: CallKind,
         read: impl FnOnce(Response) -> Result<Response, Failure>,
     ) -> Result<(Response, SpanId), Failure> {
-        self.ledger.check_budget(&self.events)?;
-        if let ModelCall::Vote(candidate) = call {
+        self.ledger.check_budget()?;
+        if let CallKind::Vote(candidate) = call {
             request.candidate = Some(candidate);
         }
         let info = engine.model_info();
@@ -305,16 +244,13 @@ impl StepContext {
                 Some(failure),
             ),
         };
-        self.events.count_cache(cache, usage);
         let cached = matches!(cache, CacheStatus::Hit { .. });
-        if cached {
-            self.ledger.served_from_cache(call.clone());
-        }
         let tool_call_ids = match &read {
             Ok(response) => response.tool_calls.iter().map(|c| c.id.clone()).collect(),
             Err(_) => Vec::new(),
         };
         let answered = error.is_none();
+        self.ledger.book_call(&call, Booking { usage, cost, cache });
         let data = EventData::Inference {
             model: info.name,
             engine: info.engine,
@@ -330,8 +266,7 @@ impl StepContext {
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);
         if answered {
-            self.ledger.spend(cost);
-            self.ledger.check_budget(&self.events)?;
+            self.ledger.check_budget()?;
         }
         read.map(|response| (response, span))
     }
@@ -350,6 +285,7 @@ impl StepContext {
             span: events.run_span(),
             ledger: Arc::default(),
             feedback: Vec::new(),
+            nesting: super::session::detached_nesting(),
         }
     }
 }
@@ -388,8 +324,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::core::{Price, ToolCall};
+    use crate::core::{FailureCode, Price, ToolCall};
     use crate::inference::{Priced, ScriptedConfig, ScriptedEngine, ScriptedReply};
+    use crate::orchestrate::ledger::RunLedger;
 
     /// One unit per prompt token, two per completion token.
     const PRICE: Price = Price {
@@ -399,7 +336,10 @@ mod tests {
 
     fn context(events: &Events, max_cost: Option<f64>) -> StepContext {
         StepContext {
-            ledger: Arc::new(StepLedger::new(max_cost.map(Cost::from_amount))),
+            ledger: Arc::new(StepLedger::new(Arc::new(RunLedger::new(
+                max_cost.map(Cost::from_amount),
+                None,
+            )))),
             ..StepContext::detached("ask", events)
         }
     }
@@ -433,10 +373,14 @@ mod tests {
             ..ScriptedConfig::echo()
         });
         let failure = ctx
-            .infer(&engine, request("go"), None, ModelCall::Attempt(1))
+            .infer(&engine, request("go"), None, CallKind::Attempt(1))
             .await
             .expect_err("the first call fails");
-        assert_eq!(events.model_calls(), 1, "the failed call is counted");
+        assert_eq!(
+            ctx.ledger.run().model_calls(),
+            1,
+            "the failed call is counted"
+        );
         let line = serde_json::to_value(events.recorded().pop().expect("an event")).expect("json");
         assert_eq!(line["kind"], "inference");
         assert_eq!(line["data"]["attempt"], 1);
@@ -452,7 +396,7 @@ mod tests {
         let engine = priced(&["one two three"]);
         for _ in 0..2 {
             // "be brief" + "hello there": 4 prompt tokens, 3 completion tokens: 4 + 6 = 10.
-            ctx.infer(&engine, request("hello there"), None, ModelCall::Single)
+            ctx.infer(&engine, request("hello there"), None, CallKind::Single)
                 .await
                 .expect("answers");
         }
@@ -473,7 +417,7 @@ mod tests {
         assert_eq!(data["cost"], 10.0);
         assert_eq!(event.parent_span, Some(ctx.span));
         assert_eq!(ctx.ledger.cost().map(Cost::amount), Some(20.0));
-        assert_eq!(events.cost().map(Cost::amount), Some(20.0));
+        assert_eq!(ctx.ledger.run().cost().map(Cost::amount), Some(20.0));
     }
 
     #[tokio::test]
@@ -481,11 +425,11 @@ mod tests {
         let events = Events::recording();
         let ctx = context(&events, Some(15.0));
         let engine = priced(&["one two three"]);
-        ctx.infer(&engine, request("hello there"), None, ModelCall::Round(1))
+        ctx.infer(&engine, request("hello there"), None, CallKind::Round(1))
             .await
             .expect("10 of 15");
         let over = ctx
-            .infer(&engine, request("hello there"), None, ModelCall::Round(2))
+            .infer(&engine, request("hello there"), None, CallKind::Round(2))
             .await
             .expect_err("20 > 15");
         assert_eq!(over.code, FailureCode::OrchestrationCostExceeded);
@@ -494,13 +438,16 @@ mod tests {
             "the run's model calls have cost 20, over its max_cost of 15"
         );
         // Another step of the same run is refused before it calls at all.
-        let other = context(&events, Some(15.0));
+        let other = StepContext {
+            ledger: Arc::new(StepLedger::new(Arc::clone(ctx.ledger.run()))),
+            ..StepContext::detached("other", &events)
+        };
         let refused = other
-            .infer(&engine, request("hi"), None, ModelCall::Single)
+            .infer(&engine, request("hi"), None, CallKind::Single)
             .await
             .expect_err("the budget is spent");
         assert_eq!(refused.code, FailureCode::OrchestrationCostExceeded);
-        assert_eq!(events.model_calls(), 2);
+        assert_eq!(ctx.ledger.run().model_calls(), 2);
         assert_eq!(other.ledger.cost(), None, "it spent nothing");
     }
 
@@ -510,7 +457,7 @@ mod tests {
         let ctx = context(&events, None);
         let engine = ScriptedEngine::new(ScriptedConfig::echo());
         let (response, span) = ctx
-            .infer_turn(&engine, request("go"), ModelCall::Round(1), |response| {
+            .infer_turn(&engine, request("go"), CallKind::Round(1), |response| {
                 Ok(Response {
                     tool_calls: vec![ToolCall {
                         id: "call_7".into(),
@@ -538,7 +485,7 @@ mod tests {
         }
         // A turn that cannot be read still leaves its event.
         let failed = ctx
-            .infer_turn(&engine, request("go"), ModelCall::Round(2), |_| {
+            .infer_turn(&engine, request("go"), CallKind::Round(2), |_| {
                 Err(Failure::new(
                     FailureCode::ConstraintJsonInvalid,
                     "not a turn",
@@ -547,6 +494,6 @@ mod tests {
             .await
             .expect_err("unreadable");
         assert_eq!(failed.code, FailureCode::ConstraintJsonInvalid);
-        assert_eq!(events.model_calls(), 2);
+        assert_eq!(ctx.ledger.run().model_calls(), 2);
     }
 }

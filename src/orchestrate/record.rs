@@ -4,6 +4,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::core::{Cost, Failure, TokenUsage};
+use crate::inference::CacheStatus;
 
 /// The lifecycle of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -147,6 +148,44 @@ pub enum AnsweredBy {
     Fallback,
 }
 
+/// What the call cache did for a run's (or a batch's) model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CacheTally {
+    /// Calls it answered.
+    pub hits: u64,
+    /// Calls it was asked about and did not have (the model answered, and it stored that).
+    pub misses: u64,
+    /// Tokens the answered calls had used when they were made.
+    pub tokens_saved: u64,
+    /// How long the answered calls had taken when they were made.
+    pub ms_saved: f64,
+}
+
+impl CacheTally {
+    /// Adds one call's part: answered from the cache (saving `tokens` and the original call's
+    /// time), or asked and not found.
+    pub fn count(&mut self, status: CacheStatus, tokens: u64) {
+        match status {
+            CacheStatus::Unused => {}
+            CacheStatus::Miss => self.misses += 1,
+            CacheStatus::Hit { original } => {
+                self.hits += 1;
+                self.tokens_saved += tokens;
+                self.ms_saved += original.as_secs_f64() * 1000.0;
+            }
+        }
+    }
+}
+
+impl std::ops::AddAssign for CacheTally {
+    fn add_assign(&mut self, other: CacheTally) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.tokens_saved += other.tokens_saved;
+        self.ms_saved += other.ms_saved;
+    }
+}
+
 /// The whole record of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRecord {
@@ -159,6 +198,11 @@ pub struct RunRecord {
     pub usage: TokenUsage,
     /// What the run's model calls cost (the sum of its steps'); null when none was priced.
     pub cost: Option<Cost>,
+    /// Model calls the run made (every attempt, vote and tool round, its sub-plans' included),
+    /// not counting those the call cache answered.
+    pub model_calls: u64,
+    /// What the call cache did for the run's calls.
+    pub cache: CacheTally,
     pub duration_ms: f64,
     /// The failure that ended the run, if any.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,8 +1,9 @@
 //! A run session: the one thing every command that runs a pipeline opens (`run`, `run --batch`,
-//! `chat`, `render`), so they all behave alike.
+//! `chat`, `render`, `test`, `serve`), so they all behave alike.
 //!
-//! A session owns the async runtime, the events (the `--events` file and an observer such as the
-//! progress lines), the lifecycle from INIT to the end state, and cancellation: Ctrl-C (SIGINT)
+//! A session owns the async runtime, the event sinks (the `--events` file and an observer such as
+//! the progress lines), the lifecycle from INIT to the end state — which the session decides from
+//! how its runs and other work ended, not each command — and cancellation: Ctrl-C (SIGINT)
 //! and SIGTERM — what Kubernetes, Slurm and systemd send before they kill — both cancel the run in
 //! flight, which then ends as a CANCELLED record that keeps every completed step's output. The
 //! signal handlers are installed when the session opens, so a signal that arrives while models
@@ -11,25 +12,29 @@
 //! Runs get their step timeout from the pipeline (the policy's `timeout_per_step`), never from
 //! the command, so no adapter can forget it.
 //!
-//! Every run goes through one [`Runner::run`]: the commands that own the terminal call
-//! [`Session::run`], which blocks on it; a server, already inside the session's runtime, clones
-//! the [`Runner`] into its request handlers and awaits it, giving each run its own cancellation
-//! (a client that went away) and its own [`Watch`] (its events and tokens, streamed to that client).
+//! Every run goes through the [`Runner`], the only caller of the executor: the commands that own
+//! the terminal call [`Session::run`], which blocks on [`Runner::run`]; batch rows and test cases
+//! fan out through [`Runner::run_many`]; a route's plan agent is a run nested in its step
+//! ([`NestedRuns`]); a server, already inside the session's runtime, clones the [`Runner`] into
+//! its request handlers and awaits it, giving each run its own cancellation (a client that went
+//! away) and its own [`Watch`] (its events and tokens, streamed to that client).
 
 use std::future::Future;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use super::events::{Events, Observer, Watch};
-use super::executor::{RunOptions, execute, render_step};
-use super::pipeline::{Pipeline, Rendered};
-use super::record::{Lifecycle, RunRecord};
+use super::emit::Events;
+use super::events::{Observer, Watch};
+use super::executor::{RunHandle, RunOptions, execute, render_step};
+use super::ledger::RunLedger;
+use super::pipeline::{NestedRun, NestedRuns, Pipeline, Rendered, StepContext};
+use super::record::{Lifecycle, RunRecord, RunStatus};
+use super::sinks::{JsonLinesFile, Observing, Sinks};
 use crate::cache::{CacheSettings, CallCache};
 use crate::core::{Failure, FailureCode};
 
@@ -79,40 +84,85 @@ pub struct Runner {
     first_run_done: Arc<AtomicBool>,
     max_parallel: usize,
     cache: Option<Arc<CallCache>>,
+    /// How the session's runs (and the work that failed without a run) ended.
+    outcomes: Arc<Outcomes>,
+}
+
+/// How a session's work has ended so far, from which it decides its own end state.
+#[derive(Debug, Default)]
+struct Outcomes {
+    failed: AtomicU64,
+    cancelled: AtomicU64,
 }
 
 /// What one run brings besides its pipeline and inputs.
 #[derive(Default)]
 pub struct RunRequest {
-    /// Names added to every template's scope (a chat's `history`).
+    /// Names added to every template's scope (a chat's `history`, a batch row's `row`).
     pub globals: Map<String, Value>,
     /// Cancels this run when it turns true; None: the session's Ctrl-C and SIGTERM do.
     pub cancel: Option<watch::Receiver<bool>>,
     /// Who watches this run alone: shown its events and streamed text as they happen (besides
     /// the session's observer).
     pub watch: Watch,
+    /// Record nothing of this run: no events reach the session's sinks, and its end does not
+    /// count towards the session's (a `--dry-run`'s preview of the prompts a batch would send).
+    pub unrecorded: bool,
+}
+
+/// The session's [`NestedRuns`]: its runner, cancelled with the run the step belongs to.
+struct Nested {
+    runner: Runner,
+    cancel: watch::Receiver<bool>,
+}
+
+/// Nested runs outside any session (a step context built by a unit test).
+#[cfg(test)]
+pub(super) fn detached_nesting() -> Arc<dyn NestedRuns> {
+    let runner = Runner::standalone(4);
+    let cancel = runner.interrupt.subscribe();
+    Arc::new(Nested { runner, cancel })
+}
+
+impl NestedRuns for Nested {
+    /// A run of its own id, its events linked to the parent's step, its calls booked to the
+    /// parent run's ledger too (and held to its cost limit), cancelled with it. The caller
+    /// decides what its end means for the step; the session's end state does not count it.
+    fn run<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        inputs: Value,
+        parent: &'a StepContext,
+    ) -> NestedRun<'a> {
+        Box::pin(async move {
+            let run = RunHandle {
+                events: parent.events.nested_run(parent.span),
+                ledger: Arc::new(RunLedger::new(
+                    pipeline.max_cost,
+                    Some(Arc::clone(parent.ledger.run())),
+                )),
+                nesting: Arc::new(Nested {
+                    runner: self.runner.clone(),
+                    cancel: self.cancel.clone(),
+                }),
+            };
+            let options = RunOptions::new(self.runner.max_parallel, self.cancel.clone());
+            execute(pipeline, inputs, options, &run).await
+        })
+    }
 }
 
 impl Session {
     /// Opens the events file, starts the runtime, installs the signal handlers, and records INIT
     /// and then PLAN (the caller loads and checks its plan next).
     pub fn open(options: SessionOptions) -> Result<Session, Failure> {
-        let sink = match &options.events_file {
-            Some(path) => {
-                let file = std::fs::File::create(path).map_err(|e| {
-                    Failure::new(
-                        FailureCode::ConfigFileError,
-                        format!("cannot write events to {}: {e}", path.display()),
-                    )
-                    .with_help(
-                        "--events needs a file path in a directory that exists and is writable",
-                    )
-                })?;
-                Some(Box::new(std::io::BufWriter::new(file)) as Box<dyn Write + Send>)
-            }
+        let file = match &options.events_file {
+            Some(path) => Some(JsonLinesFile::create(path, options.chat_session)?),
             None => None,
         };
-        let events = Events::with_observer(sink, options.observer, options.chat_session);
+        let sinks = Sinks::default()
+            .with_some(options.observer.map(Observing))
+            .with_some(file);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -122,8 +172,8 @@ impl Session {
                     format!("cannot start the async runtime: {e}"),
                 )
             })?;
-        let (interrupt, _) = watch::channel(false);
-        let (signals, _) = watch::channel(0);
+        let mut runner = Runner::new(Events::new(Arc::new(sinks)), options.max_parallel);
+        runner.cache = CallCache::open(&options.cache);
         {
             // Registered now, before anything slow happens, so no signal finds the default
             // action (which would kill the process with nothing written).
@@ -131,7 +181,7 @@ impl Session {
             let interrupts = signal(SignalKind::interrupt());
             let terminates = signal(SignalKind::terminate());
             if let (Ok(mut interrupts), Ok(mut terminates)) = (interrupts, terminates) {
-                let (interrupt, signals) = (interrupt.clone(), signals.clone());
+                let (interrupt, signals) = (runner.interrupt.clone(), runner.signals.clone());
                 runtime.spawn(async move {
                     loop {
                         let received = tokio::select! {
@@ -147,17 +197,7 @@ impl Session {
                 });
             }
         }
-        let session = Session {
-            runtime,
-            runner: Runner {
-                events,
-                interrupt,
-                signals,
-                first_run_done: Arc::new(AtomicBool::new(false)),
-                max_parallel: options.max_parallel.max(1),
-                cache: CallCache::open(&options.cache),
-            },
-        };
+        let session = Session { runtime, runner };
         session.events().lifecycle(Lifecycle::Init);
         session.events().lifecycle(Lifecycle::Plan);
         Ok(session)
@@ -185,9 +225,36 @@ impl Session {
         build()
     }
 
-    /// Records the session's own end state (a batch's, after its rows' runs ended).
-    pub fn finish(&self, state: Lifecycle) {
+    /// Records a failure outside any run (input that could not be read, a row that could not be
+    /// bound, a suite below its pass rate): the session then ends in ERROR.
+    pub fn fail(&self) {
+        self.runner.note_failure();
+    }
+
+    /// Decides and records the session's own end state, once its work is done (a batch's, a
+    /// test command's): CANCELLED when Ctrl-C or SIGTERM arrived or a run was cancelled, ERROR
+    /// when a run or other work failed, COMPLETE otherwise. Returns it.
+    pub fn finish(&self) -> Lifecycle {
+        let outcomes = &self.runner.outcomes;
+        let state =
+            if *self.runner.interrupt.borrow() || outcomes.cancelled.load(Ordering::Relaxed) > 0 {
+                Lifecycle::Cancelled
+            } else if outcomes.failed.load(Ordering::Relaxed) > 0 {
+                Lifecycle::Error
+            } else {
+                Lifecycle::Complete
+            };
         self.events().lifecycle(state);
+        state
+    }
+
+    /// Records a server's end: COMPLETE when it stopped as asked (Ctrl-C, SIGTERM: its requests'
+    /// runs each ended in their own records), ERROR when it failed with `failure`.
+    pub fn finish_serving(&self, failure: Option<&Failure>) {
+        self.events().lifecycle(match failure {
+            None => Lifecycle::Complete,
+            Some(_) => Lifecycle::Error,
+        });
     }
 
     /// [`Runner::run`] with `globals` (a chat's `history`), waited for on the session's runtime;
@@ -206,26 +273,17 @@ impl Session {
             .block_on(self.runner.run(pipeline, inputs, request))
     }
 
-    /// Runs the steps upstream of step `target`, then returns what it would send.
+    /// [`Runner::render`], waited for on the session's runtime.
     pub fn render(
         &self,
         pipeline: &Pipeline,
         target: usize,
         inputs: Value,
     ) -> Result<Rendered, Failure> {
-        let events = self.runner.events_for_next_run(Watch::default());
-        self.runtime.block_on(render_step(
-            pipeline,
-            target,
-            inputs,
-            self.run_options(),
-            &events,
-        ))
-    }
-
-    /// Options for a run in this session: its parallelism and its cancellation.
-    pub fn run_options(&self) -> RunOptions {
-        self.runner.run_options()
+        self.runtime.block_on(
+            self.runner
+                .render(pipeline, target, inputs, RunRequest::default()),
+        )
     }
 
     /// Runs a future on the session's runtime (a batch, a chat's wait for its next line, a
@@ -264,17 +322,49 @@ fn wait_until<T: Send + Sync + 'static>(
 }
 
 impl Runner {
-    /// Runs `pipeline` once on bound `inputs`: EXECUTE, the steps, then COMPLETE, ERROR or
-    /// CANCELLED. The first run uses the session's run id; later ones (chat turns, requests)
-    /// each get their own.
-    pub async fn run(&self, pipeline: &Pipeline, inputs: Value, request: RunRequest) -> RunRecord {
-        let events = self.events_for_next_run(request.watch);
-        let mut options = self.run_options();
-        options.globals.extend(request.globals);
-        if let Some(cancel) = request.cancel {
-            options.cancel = cancel;
+    fn new(events: Events, max_parallel: usize) -> Self {
+        let (interrupt, _) = watch::channel(false);
+        let (signals, _) = watch::channel(0);
+        Runner {
+            events,
+            interrupt,
+            signals,
+            first_run_done: Arc::new(AtomicBool::new(false)),
+            max_parallel: max_parallel.max(1),
+            cache: None,
+            outcomes: Arc::default(),
         }
-        execute(pipeline, inputs, options, &events).await
+    }
+
+    /// A runner outside any session: no events recorded, no cache, no signal handlers (tests,
+    /// and checks that run plans on stand-ins).
+    pub fn standalone(max_parallel: usize) -> Self {
+        Runner::new(Events::unrecorded(), max_parallel)
+    }
+
+    /// Runs `pipeline` once on bound `inputs`: EXECUTE, the steps, then COMPLETE, ERROR or
+    /// CANCELLED. The first run uses the session's run id; later ones (chat turns, requests,
+    /// batch rows) each get their own.
+    pub async fn run(&self, pipeline: &Pipeline, inputs: Value, request: RunRequest) -> RunRecord {
+        let unrecorded = request.unrecorded;
+        let (run, options) = self.open_run(pipeline, request);
+        let record = execute(pipeline, inputs, options, &run).await;
+        if !unrecorded {
+            self.count(record.status);
+        }
+        record
+    }
+
+    /// Runs the steps upstream of step `target` of `pipeline`, then returns what it would send.
+    pub async fn render(
+        &self,
+        pipeline: &Pipeline,
+        target: usize,
+        inputs: Value,
+        request: RunRequest,
+    ) -> Result<Rendered, Failure> {
+        let (run, options) = self.open_run(pipeline, request);
+        render_step(pipeline, target, inputs, options, &run).await
     }
 
     /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
@@ -282,10 +372,54 @@ impl Runner {
         wait_until(&self.interrupt, |interrupted| *interrupted)
     }
 
-    fn run_options(&self) -> RunOptions {
-        let mut options = RunOptions::new(self.max_parallel);
-        options.cancel = self.interrupt.subscribe();
-        options
+    /// Whether Ctrl-C or SIGTERM has arrived (and not been cleared).
+    pub fn interrupted(&self) -> bool {
+        *self.interrupt.borrow()
+    }
+
+    /// Records a failure outside any run (see [`Session::fail`]).
+    pub fn note_failure(&self) {
+        self.outcomes.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The session's Ctrl-C and SIGTERM, for work that waits on more than one run.
+    pub fn cancellation(&self) -> watch::Receiver<bool> {
+        self.interrupt.subscribe()
+    }
+
+    /// From now on every run gets a run id of its own (a fan-out's runs are not the session's).
+    pub(super) fn keep_session_run_id(&self) {
+        self.first_run_done.store(true, Ordering::Relaxed);
+    }
+
+    fn count(&self, status: RunStatus) {
+        let counter = match status {
+            RunStatus::Complete => return,
+            RunStatus::Error => &self.outcomes.failed,
+            RunStatus::Cancelled => &self.outcomes.cancelled,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The events, ledger and options of the next run.
+    fn open_run(&self, pipeline: &Pipeline, request: RunRequest) -> (RunHandle, RunOptions) {
+        let events = if request.unrecorded {
+            Events::unrecorded()
+        } else {
+            self.events_for_next_run(request.watch)
+        };
+        let cancel = request.cancel.unwrap_or_else(|| self.interrupt.subscribe());
+        let mut options = RunOptions::new(self.max_parallel, cancel.clone());
+        options.globals.extend(request.globals);
+        let run = RunHandle {
+            events,
+            ledger: Arc::new(RunLedger::new(pipeline.max_cost, None)),
+            nesting: Arc::new(Nested {
+                runner: self.clone(),
+                cancel,
+            }),
+        };
+        (run, options)
     }
 
     fn events_for_next_run(&self, watch: Watch) -> Events {
@@ -324,7 +458,7 @@ mod tests {
         })
         .expect("open");
         session.prepare(|| ());
-        session.finish(Lifecycle::Complete);
+        assert_eq!(session.finish(), Lifecycle::Complete);
         drop(session);
         let states: Vec<String> = std::fs::read_to_string(&path)
             .expect("events")
@@ -352,11 +486,25 @@ mod tests {
     #[test]
     fn an_interrupt_cancels_runs_until_it_is_cleared() {
         let session = Session::open(SessionOptions::default()).expect("open");
-        assert!(!*session.run_options().cancel.borrow());
+        assert!(!*session.runner.cancellation().borrow());
         session.runner.interrupt.send_replace(true);
-        assert!(*session.run_options().cancel.borrow());
+        assert!(*session.runner.cancellation().borrow());
         session.block_on(session.wait_for_interrupt());
         session.clear_interrupt();
-        assert!(!*session.run_options().cancel.borrow());
+        assert!(!*session.runner.cancellation().borrow());
+    }
+
+    #[test]
+    fn the_session_decides_its_end_state_from_how_its_work_ended() {
+        let session = Session::open(SessionOptions::default()).expect("open");
+        session.runner.count(RunStatus::Complete);
+        assert_eq!(session.finish(), Lifecycle::Complete);
+        session.fail();
+        assert_eq!(session.finish(), Lifecycle::Error);
+        session.runner.count(RunStatus::Cancelled);
+        assert_eq!(session.finish(), Lifecycle::Cancelled);
+        let interrupted = Session::open(SessionOptions::default()).expect("open");
+        interrupted.runner.interrupt.send_replace(true);
+        assert_eq!(interrupted.finish(), Lifecycle::Cancelled);
     }
 }

@@ -389,6 +389,7 @@ fn emit_tool_event(
         step: Some(ctx.step.clone()),
         span,
         parent_span: Some(parent),
+        parent_run_id: None,
         tool_call_id: Some(call_id.to_string()),
         data,
     });

@@ -16,13 +16,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Plan;
-use super::model::CorpusSpec;
 use super::models::{BuiltModel, ModelEnv};
+use super::raw::CorpusSpec;
 use super::steps::{BuildContext, ModelRole, OnError, SchemaSource, StepFacts};
 use super::tools::{ToolEnv, ToolKind};
 use crate::cache::{CachedEngine, CallCache};
-use crate::context::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::core::{Cost, Failure, FailureCode, Memo};
+use crate::corpora::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
 use crate::orchestrate::tools::{ToolCache, ToolRuntime};

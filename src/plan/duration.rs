@@ -25,44 +25,65 @@ impl DurationSpec {
     }
 
     /// Parses `1m30s`-style text; the error says what is wrong in words.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, DurationError> {
+        let too_long = || DurationError::TooLong(text.to_string());
         let mut total = Duration::ZERO;
         let mut rest = text.trim();
         if rest.is_empty() {
-            return Err("a duration cannot be empty".into());
+            return Err(DurationError::Empty);
         }
         while !rest.is_empty() {
             let number_len = rest
                 .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .ok_or_else(|| format!("`{text}` has a number without a unit (ms, s, m or h)"))?;
+                .ok_or_else(|| DurationError::NoUnit(text.to_string()))?;
             let (number, after) = rest.split_at(number_len);
             let unit_len = after
                 .find(|c: char| c.is_ascii_digit())
                 .unwrap_or(after.len());
             let (unit, next) = after.split_at(unit_len);
-            let value: f64 = number
-                .parse()
-                .map_err(|_| format!("`{number}` in `{text}` is not a number"))?;
+            let value: f64 = number.parse().map_err(|_| DurationError::NotANumber {
+                number: number.to_string(),
+                text: text.to_string(),
+            })?;
             let seconds_per_unit = match unit {
                 "ms" => 0.001,
                 "s" => 1.0,
                 "m" => 60.0,
                 "h" => 3600.0,
                 other => {
-                    return Err(format!(
-                        "`{other}` in `{text}` is not a unit; use ms, s, m or h"
-                    ));
+                    return Err(DurationError::UnknownUnit {
+                        unit: other.to_string(),
+                        text: text.to_string(),
+                    });
                 }
             };
-            let part = Duration::try_from_secs_f64(value * seconds_per_unit)
-                .map_err(|_| format!("`{text}` is too long a duration"))?;
-            total = total
-                .checked_add(part)
-                .ok_or_else(|| format!("`{text}` is too long a duration"))?;
+            let part =
+                Duration::try_from_secs_f64(value * seconds_per_unit).map_err(|_| too_long())?;
+            total = total.checked_add(part).ok_or_else(too_long)?;
             rest = next;
         }
         Ok(DurationSpec(total))
     }
+}
+
+/// Why text is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Nothing was written.
+    #[error("a duration cannot be empty")]
+    Empty,
+    /// A number ends the text without a unit after it.
+    #[error("`{0}` has a number without a unit (ms, s, m or h)")]
+    NoUnit(String),
+    /// What stands before a unit does not parse as a number.
+    #[error("`{number}` in `{text}` is not a number")]
+    NotANumber { number: String, text: String },
+    /// A unit other than ms, s, m or h.
+    #[error("`{unit}` in `{text}` is not a unit; use ms, s, m or h")]
+    UnknownUnit { unit: String, text: String },
+    /// Longer than a duration can hold.
+    #[error("`{0}` is too long a duration")]
+    TooLong(String),
 }
 
 impl fmt::Display for DurationSpec {
@@ -139,6 +160,43 @@ mod tests {
                 "{text} should be rejected"
             );
         }
+    }
+
+    #[test]
+    fn each_rejection_says_what_is_wrong() {
+        let cases = [
+            ("", DurationError::Empty),
+            ("30", DurationError::NoUnit("30".into())),
+            (
+                "1.2.3s",
+                DurationError::NotANumber {
+                    number: "1.2.3".into(),
+                    text: "1.2.3s".into(),
+                },
+            ),
+            (
+                "1d",
+                DurationError::UnknownUnit {
+                    unit: "d".into(),
+                    text: "1d".into(),
+                },
+            ),
+            (
+                "100000000000000000000h",
+                DurationError::TooLong("100000000000000000000h".into()),
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(DurationSpec::parse(text), Err(expected), "{text}");
+        }
+        assert_eq!(
+            DurationError::UnknownUnit {
+                unit: "d".into(),
+                text: "1d".into()
+            }
+            .to_string(),
+            "`d` in `1d` is not a unit; use ms, s, m or h"
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@ pub mod duration;
 pub mod graph;
 pub mod load;
 pub mod lock;
-pub mod model;
 pub mod models;
 pub mod policy;
+pub mod raw;
 pub mod schema;
 pub mod steps;
 pub mod suite;
@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 
 pub use diagnostic::{Diagnostic, PlanError, Source};
 pub use graph::StepGraph;
-pub use model::RawPlan;
 pub use policy::{EffectivePolicy, PlanPolicy};
+pub use raw::RawPlan;
 pub use steps::{RawStep, StepType};
 
 use load::{Loaded, load_bytes, load_file, load_file_edited};

@@ -14,7 +14,7 @@ use super::load::load_bytes;
 use super::schema::DocumentKind;
 use crate::core::FailureCategory;
 use crate::orchestrate::inputs::{InputSpec, InputType};
-use crate::orchestrate::{Events, RunOptions, execute};
+use crate::orchestrate::{RunRequest, Runner};
 
 /// Mutants in all, spread over the example plans.
 const MUTANTS: usize = 2400;
@@ -240,8 +240,8 @@ fn validate_and_dry_run_agree_on_mutated_example_plans() {
                 let inputs = pipeline
                     .bind_object(&Value::Object(sample_inputs(&pipeline.inputs)))
                     .expect("sample inputs fit the declarations");
-                let events = Events::new(None);
-                let run = execute(&pipeline, inputs, RunOptions::new(4), &events);
+                let runner = Runner::standalone(4);
+                let run = runner.run(&pipeline, inputs, RunRequest::default());
                 runtime.block_on(run).error
             }
         };

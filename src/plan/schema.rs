@@ -19,11 +19,11 @@ use serde_json::{Map, Value, json};
 
 use super::diagnostic::{Diagnostic, PlanError, QUOTE_TEMPLATES, Source, did_you_mean, suggestion};
 use super::duration::DURATION_PATTERN;
-use super::model::RawPlan;
 use super::policy::PlanPolicy;
+use super::raw::RawPlan;
 use super::steps::StepType;
-use super::suite::model::RawSuite;
-use super::yaml::{Node, NodeValue};
+use super::suite::raw::RawSuite;
+use super::yaml::{Entry, Located, Node, NodeValue};
 
 /// Makes one generated schema.
 pub type SchemaMaker = fn() -> Value;
@@ -150,6 +150,8 @@ struct ErrorMapper<'a> {
 }
 
 impl ErrorMapper<'_> {
+    /// The diagnostics for one validation error (one per unknown field, else one), each pointing
+    /// at the YAML node the error is about.
     fn map(&self, error: &ValidationError<'_>, out: &mut Vec<Diagnostic>) {
         let path: Vec<String> = error
             .instance_path()
@@ -162,76 +164,25 @@ impl ErrorMapper<'_> {
         let located = self.root.locate(&path);
         let node = located.node;
         let place = describe_place(self.kind, self.root, &path);
-        let keyword_parent = schema_at(self.schema, &parent_pointer(error.schema_path().as_str()));
-        let at =
-            |e: PlanError, label: &str| Diagnostic::at(e, self.source, node.span.clone(), label);
+        let schema_path = error.schema_path().as_str();
+        let keyword_parent = schema_at(self.schema, &parent_pointer(schema_path));
         let diagnostic = match error.kind() {
             ValidationErrorKind::AdditionalProperties { unexpected }
             | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
-                let known = property_names(keyword_parent);
-                for field in unexpected {
-                    let span = node
-                        .entry(field)
-                        .map_or(node.span.clone(), |e| e.key_span.clone());
-                    let hint = suggestion(field, "fields here", known.iter().map(String::as_str));
-                    out.push(
-                        Diagnostic::at(
-                            PlanError::UnknownField {
-                                field: field.clone(),
-                                place: place.clone(),
-                            },
-                            self.source,
-                            span,
-                            "unknown field",
-                        )
-                        .with_hint(hint),
-                    );
-                }
+                out.extend(self.unknown_fields(node, &place, keyword_parent, unexpected));
                 return;
             }
             ValidationErrorKind::Required { property } => {
-                let field = property.as_str().unwrap_or_default().to_string();
-                let span = located
-                    .key_span
-                    .cloned()
-                    .unwrap_or_else(|| first_line(node));
-                let mut d = Diagnostic::at(
-                    PlanError::MissingField {
-                        field: field.clone(),
-                        place,
-                    },
-                    self.source,
-                    span,
-                    format!("`{field}` is missing here"),
-                );
-                let described = keyword_parent
-                    .and_then(|p| p.get("properties"))
-                    .and_then(|p| p.get(&field))
-                    .and_then(|p| resolve(self.schema, p).get("description"))
-                    .and_then(Value::as_str);
-                if let Some(description) = described {
-                    d = d.with_hint(format!("`{field}`: {description}"));
-                } else if field == "type" && path.first().is_some_and(|p| p == "steps") {
-                    d = d.with_hint(format!("step types: {}", step_type_list()));
-                }
-                d
+                self.missing_field(&path, &located, place, keyword_parent, property)
             }
             ValidationErrorKind::Type { kind } => {
                 let expected = describe_type_kind(kind);
-                let mut d = at(
-                    PlanError::WrongType {
-                        place,
-                        expected: expected.clone(),
-                        found: describe_node(node).into(),
-                    },
-                    &format!("expected {expected}"),
-                );
-                if self.looks_like_unquoted_template(node) {
-                    d = d.with_hint(QUOTE_TEMPLATES);
+                let hint = if self.looks_like_unquoted_template(node) {
+                    QUOTE_TEMPLATES.to_string()
                 } else {
-                    d = d.with_hint(wrong_type_hint(&path, node, &expected));
-                }
-                d
+                    wrong_type_hint(&path, node, &expected)
+                };
+                self.wrong_type(node, place, expected).with_hint(hint)
             }
             ValidationErrorKind::Enum { options } => {
                 self.invalid_value(&path, node, place, options.as_array())
@@ -239,96 +190,42 @@ impl ErrorMapper<'_> {
             ValidationErrorKind::Constant { expected_value } => {
                 self.invalid_value(&path, node, place, Some(&vec![(**expected_value).clone()]))
             }
-            ValidationErrorKind::Pattern { pattern } if pattern == DURATION_PATTERN => at(
+            ValidationErrorKind::Pattern { pattern } if pattern == DURATION_PATTERN => self.at(
+                node,
                 PlanError::BadDuration {
                     place,
                     found: scalar_text(node),
                 },
                 "not a duration",
             ),
-            ValidationErrorKind::Pattern { pattern } if pattern.starts_with("^[A-Za-z_]") => at(
-                PlanError::InvalidName {
-                    place,
-                    found: scalar_text(node),
-                },
-                "not a valid name",
-            ),
-            ValidationErrorKind::Minimum { limit }
-            | ValidationErrorKind::ExclusiveMinimum { limit } => {
-                self.out_of_range(node, place, format!("must be at least {limit}"))
+            ValidationErrorKind::Pattern { pattern } if pattern.starts_with("^[A-Za-z_]") => self
+                .at(
+                    node,
+                    PlanError::InvalidName {
+                        place,
+                        found: scalar_text(node),
+                    },
+                    "not a valid name",
+                ),
+            kind if let Some(message) = limit_broken(kind) => {
+                self.out_of_range(node, place, message)
             }
-            ValidationErrorKind::Maximum { limit }
-            | ValidationErrorKind::ExclusiveMaximum { limit } => {
-                self.out_of_range(node, place, format!("must be at most {limit}"))
-            }
-            ValidationErrorKind::MinItems { limit } => self.out_of_range(
-                node,
-                place,
-                format!("needs at least {limit} item{}", plural(*limit)),
-            ),
-            ValidationErrorKind::MaxItems { limit } => self.out_of_range(
-                node,
-                place,
-                format!("takes at most {limit} item{}", plural(*limit)),
-            ),
-            ValidationErrorKind::MinLength { limit } => self.out_of_range(
-                node,
-                place,
-                format!("needs at least {limit} character{}", plural(*limit)),
-            ),
-            ValidationErrorKind::MaxLength { limit } => self.out_of_range(
-                node,
-                place,
-                format!("takes at most {limit} character{}", plural(*limit)),
-            ),
             ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
                 if let (Some(keys), NodeValue::Map(entries)) = (
-                    single_key_branches(self.schema, keyword_parent, error.schema_path().as_str()),
+                    single_key_branches(self.schema, keyword_parent, schema_path),
                     &node.value,
                 ) =>
             {
-                let found: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
-                let listed = |names: &[&str]| {
-                    names
-                        .iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let mut d = at(
-                    PlanError::OneKey {
-                        place,
-                        allowed: listed(&keys),
-                        found: if found.is_empty() {
-                            "none".into()
-                        } else {
-                            listed(&found)
-                        },
-                    },
-                    "exactly one key here",
-                );
-                if let Some(unknown) = found.iter().find(|k| !keys.contains(k))
-                    && let Some(hint) = did_you_mean(unknown, keys.iter().copied())
-                {
-                    d = d.with_hint(hint);
-                }
-                d
+                self.not_one_key(node, place, entries, &keys)
             }
             ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
-                let expected =
-                    branch_types(self.schema, keyword_parent, error.schema_path().as_str());
-                match expected {
-                    Some(expected) => at(
-                        PlanError::WrongType {
-                            place,
-                            expected: expected.clone(),
-                            found: describe_node(node).into(),
-                        },
-                        &format!("expected {expected}"),
-                    )
-                    .with_hint(wrong_type_hint(&path, node, &expected)),
-                    None => at(
+                match branch_types(self.schema, keyword_parent, schema_path) {
+                    Some(expected) => {
+                        let hint = wrong_type_hint(&path, node, &expected);
+                        self.wrong_type(node, place, expected).with_hint(hint)
+                    }
+                    None => self.at(
+                        node,
                         PlanError::SchemaViolation {
                             place,
                             message: "does not match any of the accepted forms".into(),
@@ -337,7 +234,8 @@ impl ErrorMapper<'_> {
                     ),
                 }
             }
-            _ => at(
+            _ => self.at(
+                node,
                 PlanError::SchemaViolation {
                     place,
                     message: error.to_string(),
@@ -346,6 +244,132 @@ impl ErrorMapper<'_> {
             ),
         };
         out.push(diagnostic);
+    }
+
+    /// `error` labelled `label` over the whole of `node`.
+    fn at(&self, node: &Node, error: PlanError, label: &str) -> Diagnostic {
+        Diagnostic::at(error, self.source, node.span.clone(), label)
+    }
+
+    /// One "unknown field" per field of `unexpected`, at its key, with the closest field the
+    /// schema at `keyword_parent` knows (or the list of them) as the hint.
+    fn unknown_fields(
+        &self,
+        node: &Node,
+        place: &str,
+        keyword_parent: Option<&Value>,
+        unexpected: &[String],
+    ) -> Vec<Diagnostic> {
+        let known = property_names(keyword_parent);
+        unexpected
+            .iter()
+            .map(|field| {
+                let span = node
+                    .entry(field)
+                    .map_or(node.span.clone(), |e| e.key_span.clone());
+                let hint = suggestion(field, "fields here", known.iter().map(String::as_str));
+                Diagnostic::at(
+                    PlanError::UnknownField {
+                        field: field.clone(),
+                        place: place.to_string(),
+                    },
+                    self.source,
+                    span,
+                    "unknown field",
+                )
+                .with_hint(hint)
+            })
+            .collect()
+    }
+
+    /// "missing field" at the key of the mapping that lacks `property`, with the field's
+    /// description as the hint (or the step types, for a step without `type`).
+    fn missing_field(
+        &self,
+        path: &[String],
+        located: &Located<'_>,
+        place: String,
+        keyword_parent: Option<&Value>,
+        property: &Value,
+    ) -> Diagnostic {
+        let field = property.as_str().unwrap_or_default().to_string();
+        let span = located
+            .key_span
+            .cloned()
+            .unwrap_or_else(|| first_line(located.node));
+        let mut d = Diagnostic::at(
+            PlanError::MissingField {
+                field: field.clone(),
+                place,
+            },
+            self.source,
+            span,
+            format!("`{field}` is missing here"),
+        );
+        let described = keyword_parent
+            .and_then(|p| p.get("properties"))
+            .and_then(|p| p.get(&field))
+            .and_then(|p| resolve(self.schema, p).get("description"))
+            .and_then(Value::as_str);
+        if let Some(description) = described {
+            d = d.with_hint(format!("`{field}`: {description}"));
+        } else if field == "type" && path.first().is_some_and(|p| p == "steps") {
+            d = d.with_hint(format!("step types: {}", step_type_list()));
+        }
+        d
+    }
+
+    /// "wrong type": `node` is not `expected`.
+    fn wrong_type(&self, node: &Node, place: String, expected: String) -> Diagnostic {
+        let label = format!("expected {expected}");
+        self.at(
+            node,
+            PlanError::WrongType {
+                place,
+                expected,
+                found: describe_node(node).into(),
+            },
+            &label,
+        )
+    }
+
+    /// "exactly one key" for a mapping (`entries`) that must hold one of `keys` and holds none,
+    /// several or another, with the closest of `keys` to an unknown key as the hint.
+    fn not_one_key(
+        &self,
+        node: &Node,
+        place: String,
+        entries: &[Entry],
+        keys: &[String],
+    ) -> Diagnostic {
+        let found: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+        let listed = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut d = self.at(
+            node,
+            PlanError::OneKey {
+                place,
+                allowed: listed(&keys),
+                found: if found.is_empty() {
+                    "none".into()
+                } else {
+                    listed(&found)
+                },
+            },
+            "exactly one key here",
+        );
+        if let Some(unknown) = found.iter().find(|k| !keys.contains(k))
+            && let Some(hint) = did_you_mean(unknown, keys.iter().copied())
+        {
+            d = d.with_hint(hint);
+        }
+        d
     }
 
     fn invalid_value(
@@ -413,6 +437,34 @@ impl ErrorMapper<'_> {
                 .get(node.span.clone())
                 .is_some_and(|t| t.starts_with("{{"))
     }
+}
+
+/// What a value breaking a numeric, length or item-count limit must be instead; None for other
+/// errors.
+fn limit_broken(kind: &ValidationErrorKind) -> Option<String> {
+    Some(match kind {
+        ValidationErrorKind::Minimum { limit }
+        | ValidationErrorKind::ExclusiveMinimum { limit } => {
+            format!("must be at least {limit}")
+        }
+        ValidationErrorKind::Maximum { limit }
+        | ValidationErrorKind::ExclusiveMaximum { limit } => {
+            format!("must be at most {limit}")
+        }
+        ValidationErrorKind::MinItems { limit } => {
+            format!("needs at least {limit} item{}", plural(*limit))
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            format!("takes at most {limit} item{}", plural(*limit))
+        }
+        ValidationErrorKind::MinLength { limit } => {
+            format!("needs at least {limit} character{}", plural(*limit))
+        }
+        ValidationErrorKind::MaxLength { limit } => {
+            format!("takes at most {limit} character{}", plural(*limit))
+        }
+        _ => return None,
+    })
 }
 
 fn plural(n: u64) -> &'static str {

@@ -14,9 +14,10 @@ use ort::value::TensorRef;
 use tokenizers::Encoding;
 
 use super::encoding::{Batch, TextEncoder};
-use super::runtime::{self, SessionOptions};
+use super::runtime::{self, OnnxSessionOptions};
 use crate::core::{Failure, FailureCode};
-use crate::inference::{Notice, describe_pull, store};
+use crate::inference::source::{Notice, describe_pull};
+use crate::inference::store;
 
 /// Where a model's files are.
 #[derive(Debug, Clone)]
@@ -159,7 +160,7 @@ impl OnnxModel {
         let encoder = TextEncoder::load(&tokenizer, self.config.max_length)?;
         let session = runtime::session(
             &model,
-            SessionOptions {
+            OnnxSessionOptions {
                 intra_threads: self.config.threads.max(1),
             },
             &self.notice,

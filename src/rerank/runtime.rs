@@ -16,7 +16,8 @@ use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 
 use crate::core::{Failure, FailureCode};
-use crate::inference::{Notice, describe_pull, store};
+use crate::inference::source::{Notice, describe_pull};
+use crate::inference::store;
 
 /// The environment variable naming the library to load instead of the pulled one.
 pub const LIBRARY_VARIABLE: &str = "ORT_DYLIB_PATH";
@@ -27,13 +28,17 @@ static RUNTIME: OnceLock<Result<Environment, Failure>> = OnceLock::new();
 
 /// How a session runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionOptions {
+pub struct OnnxSessionOptions {
     /// Threads one inference may use.
     pub intra_threads: usize,
 }
 
 /// Loads `model` into a session on the process's runtime, loading the runtime first if needed.
-pub fn session(model: &Path, options: SessionOptions, notice: &Notice) -> Result<Session, Failure> {
+pub fn session(
+    model: &Path,
+    options: OnnxSessionOptions,
+    notice: &Notice,
+) -> Result<Session, Failure> {
     let environment = RUNTIME
         .get_or_init(|| library_path(notice).and_then(|path| load(&path)))
         .as_ref()

@@ -200,6 +200,7 @@ impl App {
                     events: Some(watcher),
                     tokens,
                 },
+                ..RunRequest::default()
             };
             let run = runner.run(&served.pipeline, inputs, request);
             tokio::pin!(run);

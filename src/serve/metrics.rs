@@ -1,12 +1,22 @@
-//! The server's metrics, written in the Prometheus text format by hand: runs by plan and status,
-//! run and step durations as histograms, tokens and model calls by plan, refused requests by
-//! reason, and the gauges of the moment (runs in flight, requests queued).
+//! The server's metrics, kept in a `prometheus-client` registry and written in the OpenMetrics
+//! text format: runs by plan and status, run and step durations as histograms, tokens and model
+//! calls by plan, refused requests by reason, and the gauges of the moment (runs in flight,
+//! requests queued). The registry owns the encoding, label escaping included, so this module
+//! only says what is counted and under which labels.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::orchestrate::{RunRecord, RunStatus, StepStatus};
+
+/// The media type of what [`Metrics::render`] writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the duration buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -14,7 +24,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Why a request was refused before it ran (a label of `pagantic_requests_refused_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
     BadRequest,
     Unauthorized,
@@ -23,62 +33,111 @@ pub enum Refusal {
     QueueFull,
 }
 
-impl Refusal {
-    fn label(self) -> &'static str {
-        match self {
+impl EncodeLabelValue for Refusal {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
             Refusal::BadRequest => "bad_request",
             Refusal::Unauthorized => "unauthorized",
             Refusal::NotFound => "not_found",
             Refusal::TooLarge => "too_large",
             Refusal::QueueFull => "queue_full",
+        })
+    }
+}
+
+/// How a run ended (a label of `pagantic_runs_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum RunOutcome {
+    Complete,
+    Error,
+    Cancelled,
+}
+
+impl From<RunStatus> for RunOutcome {
+    fn from(status: RunStatus) -> Self {
+        match status {
+            RunStatus::Complete => RunOutcome::Complete,
+            RunStatus::Error => RunOutcome::Error,
+            RunStatus::Cancelled => RunOutcome::Cancelled,
         }
     }
 }
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    /// Observations per bucket (not cumulative; summed when written).
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        if let Some(bucket) = BUCKETS.iter().position(|bound| seconds <= *bound) {
-            self.buckets[bucket] += 1;
-        }
-        self.count += 1;
-        self.sum += seconds;
-    }
-
-    fn write(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cumulative = 0;
-        for (bound, count) in BUCKETS.iter().zip(self.buckets) {
-            cumulative += count;
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+impl EncodeLabelValue for RunOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            RunOutcome::Complete => "complete",
+            RunOutcome::Error => "error",
+            RunOutcome::Cancelled => "cancelled",
+        })
     }
 }
 
-#[derive(Debug, Default)]
-struct Counts {
-    runs: BTreeMap<(String, &'static str), u64>,
-    run_seconds: BTreeMap<String, Histogram>,
-    step_seconds: BTreeMap<(String, String), Histogram>,
-    tokens: BTreeMap<(String, &'static str), u64>,
-    model_calls: BTreeMap<String, u64>,
-    cache_hits: BTreeMap<String, u64>,
-    refused: BTreeMap<Refusal, u64>,
+/// Which tokens a count is of (a label of `pagantic_tokens_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum TokenKind {
+    Prompt,
+    Completion,
 }
 
-/// What the server has done since it started.
-#[derive(Debug, Default)]
+impl EncodeLabelValue for TokenKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            TokenKind::Prompt => "prompt",
+            TokenKind::Completion => "completion",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PlanLabels {
+    plan: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RunLabels {
+    plan: String,
+    status: RunOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StepLabels {
+    plan: String,
+    step: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TokenLabels {
+    plan: String,
+    kind: TokenKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: Refusal,
+}
+
+/// A histogram over [`BUCKETS`]: what the duration families make for each new label set.
+fn duration_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+type DurationFamily<Labels> = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// What the server has done since it started: the registry that writes it, and the handles of
+/// the families and gauges registered in it.
+#[derive(Debug)]
 pub struct Metrics {
-    counts: Mutex<Counts>,
+    registry: Registry,
+    runs: Family<RunLabels, Counter>,
+    run_seconds: DurationFamily<PlanLabels>,
+    step_seconds: DurationFamily<StepLabels>,
+    tokens: Family<TokenLabels, Counter>,
+    model_calls: Family<PlanLabels, Counter>,
+    cache_hits: Family<PlanLabels, Counter>,
+    refused: Family<RefusalLabels, Counter>,
+    runs_in_flight: Gauge,
+    queue_depth: Gauge,
 }
 
 /// The gauges, read when the metrics are written.
@@ -87,189 +146,155 @@ pub struct Gauges {
     pub queued: usize,
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let runs = Family::default();
+        // Counter names go without `_total` (the encoder appends it to every sample), histogram
+        // names without their unit (appended too), and help texts without a full stop (added).
+        registry.register(
+            "pagantic_runs",
+            "Runs finished, by plan and status",
+            runs.clone(),
+        );
+        let run_seconds = DurationFamily::new_with_constructor(duration_histogram as fn() -> _);
+        registry.register_with_unit(
+            "pagantic_run_duration",
+            "How long runs took, by plan",
+            Unit::Seconds,
+            run_seconds.clone(),
+        );
+        let step_seconds = DurationFamily::new_with_constructor(duration_histogram as fn() -> _);
+        registry.register_with_unit(
+            "pagantic_step_duration",
+            "How long steps took (all attempts), by plan and step",
+            Unit::Seconds,
+            step_seconds.clone(),
+        );
+        let tokens = Family::default();
+        registry.register(
+            "pagantic_tokens",
+            "Tokens of model calls, by plan and kind (prompt or completion)",
+            tokens.clone(),
+        );
+        let model_calls = Family::default();
+        registry.register(
+            "pagantic_model_calls",
+            "Model calls that reached a model (every attempt, vote and tool round), by plan",
+            model_calls.clone(),
+        );
+        let cache_hits = Family::default();
+        registry.register(
+            "pagantic_cache_hits",
+            "Model calls the call cache answered, by plan",
+            cache_hits.clone(),
+        );
+        let refused = Family::default();
+        registry.register(
+            "pagantic_requests_refused",
+            "Requests refused before they ran, by reason",
+            refused.clone(),
+        );
+        let runs_in_flight = Gauge::default();
+        registry.register(
+            "pagantic_runs_in_flight",
+            "Runs running now",
+            runs_in_flight.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "pagantic_queue_depth",
+            "Requests waiting for a run slot",
+            queue_depth.clone(),
+        );
+        Metrics {
+            registry,
+            runs,
+            run_seconds,
+            step_seconds,
+            tokens,
+            model_calls,
+            cache_hits,
+            refused,
+            runs_in_flight,
+            queue_depth,
+        }
+    }
+}
+
 impl Metrics {
     /// Counts a finished run of `plan`: its status, its duration and its steps', its tokens.
     pub fn record_run(&self, plan: &str, record: &RunRecord) {
-        let Ok(mut counts) = self.counts.lock() else {
-            return;
+        let labels = RunLabels {
+            plan: plan.to_string(),
+            status: record.status.into(),
         };
-        let status = match record.status {
-            RunStatus::Complete => "complete",
-            RunStatus::Error => "error",
-            RunStatus::Cancelled => "cancelled",
-        };
-        *counts.runs.entry((plan.to_string(), status)).or_default() += 1;
-        counts
-            .run_seconds
-            .entry(plan.to_string())
-            .or_default()
+        self.runs.get_or_create(&labels).inc();
+        self.run_seconds
+            .get_or_create(&PlanLabels {
+                plan: plan.to_string(),
+            })
             .observe(record.duration_ms / 1000.0);
         for step in &record.steps {
             if matches!(step.status, StepStatus::NotRun | StepStatus::Skipped) {
                 continue;
             }
-            counts
-                .step_seconds
-                .entry((plan.to_string(), step.name.clone()))
-                .or_default()
+            let labels = StepLabels {
+                plan: plan.to_string(),
+                step: step.name.clone(),
+            };
+            self.step_seconds
+                .get_or_create(&labels)
                 .observe(step.duration_ms / 1000.0);
         }
-        *counts
-            .tokens
-            .entry((plan.to_string(), "prompt"))
-            .or_default() += record.usage.prompt_tokens;
-        *counts
-            .tokens
-            .entry((plan.to_string(), "completion"))
-            .or_default() += record.usage.completion_tokens;
+        for (kind, count) in [
+            (TokenKind::Prompt, record.usage.prompt_tokens),
+            (TokenKind::Completion, record.usage.completion_tokens),
+        ] {
+            let labels = TokenLabels {
+                plan: plan.to_string(),
+                kind,
+            };
+            self.tokens.get_or_create(&labels).inc_by(count);
+        }
     }
 
     /// Counts one model call made by a run of `plan`: one that reached its model, or one the
     /// call cache answered (`cached`).
     pub fn model_call(&self, plan: &str, cached: bool) {
-        if let Ok(mut counts) = self.counts.lock() {
-            let counted = if cached {
-                &mut counts.cache_hits
-            } else {
-                &mut counts.model_calls
-            };
-            *counted.entry(plan.to_string()).or_default() += 1;
-        }
+        let counted = if cached {
+            &self.cache_hits
+        } else {
+            &self.model_calls
+        };
+        counted
+            .get_or_create(&PlanLabels {
+                plan: plan.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a request refused before it ran.
     pub fn refused(&self, why: Refusal) {
-        if let Ok(mut counts) = self.counts.lock() {
-            *counts.refused.entry(why).or_default() += 1;
-        }
+        self.refused
+            .get_or_create(&RefusalLabels { reason: why })
+            .inc();
     }
 
-    /// Everything, in the Prometheus text format (version 0.0.4).
-    pub fn render(&self, gauges: &Gauges) -> String {
+    /// Everything, in the OpenMetrics text format (served as [`CONTENT_TYPE`]), with the gauges
+    /// set to `gauges` first.
+    pub fn render(&self, gauges: &Gauges) -> Result<String, std::fmt::Error> {
+        self.runs_in_flight.set(gauge_value(gauges.running));
+        self.queue_depth.set(gauge_value(gauges.queued));
         let mut out = String::new();
-        let Ok(counts) = self.counts.lock() else {
-            return out;
-        };
-        let runs = counts.runs.iter().map(|((plan, status), count)| {
-            (
-                format!("plan=\"{}\",status=\"{status}\"", escape(plan)),
-                *count,
-            )
-        });
-        counter(
-            &mut out,
-            "pagantic_runs_total",
-            "Runs finished, by plan and status.",
-            runs,
-        );
-        let runs = counts
-            .run_seconds
-            .iter()
-            .map(|(plan, histogram)| (format!("plan=\"{}\"", escape(plan)), histogram));
-        histograms(
-            &mut out,
-            "pagantic_run_duration_seconds",
-            "How long runs took, by plan.",
-            runs,
-        );
-        let steps = counts.step_seconds.iter().map(|((plan, step), histogram)| {
-            let labels = format!("plan=\"{}\",step=\"{}\"", escape(plan), escape(step));
-            (labels, histogram)
-        });
-        histograms(
-            &mut out,
-            "pagantic_step_duration_seconds",
-            "How long steps took (all attempts), by plan and step.",
-            steps,
-        );
-        let tokens = counts.tokens.iter().map(|((plan, kind), count)| {
-            (format!("plan=\"{}\",kind=\"{kind}\"", escape(plan)), *count)
-        });
-        counter(
-            &mut out,
-            "pagantic_tokens_total",
-            "Tokens of model calls, by plan and kind (prompt or completion).",
-            tokens,
-        );
-        counter(
-            &mut out,
-            "pagantic_model_calls_total",
-            "Model calls that reached a model (every attempt, vote and tool round), by plan.",
-            by_plan(&counts.model_calls),
-        );
-        counter(
-            &mut out,
-            "pagantic_cache_hits_total",
-            "Model calls the call cache answered, by plan.",
-            by_plan(&counts.cache_hits),
-        );
-        let refused = counts
-            .refused
-            .iter()
-            .map(|(why, count)| (format!("reason=\"{}\"", why.label()), *count));
-        counter(
-            &mut out,
-            "pagantic_requests_refused_total",
-            "Requests refused before they ran, by reason.",
-            refused,
-        );
-        header(
-            &mut out,
-            "pagantic_runs_in_flight",
-            "gauge",
-            "Runs running now.",
-        );
-        let _ = writeln!(out, "pagantic_runs_in_flight {}", gauges.running);
-        header(
-            &mut out,
-            "pagantic_queue_depth",
-            "gauge",
-            "Requests waiting for a run slot.",
-        );
-        let _ = writeln!(out, "pagantic_queue_depth {}", gauges.queued);
-        out
+        text::encode(&mut out, &self.registry)?;
+        Ok(out)
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A counter: its header, then one line per set of labels.
-fn counter(out: &mut String, name: &str, help: &str, rows: impl Iterator<Item = (String, u64)>) {
-    header(out, name, "counter", help);
-    for (labels, value) in rows {
-        let _ = writeln!(out, "{name}{{{labels}}} {value}");
-    }
-}
-
-/// A histogram: its header, then the buckets, sum and count per set of labels.
-fn histograms<'a>(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    rows: impl Iterator<Item = (String, &'a Histogram)>,
-) {
-    header(out, name, "histogram", help);
-    for (labels, histogram) in rows {
-        histogram.write(out, name, &labels);
-    }
-}
-
-/// A label value with `\`, `"` and line breaks escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Counts by plan, labelled `plan="…"`.
-fn by_plan(counts: &BTreeMap<String, u64>) -> impl Iterator<Item = (String, u64)> + '_ {
-    counts
-        .iter()
-        .map(|(plan, count)| (format!("plan=\"{}\"", escape(plan)), *count))
+/// A count as a gauge's value (saturating: no server queues 2^63 requests).
+fn gauge_value(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -293,9 +318,17 @@ mod tests {
                 completion_tokens: 7,
             },
             cost: None,
+            model_calls: 1,
+            cache: crate::orchestrate::CacheTally::default(),
             duration_ms,
             error: None,
         }
+    }
+
+    fn render(metrics: &Metrics, running: usize, queued: usize) -> String {
+        metrics
+            .render(&Gauges { running, queued })
+            .expect("the metrics are written")
     }
 
     #[test]
@@ -307,24 +340,27 @@ mod tests {
         metrics.model_call("qa", true);
         metrics.model_call("qa", true);
         metrics.refused(Refusal::QueueFull);
-        let text = metrics.render(&Gauges {
-            running: 2,
-            queued: 1,
-        });
+        let text = render(&metrics, 2, 1);
         for line in [
             "pagantic_runs_total{plan=\"qa\",status=\"complete\"} 1",
             "pagantic_runs_total{plan=\"qa\",status=\"error\"} 1",
-            "pagantic_run_duration_seconds_bucket{plan=\"qa\",le=\"0.05\"} 1",
-            "pagantic_run_duration_seconds_bucket{plan=\"qa\",le=\"2.5\"} 2",
-            "pagantic_run_duration_seconds_bucket{plan=\"qa\",le=\"+Inf\"} 2",
+            "pagantic_run_duration_seconds_bucket{le=\"0.05\",plan=\"qa\"} 1",
+            "pagantic_run_duration_seconds_bucket{le=\"2.5\",plan=\"qa\"} 2",
+            "pagantic_run_duration_seconds_bucket{le=\"+Inf\",plan=\"qa\"} 2",
             "pagantic_run_duration_seconds_sum{plan=\"qa\"} 2.04",
+            "pagantic_run_duration_seconds_count{plan=\"qa\"} 2",
             "pagantic_step_duration_seconds_count{plan=\"qa\",step=\"ask\"} 2",
+            "pagantic_tokens_total{plan=\"qa\",kind=\"prompt\"} 10",
             "pagantic_tokens_total{plan=\"qa\",kind=\"completion\"} 14",
             "pagantic_model_calls_total{plan=\"qa\"} 1",
             "pagantic_cache_hits_total{plan=\"qa\"} 2",
             "pagantic_requests_refused_total{reason=\"queue_full\"} 1",
             "pagantic_runs_in_flight 2",
             "pagantic_queue_depth 1",
+            "# TYPE pagantic_runs counter",
+            "# TYPE pagantic_run_duration_seconds histogram",
+            "# TYPE pagantic_queue_depth gauge",
+            "# HELP pagantic_runs Runs finished, by plan and status.",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }
@@ -332,10 +368,33 @@ mod tests {
             !text.contains("step=\"later\""),
             "a step that never ran is not timed"
         );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn gauges_show_the_values_of_the_latest_render() {
+        let metrics = Metrics::default();
+        render(&metrics, 3, 4);
+        let text = render(&metrics, 0, 0);
+        assert!(
+            text.lines().any(|l| l == "pagantic_runs_in_flight 0"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l == "pagantic_queue_depth 0"),
+            "{text}"
+        );
     }
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let metrics = Metrics::default();
+        metrics.model_call("a\"b\\c\nd", false);
+        let text = render(&metrics, 0, 0);
+        assert!(
+            text.lines()
+                .any(|l| l == "pagantic_model_calls_total{plan=\"a\\\"b\\\\c\\nd\"} 1"),
+            "{text}"
+        );
     }
 }

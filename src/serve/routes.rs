@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::app::{
     App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
 };
-use super::metrics::{Gauges, Refusal};
+use super::metrics::{CONTENT_TYPE as METRICS_CONTENT_TYPE, Gauges, Refusal};
 use crate::core::{Failure, FailureCode};
 
 /// Every route, behind the body limit and the token check.
@@ -86,19 +86,26 @@ async fn healthz() -> Response {
 }
 
 async fn metrics(State(app): State<App>) -> Response {
-    let text = app.metrics.render(&Gauges {
+    let rendered = app.metrics.render(&Gauges {
         running: app.admission.running(),
         queued: app.admission.waiting(),
     });
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        )],
-        text,
-    )
-        .into_response()
+    match rendered {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(METRICS_CONTENT_TYPE),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the metrics could not be written: {error}"),
+        )
+            .into_response(),
+    }
 }
 
 async fn plans(State(app): State<App>) -> Response {

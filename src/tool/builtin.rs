@@ -345,7 +345,7 @@ mod tests {
         }
     }
 
-    /// Issue 13: integers are exact at any size (past 64 bits as digits); a rounded double says
+    /// Integers are exact at any size (past 64 bits as digits); a rounded double says
     /// so instead of passing itself off as exact.
     #[test]
     fn the_calculator_is_exact_with_integers_and_says_when_a_result_may_be_rounded() {
@@ -560,7 +560,7 @@ mod tests {
         assert!(Builtin::CurrentTime.call(&Value::Null).unwrap()["unix"].is_u64());
     }
 
-    /// Issue 13: a FIFO (or a file swapped for one) must not block the read forever.
+    /// A FIFO (or a file swapped for one) must not block the read forever.
     #[test]
     fn a_fifo_is_refused_without_blocking() {
         let dir = tempfile::tempdir().expect("temp dir");

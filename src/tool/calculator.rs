@@ -618,7 +618,7 @@ mod tests {
         }
     }
 
-    /// Issue 13: integers are exact at any size a double covers; a double says whether it is.
+    /// Integers are exact at any size a double covers; a double says whether it is.
     #[test]
     fn integers_are_exact_and_doubles_say_whether_they_are() {
         let integer = |text: &str| match evaluate(text) {

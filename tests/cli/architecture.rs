@@ -8,7 +8,7 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     ("core", 0),
     ("inference", 1),
-    ("context", 2),
+    ("corpora", 2),
     ("tool", 2),
     ("constraint", 2),
     ("rerank", 2),
@@ -19,7 +19,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("plan", 4),
     ("batch", 5),
     ("serve", 5),
-    ("evals", 5),
+    ("suite", 5),
     ("cli", 5),
 ];
 
@@ -312,4 +312,64 @@ fn named_paths_expand_groups_and_resolve_super() {
             vec!["plan".into(), "model".into()],
         ]
     );
+}
+
+/// The files whose code may call the executor: the runner, and the executor itself (rendering a
+/// step runs its upstream steps first).
+const RUNS_START_IN: &[&str] = &["orchestrate/session.rs", "orchestrate/executor/mod.rs"];
+
+/// Calls of `name(` in `code` as a free function (not a method, not its definition).
+fn free_calls(code: &str, name: &str) -> usize {
+    let call = format!("{name}(");
+    code.match_indices(&call)
+        .filter(|(at, _)| {
+            let before = &code[..*at];
+            let previous = before.chars().next_back();
+            !previous.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                && !before.trim_end().ends_with("fn")
+        })
+        .count()
+}
+
+/// Every run — one run, a batch row, a test case, a judge, a route's sub-plan, a served request —
+/// starts at the `Runner`, so what a run does (its events, ledger, cancellation, end state) is
+/// decided in one place.
+#[test]
+fn only_the_runner_starts_runs() {
+    let src = crate::root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut callers = Vec::new();
+    for file in &files {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        if RUNS_START_IN.contains(&relative.as_str()) || relative.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("readable");
+        let code = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        for name in ["execute", "render_step"] {
+            if free_calls(code, name) > 0 {
+                callers.push(format!("{relative} calls {name}"));
+            }
+        }
+    }
+    assert!(
+        callers.is_empty(),
+        "runs must start at the Runner:\n{}",
+        callers.join("\n")
+    );
+}
+
+#[test]
+fn free_calls_leave_out_methods_and_definitions() {
+    let code = "let r = execute(p, i).await; db.execute(q); async fn execute(x) {} \
+                executor::execute(p); my_execute(x);";
+    assert_eq!(free_calls(code, "execute"), 2);
 }

@@ -249,7 +249,7 @@ fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
     assert_eq!(lines(&out).len(), 5);
 }
 
-/// Issue 13: an output inside the input (the same file by another name, a file in the input
+/// An output inside the input (the same file by another name, a file in the input
 /// directory) would feed the batch its own lines forever; it is refused before anything runs.
 #[test]
 fn an_output_the_input_would_read_is_refused() {
@@ -274,7 +274,7 @@ fn an_output_the_input_would_read_is_refused() {
     assert_eq!(before.lines().count(), 3, "the input is untouched");
 }
 
-/// Issue 13: an unreadable row is written under its line number, so a resume skips it instead
+/// An unreadable row is written under its line number, so a resume skips it instead
 /// of appending it again; `--retry-errors` reads it again.
 #[test]
 fn an_unreadable_row_has_a_stable_id_and_is_written_once() {
@@ -300,7 +300,7 @@ fn an_unreadable_row_has_a_stable_id_and_is_written_once() {
     }
 }
 
-/// Issue 13: a CSV record larger than `--max-row-bytes` — here one quoted field spanning lines —
+/// A CSV record larger than `--max-row-bytes` — here one quoted field spanning lines —
 /// fails on its own under its record number, and the records after it go on.
 #[test]
 fn a_csv_record_past_the_size_limit_fails_alone() {
@@ -334,7 +334,7 @@ fn a_csv_record_past_the_size_limit_fails_alone() {
     }
 }
 
-/// Issue 13: rows sharing an `--id` are never skipped silently: the later ones are keyed
+/// Rows sharing an `--id` are never skipped silently: the later ones are keyed
 /// `id#2`, `id#3` and fail saying why, and a resume neither loses nor repeats them.
 #[test]
 fn rows_with_the_same_id_are_kept_apart_and_reported() {

@@ -1,65 +1,104 @@
-//! Engines reached from the CLI: a `kind: openai` model against a stub server on loopback, an
-//! `hf:` source whose hub cannot be reached, and a local model with its decoder constraints off.
+//! Engines reached from the CLI: a `kind: openai` model against a stub server on loopback (an
+//! axum router answering from a list of canned replies), an `hf:` source whose hub cannot be
+//! reached, and a local model with its decoder constraints off.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::VecDeque;
+use std::future::IntoFuture;
 use std::net::TcpListener;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
 
 use crate::{events_in, pagantic_with, step};
 
-/// A server on a loopback port that answers one HTTP request with `reply` (a JSON body) and
-/// hands back the request's head and body.
-fn serve_once(reply: serde_json::Value) -> (u16, JoinHandle<(String, serde_json::Value)>) {
-    let (port, server) = serve_in_turn(vec![(200, reply.to_string())]);
-    let server = std::thread::spawn(move || {
-        let mut requests = server.join().expect("the server answered");
-        requests.remove(0)
-    });
-    (port, server)
+/// A request the stub server received.
+struct Received {
+    method: Method,
+    path: String,
+    headers: HeaderMap,
+    body: serde_json::Value,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// What the stub's handler shares: the replies still to give, and the requests received.
+#[derive(Clone)]
+struct StubState {
+    replies: Arc<Mutex<VecDeque<(u16, String)>>>,
+    received: Arc<Mutex<Vec<Received>>>,
 }
 
 /// A server on a loopback port that answers one request per reply, in turn, with its status and
-/// body, and hands back each request's head and body.
-fn serve_in_turn(
-    replies: Vec<(u16, String)>,
-) -> (u16, JoinHandle<Vec<(String, serde_json::Value)>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let port = listener.local_addr().expect("its address").port();
-    let server = std::thread::spawn(move || {
-        let mut requests = Vec::new();
-        for (status, text) in replies {
-            let (stream, _) = listener.accept().expect("one request");
-            let mut reader = BufReader::new(stream);
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).expect("a header line");
-                if line == "\r\n" || line.is_empty() {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse::<usize>().ok())?
-                })
-                .expect("a content length");
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).expect("the body");
-            write!(
-                reader.get_mut(),
-                "HTTP/1.1 {status} Stub\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                text.len()
-            )
-            .expect("the reply is sent");
-            requests.push((head, serde_json::from_slice(&body).expect("a JSON request")));
+/// JSON body (418 once they are used up), and records each request. It runs on a runtime of its
+/// own, so the test can wait on `pagantic` as a blocking child process; it stops with the test.
+struct StubServer {
+    port: u16,
+    received: Arc<Mutex<Vec<Received>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl StubServer {
+    fn start(replies: Vec<(u16, String)>) -> StubServer {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the stub server");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let state = StubState {
+            replies: Arc::new(Mutex::new(VecDeque::from(replies))),
+            received: Arc::new(Mutex::new(Vec::new())),
+        };
+        let received = Arc::clone(&state.received);
+        let router = Router::new().fallback(any(reply_in_turn)).with_state(state);
+        runtime.spawn(axum::serve(listener, router).into_future());
+        StubServer {
+            port,
+            received,
+            _runtime: runtime,
         }
-        requests
-    });
-    (port, server)
+    }
+
+    /// The requests received so far, taken out of the log.
+    fn requests(&self) -> Vec<Received> {
+        std::mem::take(&mut *self.received.lock().expect("the request log"))
+    }
+}
+
+/// Records the request and answers it with the next canned reply.
+async fn reply_in_turn(
+    State(stub): State<StubState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body = serde_json::from_slice(&body).expect("a JSON request");
+    stub.received
+        .lock()
+        .expect("the request log")
+        .push(Received {
+            method,
+            path: uri.path().to_string(),
+            headers,
+            body,
+        });
+    let next = stub.replies.lock().expect("the replies").pop_front();
+    let (status, text) = next.unwrap_or_else(|| (418, "no canned reply left".into()));
+    let status = StatusCode::from_u16(status).expect("a valid status");
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
 /// A server that refuses a `json_schema` response format the way llama-cpp-python's does (HTTP 500
@@ -73,7 +112,8 @@ fn a_structured_step_falls_back_when_the_server_refuses_json_schema() {
         "choices": [{ "index": 0, "message": { "role": "assistant", "content": "{ \"city\": \"Paris\" }" } }],
         "usage": { "prompt_tokens": 13, "completion_tokens": 8, "total_tokens": 21 }
     });
-    let (port, server) = serve_in_turn(vec![(500, refusal.into()), (200, answer.to_string())]);
+    let server = StubServer::start(vec![(500, refusal.into()), (200, answer.to_string())]);
+    let port = server.port;
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("city.yaml"),
@@ -104,13 +144,13 @@ fn a_structured_step_falls_back_when_the_server_refuses_json_schema() {
         "{}",
         run.stderr
     );
-    let requests = server.join().expect("the server answered");
+    let requests = server.requests();
     assert_eq!(
         requests.len(),
         2,
         "one refusal, one answer, no backoff retries"
     );
-    assert_eq!(requests[1].1["response_format"]["type"], "json_object");
+    assert_eq!(requests[1].body["response_format"]["type"], "json_object");
     let record: serde_json::Value = serde_json::from_str(&run.stdout).expect("json record");
     let city = step(&record, "city");
     assert_eq!(
@@ -136,7 +176,7 @@ fn a_structured_step_falls_back_when_the_server_refuses_json_schema() {
 /// key to the server, and the record carries the server's answer and token usage.
 #[test]
 fn run_calls_an_openai_compatible_server() {
-    let (port, server) = serve_once(serde_json::json!({
+    let reply = serde_json::json!({
         "id": "c1",
         "object": "chat.completion",
         "model": "served",
@@ -146,7 +186,9 @@ fn run_calls_an_openai_compatible_server() {
             "finish_reason": "stop"
         }],
         "usage": { "prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9 }
-    }));
+    });
+    let server = StubServer::start(vec![(200, reply.to_string())]);
+    let port = server.port;
     let dir = tempfile::tempdir().expect("temp dir");
     let plan = dir.path().join("remote.yaml");
     std::fs::write(
@@ -162,13 +204,18 @@ fn run_calls_an_openai_compatible_server() {
         &[("STUB_KEY", "sk-stub")],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let (head, request) = server.join().expect("the server answered");
-    assert!(head.starts_with("POST /v1/chat/completions "), "{head}");
-    assert!(
-        head.to_lowercase()
-            .contains("authorization: bearer sk-stub"),
-        "{head}"
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "one model call");
+    let received = &requests[0];
+    assert_eq!(received.method, Method::POST);
+    assert_eq!(received.path, "/v1/chat/completions");
+    assert_eq!(
+        received.header("authorization"),
+        Some("Bearer sk-stub"),
+        "{:?}",
+        received.headers
     );
+    let request = &received.body;
     assert_eq!(request["model"], "served", "{request}");
     assert_eq!(request["max_tokens"], 8, "{request}");
     let messages = request["messages"].as_array().expect("messages");

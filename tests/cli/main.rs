@@ -13,7 +13,6 @@ mod cost;
 mod diff;
 mod docs;
 mod engines;
-mod evals;
 mod graph;
 mod invalid_corpus;
 mod lock;
@@ -28,6 +27,7 @@ mod run;
 mod schema;
 mod serve;
 mod session;
+mod suite;
 mod tool_cache;
 mod validate;
 

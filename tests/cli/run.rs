@@ -503,7 +503,7 @@ fn render_a_prompt_file_alone() {
     assert!(run.stdout.contains("Question: Why?"), "{}", run.stdout);
 }
 
-/// Issue 13: a templated argument must not become an option of the program.
+/// A templated argument must not become an option of the program.
 #[test]
 fn a_tool_argument_starting_with_a_dash_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -526,7 +526,7 @@ fn a_tool_argument_starting_with_a_dash_is_refused_and_nothing_is_written() {
     );
 }
 
-/// Issue 13: a tool call that never ran (an unknown tool, arguments the schema refuses) leaves a
+/// A tool call that never ran (an unknown tool, arguments the schema refuses) leaves a
 /// trace: a refused tool event with the failure, and the failure in the step's record.
 #[test]
 fn refused_tool_calls_are_in_the_events_and_the_record() {
@@ -579,7 +579,7 @@ fn refused_tool_calls_are_in_the_events_and_the_record() {
     );
 }
 
-/// Issue 13: the derived Q8_0 file is the one runs load; one whose size is not the one recorded
+/// The derived Q8_0 file is the one runs load; one whose size is not the one recorded
 /// when it was made is refused at load, with the repair.
 #[test]
 fn a_changed_derived_model_file_is_refused_at_load() {
@@ -646,7 +646,7 @@ fn running_as_root() -> bool {
     uids.split_whitespace().nth(1) == Some("0")
 }
 
-/// Issue 13: a command tool cannot read pagantic's environment (where API keys are) through
+/// A command tool cannot read pagantic's environment (where API keys are) through
 /// `/proc/<parent pid>/environ`, though it runs as the same user. Root reads any process's, so
 /// when the tests run as root pagantic runs as `nobody` (with `setpriv`), like any user would.
 #[test]

@@ -1,13 +1,21 @@
 //! The engine against stub servers on loopback: answers, keys, tools, retries and waits,
-//! statuses, time-outs, odd replies and streams.
+//! statuses, time-outs, odd replies and streams. Each stub is an axum router answering
+//! `POST /v1/chat/completions` from a queue of canned replies.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response as HttpResponse;
+use axum::routing::post;
+use tokio::net::TcpListener;
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::RETRY_AFTER;
 
 use super::failure::{MAX_WAIT, retry_after};
 use super::*;
@@ -17,6 +25,9 @@ use crate::inference::SchemaMode;
 /// How long a stub server lives at most.
 const STUB_LIFETIME: Duration = Duration::from_secs(10);
 
+/// The pause between the pieces of a reply written in pieces.
+const PIECE_PAUSE: Duration = Duration::from_millis(10);
+
 /// One canned HTTP reply.
 #[derive(Clone)]
 struct Reply {
@@ -24,7 +35,7 @@ struct Reply {
     headers: Vec<(&'static str, String)>,
     /// Written one piece at a time, with a pause between pieces.
     pieces: Vec<Vec<u8>>,
-    /// An event stream: no content length, the end of the body is the end of the connection.
+    /// An event stream: no content length, the body sent as it is written.
     stream: bool,
     /// Read the request and never answer.
     silent: bool,
@@ -73,25 +84,72 @@ impl Reply {
             ..Reply::text(200, "")
         }
     }
+
+    /// The reply as an HTTP response: a stream's pieces are sent one by one with a pause
+    /// between them, anything else at once with its length.
+    fn into_response(self) -> HttpResponse {
+        let mut response = HttpResponse::builder().status(self.status);
+        for (name, value) in &self.headers {
+            response = response.header(*name, value);
+        }
+        let body = if self.stream {
+            let pieces = futures_util::stream::unfold(
+                (self.pieces.into_iter(), true),
+                |(mut rest, first)| async move {
+                    let piece = rest.next()?;
+                    if !first {
+                        tokio::time::sleep(PIECE_PAUSE).await;
+                    }
+                    Some((Ok::<_, Infallible>(Bytes::from(piece)), (rest, false)))
+                },
+            );
+            Body::from_stream(pieces)
+        } else {
+            Body::from(self.pieces.concat())
+        };
+        response.body(body).expect("a valid canned reply")
+    }
 }
 
 /// A request the stub received.
 struct Received {
-    /// Header names lower-cased.
-    headers: Vec<(String, String)>,
+    headers: HeaderMap,
     body: Value,
 }
 
 impl Received {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
-/// A one-request-per-connection HTTP server on 127.0.0.1 answering from a queue; when the
+/// What the stub's handler shares: the replies still to give, and the requests received.
+#[derive(Clone)]
+struct StubState {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+/// Records the request and answers it with the next canned reply (418 when none is left).
+async fn reply_in_turn(
+    State(stub): State<StubState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> HttpResponse {
+    let body = serde_json::from_slice(&body).expect("the engine sends JSON");
+    stub.received
+        .lock()
+        .expect("log")
+        .push(Received { headers, body });
+    let reply = stub.replies.lock().expect("queue").pop_front();
+    let reply = reply.unwrap_or_else(|| Reply::text(418, "no canned reply left"));
+    if reply.silent {
+        tokio::time::sleep(STUB_LIFETIME).await;
+    }
+    reply.into_response()
+}
+
+/// An HTTP server on 127.0.0.1 answering `POST /v1/chat/completions` from a queue; when the
 /// queue is empty it answers 418. It stops after `STUB_LIFETIME` or with the test.
 struct Stub {
     base_url: String,
@@ -102,15 +160,18 @@ impl Stub {
     async fn start(replies: Vec<Reply>) -> Stub {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base_url = format!("http://{}/v1", listener.local_addr().expect("address"));
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let queue = Arc::new(Mutex::new(VecDeque::from(replies)));
-        let log = Arc::clone(&received);
-        tokio::spawn(tokio::time::timeout(STUB_LIFETIME, async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let reply = queue.lock().expect("queue").pop_front();
-                tokio::spawn(serve(stream, reply, Arc::clone(&log)));
-            }
-        }));
+        let state = StubState {
+            replies: Arc::new(Mutex::new(VecDeque::from(replies))),
+            received: Arc::new(Mutex::new(Vec::new())),
+        };
+        let received = Arc::clone(&state.received);
+        let router = Router::new()
+            .route("/v1/chat/completions", post(reply_in_turn))
+            .with_state(state);
+        tokio::spawn(tokio::time::timeout(
+            STUB_LIFETIME,
+            axum::serve(listener, router).into_future(),
+        ));
         Stub { base_url, received }
     }
 
@@ -129,63 +190,6 @@ impl Stub {
         let received = self.received.lock().expect("log");
         received.iter().map(|r| r.body.clone()).collect()
     }
-}
-
-async fn serve(stream: TcpStream, reply: Option<Reply>, log: Arc<Mutex<Vec<Received>>>) {
-    let mut reader = BufReader::new(stream);
-    let Some(received) = read_request(&mut reader).await else {
-        return;
-    };
-    log.lock().expect("log").push(received);
-    let reply = reply.unwrap_or_else(|| Reply::text(418, "no canned reply left"));
-    if reply.silent {
-        tokio::time::sleep(STUB_LIFETIME).await;
-        return;
-    }
-    let stream = reader.get_mut();
-    let mut head = format!("HTTP/1.1 {} Stub\r\nconnection: close\r\n", reply.status);
-    for (name, value) in &reply.headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !reply.stream {
-        let length: usize = reply.pieces.iter().map(Vec::len).sum();
-        head.push_str(&format!("content-length: {length}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes()).await;
-    for piece in &reply.pieces {
-        let _ = stream.write_all(piece).await;
-        let _ = stream.flush().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let _ = stream.shutdown().await;
-}
-
-async fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
-    let mut line = String::new();
-    reader.read_line(&mut line).await.ok()?;
-    assert!(
-        line.starts_with("POST /v1/chat/completions "),
-        "request line {line:?}"
-    );
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        reader.read_line(&mut line).await.ok()?;
-        let Some((name, value)) = line.trim_end().split_once(':') else {
-            break;
-        };
-        headers.push((name.to_lowercase(), value.trim().to_string()));
-    }
-    let length = headers
-        .iter()
-        .find(|(name, _)| name == "content-length")
-        .and_then(|(_, value)| value.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).await.ok()?;
-    let body = serde_json::from_slice(&body).expect("the engine sends JSON");
-    Some(Received { headers, body })
 }
 
 fn ask(text: &str) -> Request {

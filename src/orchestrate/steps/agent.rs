@@ -22,12 +22,12 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Prompt;
-use super::infer::Sampling;
+use super::infer::SamplingSettings;
 use super::memory::Memory;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::{Engine, Request, Response};
-use crate::orchestrate::events::ModelCall;
+use crate::orchestrate::events::{CallKind, SpanId};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
 
@@ -62,7 +62,7 @@ enum Fallback {
 pub struct Agent {
     pub engine: Arc<dyn Engine>,
     pub prompt: Prompt,
-    pub sampling: Sampling,
+    pub sampling: SamplingSettings,
     pub tools: Vec<Arc<ToolRuntime>>,
     pub max_tool_iterations: u32,
     /// Most messages kept besides the system prompt and the task; None keeps all.
@@ -186,6 +186,66 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Runs one tool call the model made; a tool it does not have is refused (and recorded).
+    async fn call_tool(
+        &self,
+        call: &ToolCall,
+        ctx: &StepContext,
+        turn_span: SpanId,
+    ) -> Result<Value, Failure> {
+        match self.tools.iter().find(|t| t.name == call.name) {
+            Some(tool) => tool.call(&call.arguments, &call.id, ctx, turn_span).await,
+            None => {
+                let failure = Failure::new(
+                    FailureCode::ToolNotFound,
+                    format!("there is no tool `{}`", call.name),
+                );
+                let (id, name, args) = (&call.id, &call.name, &call.arguments);
+                record_refusal(ctx, turn_span, id, name, args, &failure);
+                Err(failure)
+            }
+        }
+    }
+
+    /// The step's detail once the agent answered: its rounds and tool calls, and under `auto`
+    /// which way of calling tools was used and why it fell back.
+    fn detail(&self, rounds: u32, calls_made: Vec<Value>, fallback: Option<Fallback>) -> Value {
+        let mut detail = json!({ "rounds": rounds, "tool_calls": calls_made });
+        if self.tool_calls == ToolCalls::Auto {
+            let used = if fallback.is_some() {
+                "prompt"
+            } else {
+                "native"
+            };
+            detail["tool_calls_mode"] = json!(used);
+        }
+        if let Some(why) = fallback {
+            detail["fallback"] = json!(match why {
+                Fallback::Refused => "the server refused the tools",
+                Fallback::Ignored => "the first turn called no tool",
+            });
+        }
+        detail
+    }
+}
+
+/// The model repeated a call whose result it holds: it is given that result again and asked
+/// for its answer.
+fn ask_for_the_answer(memory: &mut Memory, said: String) {
+    let last_result = memory
+        .rounds()
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Tool)
+        .map(|m| m.content.clone())
+        .unwrap_or_default();
+    memory.push(Message::assistant(said));
+    memory.push(Message::user(format!(
+        "You already made that call. The last tool result was: {last_result}\nUse it: give your final answer to the task now."
+    )));
+}
+
 impl StepHandler for Agent {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
@@ -213,7 +273,7 @@ impl StepHandler for Agent {
                     .infer_turn(
                         self.engine.as_ref(),
                         request,
-                        ModelCall::Round(round + 1),
+                        CallKind::Round(round + 1),
                         |response| match mode {
                             ToolCalls::Native | ToolCalls::Auto => Ok(response),
                             ToolCalls::Constrained | ToolCalls::Prompt => {
@@ -247,21 +307,7 @@ impl StepHandler for Agent {
                 }
                 usage += response.usage;
                 if response.tool_calls.is_empty() {
-                    let mut detail = json!({ "rounds": round + 1, "tool_calls": calls_made });
-                    if self.tool_calls == ToolCalls::Auto {
-                        let used = if fallback.is_some() {
-                            "prompt"
-                        } else {
-                            "native"
-                        };
-                        detail["tool_calls_mode"] = json!(used);
-                    }
-                    if let Some(why) = fallback {
-                        detail["fallback"] = json!(match why {
-                            Fallback::Refused => "the server refused the tools",
-                            Fallback::Ignored => "the first turn called no tool",
-                        });
-                    }
+                    let detail = self.detail(round + 1, calls_made, fallback);
                     return Ok(StepOutput {
                         output: Value::String(response.text),
                         usage,
@@ -277,17 +323,7 @@ impl StepHandler for Agent {
                     .all(|c| seen.contains(&(c.name.clone(), c.arguments.to_string())));
                 if repeated && !must_answer {
                     must_answer = true;
-                    let last_result = memory
-                        .rounds()
-                        .iter()
-                        .rev()
-                        .find(|m| m.role == Role::Tool)
-                        .map(|m| m.content.clone())
-                        .unwrap_or_default();
-                    memory.push(Message::assistant(response.text));
-                    memory.push(Message::user(format!(
-                        "You already made that call. The last tool result was: {last_result}\nUse it: give your final answer to the task now."
-                    )));
+                    ask_for_the_answer(&mut memory, response.text);
                     round += 1;
                     continue;
                 }
@@ -302,18 +338,7 @@ impl StepHandler for Agent {
                     ..Message::assistant(response.text)
                 });
                 for call in calls {
-                    let result = match self.tools.iter().find(|t| t.name == call.name) {
-                        Some(tool) => tool.call(&call.arguments, &call.id, ctx, turn_span).await,
-                        None => {
-                            let failure = Failure::new(
-                                FailureCode::ToolNotFound,
-                                format!("there is no tool `{}`", call.name),
-                            );
-                            let (id, name, args) = (&call.id, &call.name, &call.arguments);
-                            record_refusal(ctx, turn_span, id, name, args, &failure);
-                            Err(failure)
-                        }
-                    };
+                    let result = self.call_tool(&call, ctx, turn_span).await;
                     let content = match &result {
                         Ok(Value::String(text)) => text.clone(),
                         Ok(other) => other.to_string(),
@@ -440,7 +465,7 @@ mod tests {
 
     use super::*;
     use crate::inference::{EngineFuture, ModelInfo};
-    use crate::orchestrate::events::Events;
+    use crate::orchestrate::emit::Events;
     use crate::orchestrate::steps::PromptSource;
     use crate::orchestrate::tools::{SideEffects, ToolAction};
     use crate::tool::Builtin;
@@ -549,7 +574,7 @@ mod tests {
                 user: PromptSource::Inline("TASK: add things".into()),
                 system: Some("You calculate.".into()),
             },
-            sampling: Sampling::default(),
+            sampling: SamplingSettings::default(),
             tools: vec![Arc::new(calculator)],
             max_tool_iterations: 5,
             memory: None,

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request, SchemaMode};
-use crate::orchestrate::events::ModelCall;
+use crate::orchestrate::events::CallKind;
 use crate::orchestrate::pipeline::StepContext;
 
 /// What to ask and how often.
@@ -21,7 +21,7 @@ pub struct JsonQuestion<'a> {
     /// Attempts in all (at least 1).
     pub max_attempts: u32,
     /// How the events name attempt N (`route` makes two kinds of call).
-    pub call: fn(u32) -> ModelCall,
+    pub call: fn(u32) -> CallKind,
 }
 
 /// An accepted answer.
@@ -98,8 +98,8 @@ pub async fn ask_json<T>(
 mod tests {
 
     use super::*;
-    use crate::inference::{ScriptRule, ScriptedConfig, ScriptedEngine, ScriptedReply};
-    use crate::orchestrate::events::Events;
+    use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
+    use crate::orchestrate::emit::Events;
 
     fn context(events: &Events) -> StepContext {
         StepContext::detached("ask", events)
@@ -108,7 +108,7 @@ mod tests {
     /// Answers `first` to the question, and 7 once told what was wrong with `first`.
     fn engine(first: &str) -> ScriptedEngine {
         ScriptedEngine::new(ScriptedConfig {
-            rules: vec![ScriptRule {
+            rules: vec![ScriptedRule {
                 contains: Some(format!("fix: `{first}` is not a positive integer")),
                 matches: None,
                 reply: ScriptedReply::Text("7".into()),
@@ -127,7 +127,7 @@ mod tests {
                 ..Request::default()
             },
             max_attempts,
-            call: ModelCall::Attempt,
+            call: CallKind::Attempt,
         }
     }
 
@@ -144,8 +144,9 @@ mod tests {
     #[tokio::test]
     async fn a_refused_answer_is_sent_back_with_the_correction() {
         let events = Events::recording();
+        let ctx = context(&events);
         let engine = engine("-3");
-        let answer = ask_json(&context(&events), question(&engine, 3), positive, |f| {
+        let answer = ask_json(&ctx, question(&engine, 3), positive, |f| {
             format!("fix: {}", f.message)
         })
         .await
@@ -155,7 +156,7 @@ mod tests {
         assert_eq!(answer.attempts.len(), 2);
         assert_eq!(answer.attempts[0]["valid"], false);
         assert_eq!(answer.attempts[1]["valid"], true);
-        assert_eq!(events.model_calls(), 2);
+        assert_eq!(ctx.ledger.run().model_calls(), 2);
     }
 
     #[tokio::test]
@@ -177,14 +178,13 @@ mod tests {
     #[tokio::test]
     async fn the_last_refusal_is_the_error_when_attempts_run_out() {
         let events = Events::recording();
+        let ctx = context(&events);
         let engine = engine("-3");
-        let error = ask_json(&context(&events), question(&engine, 2), positive, |_| {
-            "try again".into()
-        })
-        .await
-        .expect("the calls succeed")
-        .expect_err("no answer is accepted");
+        let error = ask_json(&ctx, question(&engine, 2), positive, |_| "try again".into())
+            .await
+            .expect("the calls succeed")
+            .expect_err("no answer is accepted");
         assert_eq!(error.message, "`-3` is not a positive integer");
-        assert_eq!(events.model_calls(), 2);
+        assert_eq!(ctx.ledger.run().model_calls(), 2);
     }
 }

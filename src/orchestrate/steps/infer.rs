@@ -7,19 +7,19 @@ use serde_json::Value;
 use super::Prompt;
 use crate::core::{Failure, Message};
 use crate::inference::{Engine, Grammar, Request, TokenSink};
-use crate::orchestrate::events::ModelCall;
+use crate::orchestrate::events::CallKind;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
-/// Sampling settings of a model call.
+/// The sampling settings of a model call.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sampling {
+pub struct SamplingSettings {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub seed: Option<u64>,
     pub stop: Vec<String>,
 }
 
-impl Sampling {
+impl SamplingSettings {
     /// A request for `messages` with these settings.
     pub fn request(&self, messages: Vec<Message>) -> Request {
         Request {
@@ -37,7 +37,7 @@ impl Sampling {
 pub struct Infer {
     pub engine: Arc<dyn Engine>,
     pub prompt: Prompt,
-    pub sampling: Sampling,
+    pub sampling: SamplingSettings,
     pub json_schema: Option<Value>,
     pub grammar: Option<Grammar>,
     /// Where to stream the answer as it is generated (the plan's final step only).
@@ -63,7 +63,7 @@ impl StepHandler for Infer {
                     self.engine.as_ref(),
                     request,
                     self.stream.clone(),
-                    ModelCall::Single,
+                    CallKind::Single,
                 )
                 .await?;
             Ok(StepOutput {

@@ -16,14 +16,14 @@ mod tool;
 mod validate;
 
 pub use agent::{Agent, ToolCalls};
-pub use infer::{Infer, Sampling};
+pub use infer::{Infer, SamplingSettings};
 pub use redundant::Redundant;
 pub use rerank::Rerank;
 pub use retrieve::{Retrieve, RetrieveSource};
 pub use route::{AgentAction, Route, RouteAgent};
 pub use structured::Structured;
 pub use template::Template;
-pub use tool::ToolStep;
+pub use tool::Tool;
 pub use validate::Validate;
 
 use serde_json::{Value, json};

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::Prompt;
-use super::infer::Sampling;
+use super::infer::SamplingSettings;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, TokenUsage};
 use crate::inference::{Engine, Request};
-use crate::orchestrate::events::ModelCall;
+use crate::orchestrate::events::CallKind;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::record::{AnsweredBy, VoteRecord};
 use crate::orchestrate::voting::{VotingMethod, vote};
@@ -25,7 +25,7 @@ use crate::orchestrate::voting::{VotingMethod, vote};
 pub struct Redundant {
     pub engine: Arc<dyn Engine>,
     pub prompt: Prompt,
-    pub sampling: Sampling,
+    pub sampling: SamplingSettings,
     pub n: usize,
     /// The fewest candidates that must vote (the quorum).
     pub min_candidates: usize,
@@ -114,7 +114,7 @@ impl StepHandler for Redundant {
                     ..base
                 };
                 let vote = u32::try_from(i + 1).unwrap_or(u32::MAX);
-                ctx.infer(self.engine.as_ref(), request, None, ModelCall::Vote(vote))
+                ctx.infer(self.engine.as_ref(), request, None, CallKind::Vote(vote))
             });
             let responses = futures_util::future::join_all(calls).await;
             let mut ballot = Ballot::default();
@@ -216,7 +216,7 @@ mod tests {
     use super::*;
     use crate::core::Message;
     use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
-    use crate::orchestrate::events::Events;
+    use crate::orchestrate::emit::Events;
     use crate::orchestrate::steps::PromptSource;
 
     fn redundant(fail_first: u32, replies: &[&str], n: usize, quorum: usize) -> Redundant {
@@ -234,7 +234,7 @@ mod tests {
                 user: PromptSource::Inline("pick".into()),
                 system: None,
             },
-            sampling: Sampling::default(),
+            sampling: SamplingSettings::default(),
             n,
             min_candidates: quorum,
             temperatures: Vec::new(),

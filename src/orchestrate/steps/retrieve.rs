@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{blocking, candidates_output};
-use crate::context::{Corpus, LexicalScorer, external_candidates};
 use crate::core::{Candidate, Failure};
+use crate::corpora::{Corpus, LexicalScorer, external_candidates};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler};
 use crate::orchestrate::tools::{ToolAction, ToolRuntime};
 use crate::rerank::{BiEncoder, Keep};

@@ -22,16 +22,16 @@ use tokio::task::JoinSet;
 
 use super::Prompt;
 use super::ask_json::{JsonQuestion, ask_json};
-use super::infer::Sampling;
+use super::infer::SamplingSettings;
 use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request, TokenSink};
-use crate::orchestrate::events::ModelCall;
+use crate::orchestrate::RunStatus;
+use crate::orchestrate::events::CallKind;
 use crate::orchestrate::pipeline::{
     Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepOutput,
 };
 use crate::orchestrate::tools::ToolRuntime;
-use crate::orchestrate::{RunOptions, RunStatus, execute};
 
 /// What an agent runs.
 pub enum AgentAction {
@@ -61,7 +61,7 @@ pub struct RouteAgent {
 pub struct Route {
     pub engine: Arc<dyn Engine>,
     pub prompt: Prompt,
-    pub sampling: Sampling,
+    pub sampling: SamplingSettings,
     pub agents: Vec<Arc<RouteAgent>>,
     /// Most agents one route may run.
     pub max_agents: usize,
@@ -182,16 +182,16 @@ impl Route {
                     messages: vec![Message::user(prompt)],
                     ..Request::default()
                 };
-                let call = ModelCall::Agent(agent.name.clone());
+                let call = CallKind::Agent(agent.name.clone());
                 let response = ctx.infer(engine.as_ref(), request, None, call).await?;
                 Ok((Value::String(response.text), response.usage))
             }
             AgentAction::Plan(pipeline) => {
                 let inputs = pipeline.bind_object(&with_results(pipeline, args, results))?;
-                let record = execute(pipeline, inputs, RunOptions::new(4), &ctx.events).await;
-                // The sub-plan's calls were held to the run's limit as they were made (they
-                // share its events); what they cost is this step's.
-                ctx.ledger.spend(record.cost);
+                let record = ctx.nesting.run(pipeline, inputs, ctx).await;
+                // The sub-plan's calls were booked to this run's ledger and held to its limit as
+                // they were made; what they cost is this step's.
+                ctx.ledger.add_nested_cost(record.cost);
                 match record.status {
                     RunStatus::Complete => Ok((record.output.unwrap_or(Value::Null), record.usage)),
                     _ => Err(record.error.unwrap_or_else(|| {
@@ -264,7 +264,7 @@ impl StepHandler for Route {
                 },
                 // An invalid route is retried once, with the errors: the only extra call.
                 max_attempts: 2,
-                call: |attempt| ModelCall::Route { attempt },
+                call: |attempt| CallKind::Route { attempt },
             };
             let routed = ask_json(
                 ctx,
@@ -313,6 +313,7 @@ impl StepHandler for Route {
                         span: ctx.span,
                         ledger: Arc::clone(&ctx.ledger),
                         feedback: ctx.feedback.clone(),
+                        nesting: Arc::clone(&ctx.nesting),
                     };
                     running.spawn(async move {
                         let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;
@@ -349,7 +350,7 @@ impl StepHandler for Route {
                     self.engine.as_ref(),
                     self.sampling.request(synthesis_messages),
                     self.stream.clone(),
-                    ModelCall::Synthesis,
+                    CallKind::Synthesis,
                 )
                 .await?;
             model_calls += 1;

@@ -13,18 +13,18 @@ use serde_json::{Value, json};
 use super::Prompt;
 use super::agent::Agent;
 use super::ask_json::{JsonQuestion, ask_json};
-use super::infer::Sampling;
+use super::infer::SamplingSettings;
 use crate::constraint::conform;
 use crate::core::{Failure, Message, TokenUsage};
 use crate::inference::{Engine, Request, SchemaMode};
-use crate::orchestrate::events::ModelCall;
+use crate::orchestrate::events::CallKind;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 
 /// Asks for schema-valid JSON, repairing and retrying as needed.
 pub struct Structured {
     pub engine: Arc<dyn Engine>,
     pub prompt: Prompt,
-    pub sampling: Sampling,
+    pub sampling: SamplingSettings,
     pub schema: Value,
     /// Attempts in all (at least 1).
     pub max_attempts: u32,
@@ -59,7 +59,7 @@ impl StepHandler for Structured {
                     ..self.sampling.request(messages)
                 },
                 max_attempts: self.max_attempts,
-                call: ModelCall::Attempt,
+                call: CallKind::Attempt,
             };
             let answer = ask_json(
                 ctx,

@@ -10,12 +10,12 @@ use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandle
 use crate::orchestrate::tools::ToolRuntime;
 
 /// Renders the arguments (string values are templates) and calls the tool.
-pub struct ToolStep {
+pub struct Tool {
     pub tool: Arc<ToolRuntime>,
     pub args: IndexMap<String, Value>,
 }
 
-impl ToolStep {
+impl Tool {
     fn arguments(&self, ctx: &StepContext) -> Result<Value, Failure> {
         let mut rendered = Map::new();
         for (name, value) in &self.args {
@@ -29,7 +29,7 @@ impl ToolStep {
     }
 }
 
-impl StepHandler for ToolStep {
+impl StepHandler for Tool {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
             let args = self.arguments(ctx)?;

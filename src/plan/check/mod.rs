@@ -16,20 +16,21 @@ use super::diagnostic::{
 };
 use super::graph::{GraphProblem, StepGraph};
 use super::load::Loaded;
-use super::model::RawPlan;
 use super::policy::{EffectivePolicy, Limit, PolicyOrigin};
+use super::raw::RawPlan;
 use super::steps::{
     FieldPath, ModelRole, RawStep, SchemaSource, StepFacts, TemplateRef, TemplateSource,
 };
 use super::yaml::Node;
 use crate::constraint::check_lark;
-use crate::context::matching_files;
+use crate::corpora::matching_files;
 use crate::orchestrate::Feedback;
 use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
 
 mod declarations;
 mod policy;
 mod references;
+mod step;
 mod templates;
 
 use templates::{CONTEXT_ROOTS, PromptFile, Scope};
@@ -305,245 +306,6 @@ impl Checker<'_> {
                 }
             }
         }
-    }
-
-    fn step(&mut self, index: usize) {
-        let step = &self.plan.steps[index];
-        let common = step.common();
-        let refs = step.references();
-        let upstream = Some(self.graph.ancestors(index));
-        let has_input = match &common.needs {
-            Some(needs) => !needs.is_empty(),
-            None => index > 0,
-        };
-        let scope = |extra| Scope {
-            step: Some(index),
-            upstream: upstream.clone(),
-            has_input,
-            extra,
-            roots: CONTEXT_ROOTS,
-        };
-
-        for (named, role) in &refs.models {
-            self.model_reference(&step_path(index, &named.path), named.name, *role);
-        }
-        for (at, error, label) in &refs.problems {
-            let span = self.span(&step_path(index, at));
-            self.emit(error.clone(), span, label);
-        }
-        if let Some((at, model)) = &refs.grammar {
-            let reason = self
-                .plan
-                .models
-                .get(*model)
-                .and_then(|m| m.kind().grammar_refusal());
-            if let Some(reason) = reason {
-                let span = self.span(&step_path(index, at));
-                self.emit(
-                    PlanError::GrammarUnsupported {
-                        model: model.to_string(),
-                        reason: reason.into(),
-                    },
-                    span,
-                    "not enforceable on this model",
-                );
-            }
-        }
-        if let RawStep::Validate(validate) = step
-            && let Some(feedback) = &validate.feedback
-        {
-            self.feedback_target(index, &feedback.step);
-        }
-        if let RawStep::Rerank(rerank) = step
-            && rerank.query.is_none()
-            && self.facts[index].upstream_query.is_none()
-        {
-            let span = self.span(&step_path(index, &path(&["type"])));
-            self.emit(
-                PlanError::RerankQuery {
-                    step: common.name.clone(),
-                },
-                span,
-                "no `query`, and no retrieve step upstream",
-            );
-        }
-        for named in &refs.tools {
-            let at = step_path(index, &named.path);
-            self.tool_reference(&at, named.name);
-            self.tool_policy(named.name, &at);
-        }
-        for named in &refs.corpora {
-            if !self.plan.corpora.contains_key(named.name) {
-                let span = self.span(&step_path(index, &named.path));
-                let hint = suggestion(
-                    named.name,
-                    "corpora",
-                    self.plan.corpora.keys().map(String::as_str),
-                );
-                self.emit(
-                    PlanError::UnknownCorpus {
-                        name: named.name.into(),
-                    },
-                    span,
-                    "not declared in `corpora`",
-                )
-                .hint = Some(hint);
-            }
-        }
-        for named in &refs.agents {
-            if !self.plan.agents.contains_key(named.name) {
-                let span = self.span(&step_path(index, &named.path));
-                let hint = suggestion(
-                    named.name,
-                    "agents",
-                    self.plan.agents.keys().map(String::as_str),
-                );
-                self.emit(
-                    PlanError::UnknownAgent {
-                        name: named.name.into(),
-                    },
-                    span,
-                    "not declared in `agents`",
-                )
-                .hint = Some(hint);
-            } else if let Some(tool) = self
-                .plan
-                .agents
-                .get(named.name)
-                .and_then(|a| a.tool.as_deref())
-            {
-                self.tool_policy(tool, &step_path(index, &named.path));
-            }
-        }
-        for named in &refs.steps {
-            let exists = self
-                .plan
-                .steps
-                .iter()
-                .any(|s| s.common().name == named.name);
-            if !exists || named.name == common.name {
-                let span = self.span(&step_path(index, &named.path));
-                let names = self
-                    .plan
-                    .steps
-                    .iter()
-                    .map(|s| s.common().name.as_str())
-                    .filter(|n| *n != common.name);
-                let hint = suggestion(named.name, "steps", names);
-                self.emit(
-                    PlanError::UnknownStep {
-                        name: named.name.into(),
-                    },
-                    span,
-                    "no other step has this name",
-                )
-                .hint = Some(hint);
-            }
-        }
-        for template in &refs.templates {
-            let at = step_path(index, &template.path);
-            self.step_template(&at, template, &scope(template.extra_variables));
-        }
-        if let Some(when) = &common.when {
-            self.inline_template(
-                &step_path(index, &path(&["when"])),
-                when,
-                TemplateSource::Expression,
-                &scope(&[]),
-            );
-        }
-        for (at, schema) in &refs.schemas {
-            self.schema_source(&step_path(index, at), schema);
-        }
-        for (at, schema) in &refs.schema_values {
-            self.json_schema(&step_path(index, at), schema);
-        }
-        for (at, pattern) in &refs.regexes {
-            if let Err(e) = regex::Regex::new(pattern) {
-                let span = self.span(&step_path(index, at));
-                self.emit(
-                    PlanError::InvalidRegex {
-                        message: regex_reason(&e),
-                    },
-                    span,
-                    "does not compile",
-                );
-            }
-        }
-        for (at, grammar) in &refs.gbnf {
-            let span = self.span(&step_path(index, at));
-            match crate::constraint::gbnf_to_lark(grammar) {
-                Err(error) => {
-                    let at = self.inner_span(&span, grammar, &error.span).unwrap_or(span);
-                    self.emit(
-                        PlanError::InvalidGrammar {
-                            message: error.message,
-                        },
-                        at,
-                        "does not translate",
-                    );
-                }
-                Ok(lark) => {
-                    if let Err(message) = check_lark(&lark) {
-                        self.emit(
-                            PlanError::InvalidGrammar { message },
-                            span,
-                            "the decoder refuses it",
-                        );
-                    }
-                }
-            }
-        }
-        for (at, grammar) in &refs.lark {
-            if let Err(message) = check_lark(grammar) {
-                let span = self.span(&step_path(index, at));
-                self.emit(
-                    PlanError::InvalidLark { message },
-                    span,
-                    "the decoder refuses it",
-                );
-            }
-        }
-        for ([first, second], both) in &refs.exclusive {
-            let span = if *both {
-                self.key_span(&step_path(index, &path(&[second])))
-            } else {
-                self.span(&step_path(index, &path(&["name"])))
-            };
-            let label = if *both {
-                "both given"
-            } else {
-                "neither given in this step"
-            };
-            let hint = if *both {
-                format!("keep one of `{first}` and `{second}` and remove the other")
-            } else {
-                format!("add one of them: `{first}` or `{second}`")
-            };
-            self.emit(
-                PlanError::ExclusiveFields {
-                    first: (*first).into(),
-                    second: (*second).into(),
-                },
-                span,
-                label,
-            )
-            .hint = Some(hint);
-        }
-        let priced_model = refs
-            .models
-            .iter()
-            .filter(|(_, role)| *role == ModelRole::Llm)
-            .find_map(|(named, _)| {
-                let price = self.plan.models.get(named.name)?.kind().price()?;
-                Some((named.name, price))
-            });
-        self.step_policy(
-            index,
-            &refs.max_tokens,
-            &refs.max_tool_iterations,
-            priced_model,
-        );
     }
 }
 

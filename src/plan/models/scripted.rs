@@ -149,7 +149,7 @@ impl ModelKind for ScriptedModel {
                             format!("model `{}`: {e}", env.name),
                         )
                     })?;
-                Ok(crate::inference::ScriptRule {
+                Ok(crate::inference::ScriptedRule {
                     contains: rule.contains.clone(),
                     matches,
                     reply: rule.reply.to_engine(),

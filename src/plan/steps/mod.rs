@@ -19,8 +19,8 @@ use serde_json::Value;
 
 use super::diagnostic::PlanError;
 use super::duration::DurationSpec;
-use crate::context::Corpus;
 use crate::core::Failure;
+use crate::corpora::Corpus;
 use crate::inference::{Engine, TokenSink};
 use crate::orchestrate::steps::{Prompt, PromptSource, RouteAgent};
 use crate::orchestrate::tools::ToolRuntime;
@@ -226,8 +226,8 @@ impl ModelCall {
     }
 
     /// The run-time sampling settings.
-    pub fn sampling(&self) -> crate::orchestrate::steps::Sampling {
-        crate::orchestrate::steps::Sampling {
+    pub fn sampling(&self) -> crate::orchestrate::steps::SamplingSettings {
+        crate::orchestrate::steps::SamplingSettings {
             max_tokens: self.sampling.max_tokens,
             temperature: self.sampling.temperature,
             seed: self.sampling.seed,

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::context::LexicalScorer;
 use crate::core::Failure;
+use crate::corpora::LexicalScorer;
 use crate::orchestrate::StepHandler;
 use crate::orchestrate::steps::{Retrieve, RetrieveSource};
 use schemars::JsonSchema;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::core::Failure;
 use crate::orchestrate::StepHandler;
-use crate::orchestrate::steps::ToolStep as ToolHandler;
+use crate::orchestrate::steps::Tool as ToolHandler;
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;

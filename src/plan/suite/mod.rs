@@ -4,29 +4,31 @@
 //! A test file is loaded like a plan — spanned YAML tree, the schema generated from these types
 //! (`schemas/test.schema.json`), located diagnostics — and then checked against the plan it
 //! names: the plan must itself be valid, every assertion's `step` must exist (and be a `retrieve`
-//! or `rerank` step for retrieval metrics), regular expressions and schemas must compile, every
-//! template must parse, the dataset must exist, and every variant's overrides must name something
-//! in the plan and leave a valid plan. Nothing runs and no model is loaded.
+//! or `rerank` step for retrieval metrics), every template must parse, each assertion passes its
+//! kind's own checks (see [`assertions`]: regular expressions and schemas compile, models are
+//! declared), the dataset must exist, and every variant's overrides must name something in the
+//! plan and leave a valid plan. Nothing runs and no model is loaded.
 
-pub mod assertion;
-pub mod model;
+pub mod assertions;
 pub mod overrides;
+pub mod raw;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::diagnostic::{Diagnostic, PlanError, Source, regex_reason, suggestion};
+use super::diagnostic::{Diagnostic, PlanError, Source, suggestion};
 use super::load::{Loaded, load_file};
 use super::schema::DocumentKind;
+use super::steps::StepType;
 use super::yaml::Node;
 use super::{Plan, load_plan, load_plan_with};
-use crate::core::FailureCode;
 use crate::prompt::analyze_template;
 
-pub use assertion::Assertion;
-pub use model::{RawCase, RawDataset, RawSuite, RawVariant};
+pub use assertions::Assertion;
+use assertions::Checks;
+pub use raw::{RawCase, RawDataset, RawSuite, RawVariant};
 
 /// An assertion as checked: its JSON as written (templates not yet rendered), the line it is on,
 /// and its parsed form.
@@ -106,7 +108,8 @@ pub fn load_suite(path: &Path) -> Result<Suite, Vec<Diagnostic>> {
         dir: &dir,
         diagnostics: Vec::new(),
     };
-    let plan_path = dir.join(&loaded.value.plan);
+    let raw = &loaded.value;
+    let plan_path = dir.join(&raw.plan);
     let plan = match load_plan(&plan_path, None) {
         Ok(plan) => plan,
         Err(problems) => {
@@ -114,57 +117,12 @@ pub fn load_suite(path: &Path) -> Result<Suite, Vec<Diagnostic>> {
             return Err(checker.diagnostics);
         }
     };
-    let raw = &loaded.value;
     let shared = checker.assertions(&plan, &["assert"], &raw.assert);
-    let mut cases = Vec::new();
-    let mut names = HashSet::new();
-    for (index, case) in raw.cases.iter().enumerate() {
-        let at = index.to_string();
-        if !names.insert(case.name.as_str()) {
-            checker.error(
-                &["cases", at.as_str(), "name"],
-                PlanError::DuplicateCase {
-                    name: case.name.clone(),
-                },
-                "a second case of this name",
-            );
-        }
-        cases.push(CaseSpec {
-            name: case.name.clone(),
-            description: case.description.clone(),
-            inputs: case.inputs.clone(),
-            assertions: checker.assertions(&plan, &["cases", at.as_str(), "assert"], &case.assert),
-            threshold: case.threshold,
-            line: checker.line(&["cases", at.as_str()]),
-        });
-    }
-    let dataset = raw.dataset.as_ref().map(|dataset| {
-        let file = dir.join(&dataset.file);
-        if let Err(e) = std::fs::metadata(&file) {
-            checker.error(
-                &["dataset", "file"],
-                PlanError::DatasetUnreadable {
-                    path: file.display().to_string(),
-                    reason: e.to_string(),
-                },
-                "cannot be read",
-            );
-        }
-        if let Some(inputs) = &dataset.inputs {
-            for (name, value) in inputs {
-                checker.templates(&["dataset", "inputs", name], value);
-            }
-        }
-        DatasetSpec {
-            file,
-            id: dataset.id.clone(),
-            inputs: dataset.inputs.clone(),
-            assertions: checker.assertions(&plan, &["dataset", "assert"], &dataset.assert),
-            threshold: dataset.threshold,
-            limit: dataset.limit,
-            line: checker.line(&["dataset"]),
-        }
-    });
+    let cases = checker.cases(&plan);
+    let dataset = raw
+        .dataset
+        .as_ref()
+        .map(|dataset| checker.dataset(&plan, dataset));
     if raw.cases.is_empty() && raw.dataset.is_none() {
         checker.error(&[], PlanError::NoCases, "no `cases` and no `dataset`");
     }
@@ -208,6 +166,63 @@ impl Checker<'_> {
             .push(Diagnostic::at(error, &self.loaded.source, span, label));
         let last = self.diagnostics.len() - 1;
         &mut self.diagnostics[last]
+    }
+
+    /// Checks the cases written out: unique names, and their assertions against `plan`.
+    fn cases(&mut self, plan: &Plan) -> Vec<CaseSpec> {
+        let mut names = HashSet::new();
+        let mut cases = Vec::new();
+        for (index, case) in self.loaded.value.cases.iter().enumerate() {
+            let at = index.to_string();
+            if !names.insert(case.name.as_str()) {
+                self.error(
+                    &["cases", at.as_str(), "name"],
+                    PlanError::DuplicateCase {
+                        name: case.name.clone(),
+                    },
+                    "a second case of this name",
+                );
+            }
+            cases.push(CaseSpec {
+                name: case.name.clone(),
+                description: case.description.clone(),
+                inputs: case.inputs.clone(),
+                assertions: self.assertions(plan, &["cases", at.as_str(), "assert"], &case.assert),
+                threshold: case.threshold,
+                line: self.line(&["cases", at.as_str()]),
+            });
+        }
+        cases
+    }
+
+    /// Checks the dataset: its file must be readable, its input templates must parse, and its
+    /// assertions must fit `plan`.
+    fn dataset(&mut self, plan: &Plan, dataset: &RawDataset) -> DatasetSpec {
+        let file = self.dir.join(&dataset.file);
+        if let Err(e) = std::fs::metadata(&file) {
+            self.error(
+                &["dataset", "file"],
+                PlanError::DatasetUnreadable {
+                    path: file.display().to_string(),
+                    reason: e.to_string(),
+                },
+                "cannot be read",
+            );
+        }
+        if let Some(inputs) = &dataset.inputs {
+            for (name, value) in inputs {
+                self.templates(&["dataset", "inputs", name], value);
+            }
+        }
+        DatasetSpec {
+            file,
+            id: dataset.id.clone(),
+            inputs: dataset.inputs.clone(),
+            assertions: self.assertions(plan, &["dataset", "assert"], &dataset.assert),
+            threshold: dataset.threshold,
+            limit: dataset.limit,
+            line: self.line(&["dataset"]),
+        }
     }
 
     /// The plan (or a variant's version of it) is invalid: one diagnostic here, then its own.
@@ -269,155 +284,64 @@ impl Checker<'_> {
             .collect()
     }
 
+    /// Checks one assertion: its templates, the step it names, and its kind's own fields (which
+    /// may complete `json`, the assertion as a case scores it).
     fn assertion(&mut self, plan: &Plan, at: &[&str], assertion: &Assertion, json: &mut Value) {
         self.templates(at, json);
-        let step_names: Vec<&str> = plan
-            .raw
-            .steps
-            .iter()
-            .map(|s| s.common().name.as_str())
-            .collect();
-        let field = |name: &'static str| {
-            let mut path = at.to_vec();
-            path.push(name);
-            path
-        };
-        if let Some(step) = &assertion.common().step {
-            match plan.raw.steps.iter().find(|s| &s.common().name == step) {
-                None => {
-                    let hint = suggestion(step, "steps", step_names.iter().copied());
-                    self.error(
-                        &field("step"),
-                        PlanError::UnknownAssertionStep { name: step.clone() },
-                        "no such step in the plan",
-                    )
-                    .hint = Some(hint);
-                }
-                Some(found) => {
-                    let kind = found.step_type().name();
-                    if assertion.is_retrieval_metric() && !matches!(kind, "retrieve" | "rerank") {
-                        self.error(
-                            &field("step"),
-                            PlanError::NotRetrievalStep {
-                                step: step.clone(),
-                                kind: kind.to_string(),
-                                assertion: assertion.name().to_string(),
-                            },
-                            "not a retrieve or rerank step",
-                        );
-                    }
-                }
-            }
-        } else if assertion.is_retrieval_metric() {
-            self.error(
-                at,
-                PlanError::NotRetrievalStep {
-                    step: "(the plan's output)".into(),
-                    kind: "output".into(),
-                    assertion: assertion.name().to_string(),
-                },
-                "needs `step:`",
-            );
-        }
-        let models: Vec<&str> = plan.raw.models.keys().map(String::as_str).collect();
-        match assertion {
-            Assertion::Regex(check) if !check.value.contains("{{") => {
-                if let Err(e) = regex::Regex::new(&check.value) {
-                    self.error(
-                        &field("value"),
-                        PlanError::InvalidRegex {
-                            message: regex_reason(&e),
-                        },
-                        "does not compile",
-                    );
-                }
-            }
-            Assertion::JsonSchema(check) => self.schema(&field("value"), &check.value, json),
-            Assertion::FailsWith(check)
-                if !FailureCode::ALL.iter().any(|c| c.as_str() == check.value) =>
-            {
-                let hint = suggestion(
-                    &check.value,
-                    "failure codes",
-                    FailureCode::ALL.iter().map(|c| c.as_str()),
-                );
-                self.error(
-                    &field("value"),
-                    PlanError::UnknownFailureCode {
-                        code: check.value.clone(),
-                    },
-                    "not a failure code",
-                )
-                .hint = Some(hint);
-            }
-            Assertion::Similar(check) => {
-                if let Some(model) = &check.model
-                    && !models.contains(&model.as_str())
-                {
-                    let hint = suggestion(model, "models", models.iter().copied());
-                    self.error(
-                        &field("model"),
-                        PlanError::UnknownModel {
-                            name: model.clone(),
-                        },
-                        "not a model of the plan",
-                    )
-                    .hint = Some(hint);
-                }
-            }
-            Assertion::Judge(check) if !models.contains(&check.model.as_str()) => {
-                let hint = suggestion(&check.model, "models", models.iter().copied());
-                self.error(
-                    &field("model"),
-                    PlanError::UnknownModel {
-                        name: check.model.clone(),
-                    },
-                    "not a model of the plan",
-                )
-                .hint = Some(hint);
-            }
-            _ => {}
+        self.assertion_step(plan, at, assertion);
+        let mut checks = Checks::new(plan, self.dir, json);
+        assertion.kind().check(&mut checks);
+        for problem in checks.into_problems() {
+            let mut field = at.to_vec();
+            field.push(problem.field);
+            self.error(&field, problem.error, problem.label).hint = problem.hint;
         }
     }
 
-    /// A `json_schema` value: inline, or a file relative to the test file (read now, and put in
-    /// the assertion's JSON in its place); either way it must compile.
-    fn schema(&mut self, at: &[&str], value: &Value, json: &mut Value) {
-        let schema = match value {
-            Value::String(file) => {
-                let path = self.dir.join(file);
-                let read = std::fs::read_to_string(&path)
-                    .map_err(|e| e.to_string())
-                    .and_then(|text| {
-                        serde_json::from_str::<Value>(&text).map_err(|e| e.to_string())
-                    });
-                match read {
-                    Ok(schema) => schema,
-                    Err(reason) => {
-                        self.error(
-                            at,
-                            PlanError::SchemaFile {
-                                path: file.clone(),
-                                reason,
-                            },
-                            "cannot be loaded",
-                        );
-                        return;
-                    }
-                }
+    /// An assertion's `step` must be a step of the plan; a retrieval metric needs one, and it
+    /// must be a `retrieve` or `rerank` step.
+    fn assertion_step(&mut self, plan: &Plan, at: &[&str], assertion: &Assertion) {
+        let Some(step) = &assertion.common().step else {
+            if assertion.is_retrieval_metric() {
+                self.error(
+                    at,
+                    PlanError::NotRetrievalStep {
+                        step: "(the plan's output)".into(),
+                        kind: "output".into(),
+                        assertion: assertion.name().to_string(),
+                    },
+                    "needs `step:`",
+                );
             }
-            inline => inline.clone(),
+            return;
         };
-        if let Err(e) = jsonschema::validator_for(&schema) {
+        let mut field = at.to_vec();
+        field.push("step");
+        let steps = &plan.raw.steps;
+        let Some(found) = steps.iter().find(|s| &s.common().name == step) else {
+            let names = steps.iter().map(|s| s.common().name.as_str());
             self.error(
-                at,
-                PlanError::InvalidSchema {
-                    message: e.to_string(),
+                &field,
+                PlanError::UnknownAssertionStep { name: step.clone() },
+                "no such step in the plan",
+            )
+            .hint = Some(suggestion(step, "steps", names));
+            return;
+        };
+        let step_type = found.step_type();
+        if assertion.is_retrieval_metric()
+            && !matches!(step_type, StepType::Retrieve | StepType::Rerank)
+        {
+            self.error(
+                &field,
+                PlanError::NotRetrievalStep {
+                    step: step.clone(),
+                    kind: step_type.name().to_string(),
+                    assertion: assertion.name().to_string(),
                 },
-                "not a valid JSON Schema",
+                "not a retrieve or rerank step",
             );
         }
-        json["value"] = schema;
     }
 
     /// Every template among the strings of `value` must parse.
@@ -473,32 +397,7 @@ impl Checker<'_> {
                 );
                 continue;
             }
-            let mut trial = plan_json.clone();
-            let mut broken = false;
-            for (key, value) in &variant.set {
-                if let Err(reason) = overrides::apply(&mut trial, key, value) {
-                    broken = true;
-                    let key_span = self
-                        .loaded
-                        .root
-                        .locate(["variants", at.as_str(), "set"])
-                        .node
-                        .entry(key)
-                        .map(|e| e.key_span.clone());
-                    let span = key_span
-                        .unwrap_or_else(|| self.node(&["variants", at.as_str()]).span.clone());
-                    self.diagnostics.push(Diagnostic::at(
-                        PlanError::BadOverride {
-                            key: key.clone(),
-                            reason,
-                        },
-                        &self.loaded.source,
-                        span,
-                        "cannot be set",
-                    ));
-                }
-            }
-            if broken {
+            if !self.overrides_apply(&at, variant, &plan_json) {
                 continue;
             }
             let set: Vec<(String, Value)> = variant
@@ -522,6 +421,37 @@ impl Checker<'_> {
             }
         }
         variants
+    }
+
+    /// Whether every override of the variant at index `at` can be set on the plan (as JSON);
+    /// each one that cannot is reported on its key.
+    fn overrides_apply(&mut self, at: &str, variant: &RawVariant, plan_json: &Value) -> bool {
+        let mut trial = plan_json.clone();
+        let mut applies = true;
+        for (key, value) in &variant.set {
+            let Err(reason) = overrides::apply(&mut trial, key, value) else {
+                continue;
+            };
+            applies = false;
+            let key_span = self
+                .loaded
+                .root
+                .locate(["variants", at, "set"])
+                .node
+                .entry(key)
+                .map(|e| e.key_span.clone());
+            let span = key_span.unwrap_or_else(|| self.node(&["variants", at]).span.clone());
+            self.diagnostics.push(Diagnostic::at(
+                PlanError::BadOverride {
+                    key: key.clone(),
+                    reason,
+                },
+                &self.loaded.source,
+                span,
+                "cannot be set",
+            ));
+        }
+        applies
     }
 }
 

@@ -1,0 +1,238 @@
+//! The events of one run as it emits them: its run id, its clock and its spans, and where its
+//! events go — the session's sinks and the run's own watcher. A nested run (a sub-plan) emits
+//! under a run id of its own, every event linked to the run and step that started it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::events::{Event, EventData, SpanId, Watch, new_run_id};
+use super::record::Lifecycle;
+use super::sinks::Sinks;
+use crate::inference::TokenSink;
+
+/// Where a nested run (a sub-plan) hangs in the run that started it.
+struct ParentLink {
+    run_id: String,
+    /// The span of the step that started it.
+    span: SpanId,
+}
+
+struct Inner {
+    run_id: String,
+    started: Instant,
+    next_span: AtomicU64,
+    sinks: Arc<Sinks>,
+    /// Who watches this run alone (a server's stream of one run to its client); a nested run
+    /// is watched with the run that started it.
+    watch: Arc<Watch>,
+    parent: Option<ParentLink>,
+}
+
+/// The events of one run: its id, its clock and its spans, and where its events go (the
+/// session's sinks and the run's own watcher). Cheap to clone and share between steps. It
+/// counts nothing: what a run spends is in its `RunLedger`.
+#[derive(Clone)]
+pub struct Events {
+    inner: Arc<Inner>,
+}
+
+impl Events {
+    /// Events of a new run sent to `sinks`.
+    pub fn new(sinks: Arc<Sinks>) -> Self {
+        Self::run_of(sinks, Arc::new(Watch::default()), None)
+    }
+
+    /// Events sent nowhere (a run nobody records, such as a `--dry-run`'s preview of prompts).
+    pub fn unrecorded() -> Self {
+        Self::new(Arc::new(Sinks::default()))
+    }
+
+    fn run_of(sinks: Arc<Sinks>, watch: Arc<Watch>, parent: Option<ParentLink>) -> Self {
+        Events {
+            inner: Arc::new(Inner {
+                run_id: new_run_id(),
+                started: Instant::now(),
+                next_span: AtomicU64::new(1),
+                sinks,
+                watch,
+                parent,
+            }),
+        }
+    }
+
+    /// Events of another run (its own run id, clock and spans) that go where these go: every
+    /// row of a batch and every turn of a chat is a run of its own in the same events file.
+    pub fn new_run(&self) -> Events {
+        Self::new(Arc::clone(&self.inner.sinks))
+    }
+
+    /// [`Events::new_run`] watched by `watch` too.
+    pub fn new_run_watched(&self, watch: Watch) -> Events {
+        Self::run_of(Arc::clone(&self.inner.sinks), Arc::new(watch), None)
+    }
+
+    /// Events of a run nested in this one (a sub-plan), started by the step whose span is
+    /// `step_span`: its own run id, its events linked to that step and seen by this run's
+    /// watcher too.
+    pub fn nested_run(&self, step_span: SpanId) -> Events {
+        let parent = ParentLink {
+            run_id: self.inner.run_id.clone(),
+            span: step_span,
+        };
+        Self::run_of(
+            Arc::clone(&self.inner.sinks),
+            Arc::clone(&self.inner.watch),
+            Some(parent),
+        )
+    }
+
+    /// Where this run's streamed text goes besides the build's sink, if anyone watches it.
+    pub fn tokens(&self) -> Option<&TokenSink> {
+        self.inner.watch.tokens.as_ref()
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.inner.run_id
+    }
+
+    /// The run's own span.
+    pub fn run_span(&self) -> SpanId {
+        SpanId::RUN
+    }
+
+    /// A fresh span id.
+    pub fn new_span(&self) -> SpanId {
+        SpanId::numbered(self.inner.next_span.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Milliseconds since the run started.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.inner.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// Records an event.
+    pub fn emit(&self, step: Option<&str>, span: SpanId, parent: Option<SpanId>, data: EventData) {
+        self.emit_event(Event {
+            run_id: self.inner.run_id.clone(),
+            at_ms: (self.elapsed_ms() * 1000.0).round() / 1000.0,
+            step: step.map(str::to_string),
+            span,
+            parent_span: parent,
+            parent_run_id: None,
+            tool_call_id: None,
+            data,
+        });
+    }
+
+    /// Records the run's move to `state`.
+    pub fn lifecycle(&self, state: Lifecycle) {
+        self.emit(None, self.run_span(), None, EventData::Lifecycle { state });
+    }
+
+    /// Records a fully built event (tool events set `tool_call_id`); a nested run's events are
+    /// linked to the run and step that started it here.
+    pub fn emit_event(&self, mut event: Event) {
+        if let Some(link) = &self.inner.parent {
+            event.parent_run_id = Some(link.run_id.clone());
+            if event.parent_span.is_none() {
+                event.parent_span = Some(link.span);
+            }
+        }
+        self.inner.sinks.receive(&event);
+        if let Some(watcher) = &self.inner.watch.events {
+            watcher(&event);
+        }
+    }
+}
+
+#[cfg(test)]
+impl Events {
+    /// Events of a run kept in memory.
+    pub fn recording() -> Self {
+        Self::new(Arc::new(Sinks::recording()))
+    }
+
+    /// The events recorded so far, of this run and every run sharing its sinks (only for
+    /// [`Events::recording`]).
+    pub fn recorded(&self) -> Vec<Event> {
+        self.inner.sinks.recorded()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::orchestrate::events::Observer;
+
+    #[test]
+    fn a_watched_run_shows_its_own_events_to_its_watcher_and_the_others_to_nobody_else() {
+        let session = Events::recording();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let watcher: Observer = {
+            let seen = Arc::clone(&seen);
+            Box::new(move |event: &Event| {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(event.run_id.clone());
+                }
+            })
+        };
+        let tokens: TokenSink = Arc::new(|_: &str| {});
+        let watched = session.new_run_watched(Watch {
+            events: Some(watcher),
+            tokens: Some(tokens),
+        });
+        let other = session.new_run();
+        watched.lifecycle(Lifecycle::Execute);
+        other.lifecycle(Lifecycle::Execute);
+        assert_eq!(*seen.lock().expect("seen"), [watched.run_id().to_string()]);
+        assert_eq!(
+            session.recorded().len(),
+            2,
+            "both still reach the session's outputs"
+        );
+        assert!(watched.tokens().is_some() && other.tokens().is_none());
+    }
+
+    #[test]
+    fn a_nested_run_has_its_own_id_and_its_events_hang_from_the_step_that_started_it() {
+        let parent = Events::recording();
+        let step_span = parent.new_span();
+        let nested = parent.nested_run(step_span);
+        nested.lifecycle(Lifecycle::Execute);
+        let inner_step = nested.new_span();
+        nested.emit(
+            Some("lookup"),
+            inner_step,
+            Some(nested.run_span()),
+            EventData::StepStart { attempt: 1 },
+        );
+        let recorded = parent.recorded();
+        assert_eq!(
+            recorded.len(),
+            2,
+            "the nested run's events reach the same sinks"
+        );
+        assert!(recorded.iter().all(|e| e.run_id == nested.run_id()));
+        assert_ne!(nested.run_id(), parent.run_id());
+        assert!(
+            recorded
+                .iter()
+                .all(|e| e.parent_run_id.as_deref() == Some(parent.run_id()))
+        );
+        assert_eq!(
+            recorded[0].parent_span,
+            Some(step_span),
+            "the run-level event hangs from the step"
+        );
+        assert_eq!(
+            recorded[1].parent_span,
+            Some(SpanId::RUN),
+            "its steps hang from its own run"
+        );
+        let line = serde_json::to_value(&recorded[0]).expect("json");
+        assert_eq!(line["parent_run_id"], parent.run_id());
+    }
+}

@@ -1,0 +1,18 @@
+//! `type: contains` — the output contains a text.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{AssertionCommon, AssertionKind, ExpectedText};
+
+/// A text the output is compared with.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ContainsAssertion {
+    #[serde(flatten)]
+    pub common: AssertionCommon,
+    #[serde(flatten)]
+    pub text: ExpectedText,
+}
+
+impl AssertionKind for ContainsAssertion {}

@@ -1,0 +1,18 @@
+//! `type: starts_with` — the output starts with a text.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{AssertionCommon, AssertionKind, ExpectedText};
+
+/// A text the output is compared with.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct StartsWithAssertion {
+    #[serde(flatten)]
+    pub common: AssertionCommon,
+    #[serde(flatten)]
+    pub text: ExpectedText,
+}
+
+impl AssertionKind for StartsWithAssertion {}
