@@ -63,12 +63,18 @@ pub fn run(args: &Args) -> Outcome {
     let database = match CallCache::maintain(&dir) {
         Ok(database) => database,
         Err(reason) => {
+            // The cache's own advice where it has some (a newer pagantic's file, a foreign
+            // layout); otherwise the file is not a database this command can repair.
+            let help = miette::Diagnostic::help(&reason).map_or_else(
+                || "`pagantic cache clear` cannot repair a file that is not a database: delete the directory instead".to_string(),
+                |help| help.to_string(),
+            );
             return invalid(
                 &Failure::new(
                     FailureCode::ConfigFileError,
                     format!("cannot open the call cache in {}: {reason}", dir.display()),
                 )
-                .with_help("`pagantic cache clear` cannot repair a file that is not a database: delete the directory instead"),
+                .with_help(help),
             );
         }
     };

@@ -156,26 +156,37 @@ pub fn gbnf_to_lark(gbnf: &str) -> Result<String, GrammarError> {
 }
 
 /// Checks a Lark grammar with llguidance, the library the local engine decodes with, so a
-/// grammar it would refuse is refused when the plan is validated. The message says what is wrong.
-pub fn check_lark(grammar: &str) -> Result<(), String> {
+/// grammar it would refuse is refused when the plan is validated. The error says what is wrong.
+pub fn check_lark(grammar: &str) -> Result<(), GrammarRejected> {
     let init = GrammarInit::Serialized(TopLevelGrammar::from_lark(grammar.to_string()));
     // The parser is not ours; whatever it does with odd input must not take the checks down.
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         init.validate(None, ParserLimits::default())
     }));
     match result {
-        Ok(ValidationResult::Error(message)) => {
-            // The first line says what and where; the rest repeats the grammar with a caret.
-            Err(message
+        // The first line says what and where; the rest repeats the grammar with a caret.
+        Ok(ValidationResult::Error(message)) => Err(GrammarRejected::Invalid(
+            message
                 .lines()
                 .next()
                 .unwrap_or_default()
                 .trim()
-                .to_string())
-        }
+                .to_string(),
+        )),
         Ok(_) => Ok(()),
-        Err(_) => Err("the grammar could not be read".into()),
+        Err(_) => Err(GrammarRejected::Unreadable),
     }
+}
+
+/// Why the decoder would refuse a Lark grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrammarRejected {
+    /// llguidance's own account of what is wrong and where.
+    #[error("{0}")]
+    Invalid(String),
+    /// The grammar made llguidance's parser fail outright.
+    #[error("the grammar could not be read")]
+    Unreadable,
 }
 
 /// Joins translated tokens with spaces, attaching postfix operators and `)` to what they follow.

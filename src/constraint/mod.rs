@@ -20,7 +20,7 @@ mod repair;
 mod scan;
 mod validate;
 
-pub use grammar::{check_lark, gbnf_to_lark};
+pub use grammar::{GrammarRejected, check_lark, gbnf_to_lark};
 pub use normalize::normalize_enum_values;
 pub use repair::{Repair, parse_json_lenient, repair_json};
 pub use validate::{SchemaError, schema_errors};

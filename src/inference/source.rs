@@ -28,10 +28,15 @@ pub enum LocalSource {
     HuggingFace { repo: String, file: String },
 }
 
+/// A `source:` that starts with `hf:` but does not name `ORG/REPO/FILE.gguf`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a Hugging Face source: write hf:ORG/REPO/FILE.gguf")]
+pub struct NotAHubSource(pub String);
+
 impl LocalSource {
     /// Reads a plan's `source:`: an embedded model's name, `hf:ORG/REPO/FILE.gguf`, or a path
     /// (relative to `dir`).
-    pub fn parse(text: &str, dir: &Path) -> Result<Self, String> {
+    pub fn parse(text: &str, dir: &Path) -> Result<Self, NotAHubSource> {
         if let Some(model) = store::embedded(text) {
             return Ok(LocalSource::Embedded(model));
         }
@@ -48,9 +53,7 @@ impl LocalSource {
                     file: file.to_string(),
                 })
             }
-            _ => Err(format!(
-                "`{text}` is not a Hugging Face source: write hf:ORG/REPO/FILE.gguf"
-            )),
+            _ => Err(NotAHubSource(text.to_string())),
         }
     }
 
@@ -241,8 +244,17 @@ mod tests {
             }
             other => panic!("{:?}", other.map(|s| s.describe())),
         }
-        assert!(LocalSource::parse("hf:Qwen/model.gguf", dir).is_err());
-        assert!(LocalSource::parse("hf:Qwen/repo/weights.bin", dir).is_err());
+        for text in [
+            "hf:Qwen/model.gguf",
+            "hf:Qwen/repo/weights.bin",
+            "hf://x.gguf",
+        ] {
+            assert_eq!(
+                LocalSource::parse(text, dir).err(),
+                Some(NotAHubSource(text.into())),
+                "{text}"
+            );
+        }
         match LocalSource::parse("models/x.gguf", dir) {
             Ok(LocalSource::File(path)) => assert_eq!(path, Path::new("plans/models/x.gguf")),
             other => panic!("{:?}", other.map(|s| s.describe())),

@@ -317,3 +317,41 @@ fn prune_and_clear_empty_the_cache() {
     let (_, summary, _) = batch(dir.path(), &[]);
     assert_eq!(calls_and_hits(&summary).0, 3 * ROWS as u64);
 }
+
+/// A cache a newer pagantic wrote (a schema version this build does not know) is left as it is:
+/// runs go on without it, and `pagantic cache` refuses it with the cache's own advice.
+#[test]
+fn a_cache_from_a_newer_pagantic_is_left_alone_and_its_fix_is_named() {
+    let dir = workspace(str::to_string);
+    std::fs::create_dir(dir.path().join("cache")).expect("dir");
+    let file = dir.path().join("cache/cache.db");
+    let database = rusqlite::Connection::open(&file).expect("a database");
+    database
+        .execute_batch("CREATE TABLE future (x); PRAGMA user_version = 99;")
+        .expect("a newer layout");
+    drop(database);
+    let before = std::fs::read(&file).expect("bytes");
+    let (run, summary, out) = batch(dir.path(), &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(calls_and_hits(&summary), (3 * ROWS as u64, 0, 0));
+    assert_eq!(outputs(&out).len(), ROWS);
+    assert!(
+        run.stderr.contains("schema version is 99"),
+        "{}",
+        run.stderr
+    );
+    let stats = pagantic_in(dir.path(), &["cache", "stats", "--cache", "cache"]);
+    assert_eq!(stats.code, 2, "{}", stats.stderr);
+    assert!(
+        stats
+            .stderr
+            .contains("use the newer pagantic, or point this one at another cache directory"),
+        "{}",
+        stats.stderr
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("bytes"),
+        before,
+        "left as it was"
+    );
+}

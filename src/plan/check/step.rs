@@ -237,9 +237,11 @@ impl Checker<'_> {
                     );
                 }
                 Ok(lark) => {
-                    if let Err(message) = check_lark(&lark) {
+                    if let Err(rejected) = check_lark(&lark) {
                         self.emit(
-                            PlanError::InvalidGrammar { message },
+                            PlanError::InvalidGrammar {
+                                message: rejected.to_string(),
+                            },
                             span,
                             "the decoder refuses it",
                         );
@@ -252,10 +254,12 @@ impl Checker<'_> {
     /// The decoder must take every Lark grammar of the step.
     fn lark_grammars(&mut self, index: usize, grammars: &[(FieldPath, &str)]) {
         for (at, grammar) in grammars {
-            if let Err(message) = check_lark(grammar) {
+            if let Err(rejected) = check_lark(grammar) {
                 let span = self.span(&step_path(index, at));
                 self.emit(
-                    PlanError::InvalidLark { message },
+                    PlanError::InvalidLark {
+                        message: rejected.to_string(),
+                    },
                     span,
                     "the decoder refuses it",
                 );

@@ -444,7 +444,7 @@ impl Checker<'_> {
             self.diagnostics.push(Diagnostic::at(
                 PlanError::BadOverride {
                     key: key.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 },
                 &self.loaded.source,
                 span,

@@ -15,27 +15,22 @@ const SECTIONS: &[&str] = &[
 const EXCLUSIVE: &[(&str, &str)] = &[("prompt", "template")];
 
 /// Sets `key` (dotted) to `value` in `plan`, the JSON of a plan file.
-pub fn apply(plan: &mut Value, key: &str, value: &Value) -> Result<(), String> {
+pub fn apply(plan: &mut Value, key: &str, value: &Value) -> Result<(), OverrideError> {
     let segments: Vec<&str> = key.split('.').collect();
     let (first, rest) = match segments.split_first() {
         Some((first, rest)) if !rest.is_empty() && rest.iter().all(|s| !s.is_empty()) => {
             (*first, rest)
         }
-        _ => {
-            return Err(
-                "write `STEP.FIELD` (e.g. `answer.prompt`) or a path such as `models.llm.source`"
-                    .into(),
-            );
-        }
+        _ => return Err(OverrideError::NotAPath),
     };
     let target = if SECTIONS.contains(&first) {
         plan.get_mut(first)
-            .ok_or_else(|| format!("the plan has no `{first}`"))?
+            .ok_or_else(|| OverrideError::NoSection(first.to_string()))?
     } else {
         let steps = plan
             .get_mut("steps")
             .and_then(Value::as_array_mut)
-            .ok_or("the plan has no steps")?;
+            .ok_or(OverrideError::NoSteps)?;
         let names: Vec<String> = steps
             .iter()
             .filter_map(|s| s.get("name").and_then(Value::as_str).map(str::to_string))
@@ -43,11 +38,9 @@ pub fn apply(plan: &mut Value, key: &str, value: &Value) -> Result<(), String> {
         let step = steps
             .iter_mut()
             .find(|s| s.get("name").and_then(Value::as_str) == Some(first))
-            .ok_or_else(|| {
-                format!(
-                    "the plan has no step `{first}` ({})",
-                    suggestion(first, "steps", names.iter().map(String::as_str))
-                )
+            .ok_or_else(|| OverrideError::NoStep {
+                name: first.to_string(),
+                suggestion: suggestion(first, "steps", names.iter().map(String::as_str)),
             })?;
         if let ([field], Value::Object(map)) = (rest, &mut *step) {
             for (a, b) in EXCLUSIVE {
@@ -69,24 +62,44 @@ pub fn apply(plan: &mut Value, key: &str, value: &Value) -> Result<(), String> {
 }
 
 /// Sets the value at `path` under `target`, creating mappings on the way.
-fn set_path(target: &mut Value, path: &[&str], value: Value) -> Result<(), String> {
+fn set_path(target: &mut Value, path: &[&str], value: Value) -> Result<(), OverrideError> {
     let Some((last, parents)) = path.split_last() else {
-        return Err("nothing to set".into());
+        return Err(OverrideError::NotAPath);
     };
     let mut node = target;
     for segment in parents {
         let map = node
             .as_object_mut()
-            .ok_or_else(|| format!("`{segment}` is inside a value that is not a mapping"))?;
+            .ok_or_else(|| OverrideError::NotInAMapping(segment.to_string()))?;
         node = map
             .entry(segment.to_string())
             .or_insert_with(|| Value::Object(Map::new()));
     }
     let map = node
         .as_object_mut()
-        .ok_or_else(|| format!("`{last}` is inside a value that is not a mapping"))?;
+        .ok_or_else(|| OverrideError::NotInAMapping(last.to_string()))?;
     map.insert(last.to_string(), value);
     Ok(())
+}
+
+/// Why an override cannot be set on the plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverrideError {
+    /// The key is not `STEP.FIELD` or a dotted path with no empty part.
+    #[error("write `STEP.FIELD` (e.g. `answer.prompt`) or a path such as `models.llm.source`")]
+    NotAPath,
+    /// The path starts at a top-level section the plan does not have.
+    #[error("the plan has no `{0}`")]
+    NoSection(String),
+    /// The plan has no steps to set a field on.
+    #[error("the plan has no steps")]
+    NoSteps,
+    /// No step has that name; `suggestion` is the "did you mean" text.
+    #[error("the plan has no step `{name}` ({suggestion})")]
+    NoStep { name: String, suggestion: String },
+    /// A part of the path names a key inside something that is not a mapping.
+    #[error("`{0}` is inside a value that is not a mapping")]
+    NotInAMapping(String),
 }
 
 #[cfg(test)]
@@ -124,9 +137,25 @@ mod tests {
     fn unknown_steps_and_bare_names_are_refused() {
         let mut plan = plan();
         let error = apply(&mut plan, "anwser.prompt", &json!("x")).expect_err("refused");
-        assert!(error.contains("did you mean `answer`?"), "{error}");
-        assert!(apply(&mut plan, "answer", &json!("x")).is_err());
-        assert!(apply(&mut plan, "answer.", &json!("x")).is_err());
-        assert!(apply(&mut plan, "corpora.docs", &json!("x")).is_err());
+        assert!(
+            error.to_string().contains("did you mean `answer`?"),
+            "{error}"
+        );
+        assert_eq!(
+            apply(&mut plan, "answer", &json!("x")),
+            Err(OverrideError::NotAPath)
+        );
+        assert_eq!(
+            apply(&mut plan, "answer.", &json!("x")),
+            Err(OverrideError::NotAPath)
+        );
+        assert_eq!(
+            apply(&mut plan, "corpora.docs", &json!("x")),
+            Err(OverrideError::NoSection("corpora".into()))
+        );
+        assert_eq!(
+            apply(&mut plan, "answer.template.inner", &json!("x")),
+            Err(OverrideError::NotInAMapping("inner".into()))
+        );
     }
 }

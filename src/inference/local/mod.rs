@@ -3,7 +3,7 @@
 //! The model is loaded once per process and shared by every step and batch row. It is loaded with
 //! F32 activations (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on
 //! the CPU. Decoding constraints (JSON Schema, regex, Lark) go to mistral.rs's llguidance. No
-//! mistral.rs type leaves this file.
+//! mistral.rs type leaves this module.
 //!
 //! With `max_batch` 1 (what plans use) requests reach mistral.rs one at a time, with its prefix
 //! cache on: a request whose prompt starts like an earlier one's (the system prompt,
@@ -13,29 +13,29 @@
 //! and batching gains nothing on a CPU anyway. With `max_batch` above 1 requests go to mistral.rs
 //! concurrently and its scheduler batches them, prefix cache off: kept to measure and reproduce
 //! that.
+//!
+//! [`translate`] turns pagantic's requests into mistral.rs's and its answers back.
+
+mod translate;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
 
 use mistralrs::core::{
     AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
     GGUFSpecificConfig, MistralRsBuilder, ModelDType, Pipeline, SchedulerConfig, TokenSource,
 };
-use mistralrs::{
-    CalledFunction, ChatCompletionResponse, Device, Function, Model, RequestBuilder,
-    SamplingParams, TextMessageRole, Tool, ToolCallResponse, ToolCallType, ToolChoice, ToolType,
-};
-use serde_json::Value;
+use mistralrs::{Device, Function, Model, RequestBuilder, Tool, ToolChoice, ToolType};
 use tokio::sync::{OnceCell, mpsc};
 
 use super::source::{LocalSource, Notice};
 use super::{
-    Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response, Timings, TokenSink,
+    Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response, TokenSink,
 };
-use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, step_clock};
+use crate::core::{Failure, FailureCode, TokenUsage, step_clock};
+use translate::{add_message, compact_json, engine_failure, sampling, stream_answer, to_response};
 
 /// How to run a local model, whatever its file.
 #[derive(Debug, Clone, PartialEq)]
@@ -394,173 +394,6 @@ impl LocalEngine {
         }
         Ok(builder)
     }
-}
-
-/// The schema with llguidance told to allow no whitespace between JSON tokens (only `, ` and
-/// `: `). With the default "any whitespace", the small model can spend its whole `max_tokens`
-/// on newlines inside an object, leaving the JSON unfinished; compact JSON is shorter anyway.
-fn compact_json(schema: &Value) -> Value {
-    let mut schema = schema.clone();
-    if let Value::Object(object) = &mut schema {
-        object.entry("x-guidance").or_insert_with(|| {
-            serde_json::json!({
-                "whitespace_flexible": false,
-                "item_separator": ", ",
-                "key_separator": ": ",
-            })
-        });
-    }
-    schema
-}
-
-fn add_message(builder: RequestBuilder, message: &Message) -> RequestBuilder {
-    match message.role {
-        Role::System => builder.add_message(TextMessageRole::System, &message.content),
-        Role::User => builder.add_message(TextMessageRole::User, &message.content),
-        Role::Assistant if message.tool_calls.is_empty() => {
-            builder.add_message(TextMessageRole::Assistant, &message.content)
-        }
-        Role::Assistant => {
-            let calls = message
-                .tool_calls
-                .iter()
-                .enumerate()
-                .map(|(index, call)| ToolCallResponse {
-                    index,
-                    id: call.id.clone(),
-                    tp: ToolCallType::Function,
-                    function: CalledFunction {
-                        name: call.name.clone(),
-                        arguments: call.arguments.to_string(),
-                    },
-                })
-                .collect();
-            builder.add_message_with_tool_call(TextMessageRole::Assistant, &message.content, calls)
-        }
-        Role::Tool => builder.add_tool_message(
-            &message.content,
-            message.tool_call_id.as_deref().unwrap_or_default(),
-        ),
-    }
-}
-
-/// Greedy decoding for temperature 0 (or none); otherwise sampling from the whole distribution
-/// at that temperature. mistral.rs's request builder starts from its deterministic parameters,
-/// which keep only the top token (`top_k` 1), so setting a temperature alone still decoded
-/// greedily: every "hot" candidate came out the same as the greedy one.
-fn sampling(temperature: Option<f64>) -> SamplingParams {
-    match temperature {
-        Some(t) if t > 0.0 => SamplingParams {
-            temperature: Some(t),
-            top_k: None,
-            ..SamplingParams::deterministic()
-        },
-        _ => SamplingParams::deterministic(),
-    }
-}
-
-fn engine_failure(error: impl std::fmt::Display) -> Failure {
-    let text = error.to_string();
-    if text.contains("Invalid grammar") {
-        Failure::new(FailureCode::ConstraintGrammarRejected, text)
-            .with_help("fix the step's `constraint` (llguidance reports where it failed, above)")
-    } else if text.contains("context") && (text.contains("length") || text.contains("exceed")) {
-        Failure::new(FailureCode::InferenceContextExceeded, text)
-            .with_help("shorten the prompt (fewer retrieved passages, a smaller max_tokens)")
-    } else {
-        Failure::new(FailureCode::InferenceEngineError, text)
-    }
-}
-
-fn to_response(response: ChatCompletionResponse) -> Response {
-    let choice = response.choices.into_iter().next();
-    let (text, tool_calls) = match choice {
-        Some(choice) => {
-            let calls = choice
-                .message
-                .tool_calls
-                .unwrap_or_default()
-                .into_iter()
-                .map(|call| ToolCall {
-                    id: call.id,
-                    name: call.function.name,
-                    arguments: serde_json::from_str(&call.function.arguments)
-                        .unwrap_or(Value::String(call.function.arguments)),
-                })
-                .collect();
-            (choice.message.content.unwrap_or_default(), calls)
-        }
-        None => (String::new(), Vec::new()),
-    };
-    let (usage, timings) = usage_and_timings(&response.usage);
-    Response {
-        text,
-        tool_calls,
-        usage,
-        timings,
-        ..Response::default()
-    }
-}
-
-/// The token counts and times mistral.rs reports for a request.
-fn usage_and_timings(usage: &mistralrs::Usage) -> (TokenUsage, Timings) {
-    let usage_tokens = TokenUsage {
-        prompt_tokens: usage.prompt_tokens as u64,
-        completion_tokens: usage.completion_tokens as u64,
-    };
-    let timings = Timings {
-        prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
-        completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
-    };
-    (usage_tokens, timings)
-}
-
-/// Streams the answer to `builder` from `model`, each piece of text to `pieces` (ignored once
-/// its receiver is gone).
-async fn stream_answer(
-    model: &Model,
-    builder: RequestBuilder,
-    pieces: mpsc::UnboundedSender<String>,
-) -> Result<Response, Failure> {
-    let mut stream = model
-        .stream_chat_request(builder)
-        .await
-        .map_err(engine_failure)?;
-    let mut text = String::new();
-    let mut usage = TokenUsage::default();
-    let mut timings = Timings::default();
-    while let Some(event) = stream.next().await {
-        match event {
-            mistralrs::Response::Chunk(chunk) => {
-                if let Some(piece) = chunk
-                    .choices
-                    .first()
-                    .and_then(|c| c.delta.content.as_deref())
-                {
-                    let _ = pieces.send(piece.to_string());
-                    text.push_str(piece);
-                }
-                if let Some(reported) = &chunk.usage {
-                    (usage, timings) = usage_and_timings(reported);
-                }
-            }
-            mistralrs::Response::Done(done) => return Ok(to_response(done)),
-            mistralrs::Response::ModelError(message, _)
-            | mistralrs::Response::CompletionModelError(message, _) => {
-                return Err(engine_failure(message));
-            }
-            mistralrs::Response::InternalError(e) | mistralrs::Response::ValidationError(e) => {
-                return Err(engine_failure(e));
-            }
-            _ => {}
-        }
-    }
-    Ok(Response {
-        text,
-        usage,
-        timings,
-        ..Response::default()
-    })
 }
 
 impl Engine for LocalEngine {
