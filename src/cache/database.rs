@@ -231,6 +231,29 @@ fn connect(path: &Path) -> Result<Connection, CacheError> {
     Ok(connection)
 }
 
+/// Runs `attempt` again while SQLite answers "busy" or "locked" at once, which it does (without
+/// waiting for the busy timeout) where waiting could deadlock: two processes that open one new
+/// file together, one switching it to WAL while the other reads it. A few tries, a little apart.
+fn retrying_busy<T>(mut attempt: impl FnMut() -> Result<T, CacheError>) -> Result<T, CacheError> {
+    const TRIES: u32 = 50;
+    let mut tries = 1;
+    loop {
+        match attempt() {
+            Err(CacheError::Database(rusqlite::Error::SqliteFailure(error, _)))
+                if tries < TRIES
+                    && matches!(
+                        error.code,
+                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                    ) =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The database's `PRAGMA user_version`: 0 for a new file and for one from before versions.
 fn schema_version(connection: &Connection) -> Result<i64, CacheError> {
     Ok(connection.pragma_query_value(None, "user_version", |row| row.get(0))?)
@@ -293,9 +316,12 @@ impl Database {
                 source,
             })?;
         }
-        let reader = connect(path)?;
-        migrate(&reader)?;
-        let writer = connect(path)?;
+        let reader = retrying_busy(|| {
+            let reader = connect(path)?;
+            migrate(&reader)?;
+            Ok(reader)
+        })?;
+        let writer = retrying_busy(|| connect(path))?;
         let (sender, receiver) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("pagantic-cache".into())
@@ -598,6 +624,34 @@ fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sqlite(code: i32) -> CacheError {
+        CacheError::Database(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            None,
+        ))
+    }
+
+    #[test]
+    fn busy_and_locked_answers_are_tried_again_and_other_failures_are_not() {
+        let mut calls = 0;
+        let opened = retrying_busy(|| {
+            calls += 1;
+            match calls {
+                1 => Err(sqlite(rusqlite::ffi::SQLITE_BUSY)),
+                2 => Err(sqlite(rusqlite::ffi::SQLITE_LOCKED)),
+                _ => Ok("opened"),
+            }
+        });
+        assert_eq!((opened.expect("third try"), calls), ("opened", 3));
+        let mut calls = 0;
+        let refused = retrying_busy(|| -> Result<(), CacheError> {
+            calls += 1;
+            Err(sqlite(rusqlite::ffi::SQLITE_NOTADB))
+        });
+        assert!(refused.is_err());
+        assert_eq!(calls, 1, "a file that is not a database is not tried again");
+    }
 
     fn open(path: &Path) -> Arc<Database> {
         Database::open(path, |reason| panic!("write failed: {reason}")).expect("opens")

@@ -18,7 +18,7 @@ use crate::orchestrate::{
     Event, EventData, Pipeline, RunStatus, Session, SessionOptions, ToolOutcome,
 };
 use crate::plan::build::BuildOptions;
-use crate::plan::canonical;
+use crate::plan::{StepType, canonical};
 
 use super::common::{
     CacheArgs, Exit, Outcome, PlanInputs, build, inputs_file, load_checked, open_session,
@@ -65,6 +65,18 @@ pub fn run(args: &Args) -> Outcome {
         ..SessionOptions::default()
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
+    // Known from the plan alone: refused before any model is built or loaded.
+    let has_agent = plan
+        .raw
+        .steps
+        .iter()
+        .any(|s| s.step_type() == StepType::Agent);
+    if !has_agent {
+        return refuse(format_args!(
+            "{} has no `agent` step to chat with",
+            args.plan.display()
+        ));
+    }
     let file = inputs_file(&session, &args.given)?;
     let pipeline = build(
         &session,
@@ -75,12 +87,6 @@ pub fn run(args: &Args) -> Outcome {
             ..BuildOptions::default()
         },
     )?;
-    if !pipeline.steps.iter().any(|s| s.kind == "agent") {
-        return refuse(format_args!(
-            "{} has no `agent` step to chat with",
-            args.plan.display()
-        ));
-    }
     let message_input = message_input(args, &pipeline)?;
     let mut chat = Chat {
         args,

@@ -125,11 +125,19 @@ pub fn main() -> ExitCode {
 /// Marks the process non-dumpable: its `/proc/<pid>/environ`, `mem` and the like then open only
 /// for a process with `CAP_SYS_PTRACE`, not for any process of the same user (a command tool),
 /// and it cannot be attached to with ptrace or leave a core dump.
+#[cfg(target_os = "linux")]
 fn harden() -> nix::Result<()> {
     nix::sys::prctl::set_dumpable(false)
 }
 
-#[cfg(test)]
+/// Elsewhere there is no `prctl` (and no `/proc/<pid>/environ` to protect): nothing to do. Only
+/// Linux is tested.
+#[cfg(not(target_os = "linux"))]
+fn harden() -> nix::Result<()> {
+    Ok(())
+}
+
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     /// After hardening, the process is not dumpable.
     #[test]

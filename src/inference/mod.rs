@@ -25,7 +25,11 @@ use serde_json::Value;
 use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition};
 
 pub use example::example_for_schema;
-pub use local::{LocalConfig, LocalEngine, LocalModel, LocalSettings};
+#[cfg(not(feature = "local"))]
+pub use local::no_local_engine;
+#[cfg(feature = "local")]
+pub use local::{LocalConfig, LocalEngine};
+pub use local::{LocalModel, LocalSettings};
 pub use openai::{OpenAiConfig, OpenAiEngine};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
 pub use source::{HubPin, LocalSource, Notice, hub_pin};

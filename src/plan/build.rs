@@ -218,6 +218,13 @@ impl Builder<'_> {
                 }
                 _ => None,
             },
+            replay_only: cached
+                && !self.options.dry_run
+                && self
+                    .options
+                    .cache
+                    .as_ref()
+                    .is_some_and(|cache| cache.only()),
         }
     }
 

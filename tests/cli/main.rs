@@ -15,10 +15,13 @@ mod docs;
 mod engines;
 mod graph;
 mod invalid_corpus;
+#[cfg(not(feature = "local"))]
+mod light;
 mod lock;
 mod onnx;
 mod patterns;
 mod policy;
+#[cfg(feature = "local")]
 mod real_model;
 mod retrieval;
 mod robustness;

@@ -84,6 +84,7 @@ impl Server {
     }
 
     /// Every stderr line read so far.
+    #[cfg(feature = "local")]
     pub fn seen(&self) -> &[String] {
         &self.seen
     }

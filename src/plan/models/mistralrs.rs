@@ -100,6 +100,12 @@ impl ModelKind for MistralrsModel {
                 )
             })?,
         };
+        // Without the local engine only the call cache can answer: the model is built for
+        // `--cache-only`, refused (before anything runs) otherwise.
+        #[cfg(not(feature = "local"))]
+        if !env.replay_only {
+            return Err(crate::inference::no_local_engine(env.name));
+        }
         let settings = LocalSettings {
             max_batch: LOCAL_MAX_BATCH,
             context_length: self.context_length,

@@ -90,6 +90,9 @@ pub struct ModelEnv<'a> {
     pub verbose: bool,
     /// Where values computed from content (passage embeddings) may be kept across runs.
     pub memo: Option<Arc<dyn Memo>>,
+    /// Whether every call of this model must come from the call cache (`--cache-only`), so the
+    /// engine itself is never called.
+    pub replay_only: bool,
 }
 
 /// A built model, by what it computes.
