@@ -357,6 +357,12 @@ fn short(value: &Value) -> String {
 /// One line on stderr per finished, skipped or retried step, and per check that sends the run
 /// back to a model step.
 fn progress(event: &Event) {
+    // A sub-plan's steps (a route's plan agent) are shown inside the route step that ran them.
+    let nested = if event.parent_run_id.is_some() {
+        "    "
+    } else {
+        ""
+    };
     let step = event.step.as_deref().unwrap_or("");
     let line = match &event.data {
         EventData::StepEnd {
@@ -393,7 +399,7 @@ fn progress(event: &Event) {
         }
         _ => return,
     };
-    let _ = writeln!(io::stderr(), "{line}");
+    let _ = writeln!(io::stderr(), "{nested}{line}");
 }
 
 /// The line once the input is counted; a spinner shows until then. The message is cut at the

@@ -234,3 +234,48 @@ fn every_kind_of_sequential_agent_reads_the_earlier_results() {
     );
     assert_eq!(record["output"], "All four agents ran.");
 }
+
+/// A plan agent's run is nested in the route step: its own run id, its events linked to the
+/// calling run and step, no lifecycle of the calling run's among them, and its steps shown
+/// inside the route step's progress.
+#[test]
+fn a_plan_agent_runs_nested_in_the_route_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("events.jsonl");
+    let run = pagantic(&[
+        "run",
+        "--events",
+        events_file.to_str().expect("utf-8"),
+        "tests/plans/route-results.yaml",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let events = events_in(&events_file);
+    let parent = events[0]["run_id"].as_str().expect("a run id").to_string();
+    let states = |run_id: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["run_id"] == run_id && e["kind"] == "lifecycle")
+            .map(|e| e["data"]["state"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(
+        states(&parent),
+        ["INIT", "PLAN", "PREPARE", "EXECUTE", "VALIDATE", "COMPLETE"]
+    );
+    let nested: Vec<&Value> = events.iter().filter(|e| e["run_id"] != parent).collect();
+    assert!(!nested.is_empty(), "the sub-plan's events are in the file");
+    assert!(nested.iter().all(|e| e["parent_run_id"] == parent.as_str()));
+    let child = nested[0]["run_id"].as_str().expect("its run id");
+    assert_eq!(states(child), ["EXECUTE", "VALIDATE", "COMPLETE"]);
+    // Its run-level events hang from an attempt span of the route step in the calling run.
+    let route_spans: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["run_id"] == parent.as_str() && e["kind"] == "step_start")
+        .map(|e| &e["span"])
+        .collect();
+    let hangs_from = &nested[0]["parent_span"];
+    assert!(route_spans.contains(&hangs_from), "{hangs_from}");
+    let shown = |prefix: &str| run.stderr.lines().any(|line| line.starts_with(prefix));
+    assert!(shown("      ✓ summary ("), "{}", run.stderr);
+    assert!(shown("  ✓ assist ("), "{}", run.stderr);
+}
