@@ -55,6 +55,15 @@ pub struct Args {
     /// Most steps of one run running at once.
     #[arg(long, default_value_t = 4, value_name = "N")]
     max_parallel: usize,
+    /// Origins (`scheme://host[:port]`) whose web pages may call the server; requests from any
+    /// other page (they carry `Origin`) get 403. Default: none. Comma-separated or repeated.
+    #[arg(long, value_name = "ORIGIN", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Host names requests may be addressed to. On a loopback address loopback names are always
+    /// answered and any other host gets 403 (DNS rebinding); on another address, when given, only
+    /// these. Comma-separated or repeated.
+    #[arg(long, value_name = "HOST", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
     #[command(flatten)]
     cache: CacheArgs,
 }
@@ -134,6 +143,8 @@ pub fn run(args: &Args) -> Outcome {
         grace: Duration::from_secs_f64(args.grace.max(0.0)),
         watch: args.watch.then_some(WATCH_EVERY),
         cache: session.cache(),
+        allowed_origins: args.allowed_origins.clone(),
+        allowed_hosts: args.allowed_hosts.clone(),
     };
     let served = session.block_on(serve::serve(
         session.runner(),

@@ -64,6 +64,9 @@ impl Runner {
         let mut cancel_closed = false;
         let mut exhausted = false;
         loop {
+            // The runs in flight see a cancellation too, and may end (and be handed back) before
+            // this loop hears of it: the value is read, not only waited for.
+            cancelled |= *cancel.borrow();
             while !cancelled && !exhausted && running.len() < concurrency.max(1) {
                 match work.next()? {
                     Some(job) => {
@@ -171,6 +174,8 @@ mod tests {
         ended: Vec<(usize, RunStatus, Value)>,
         most_in_flight: usize,
         stop_after: Option<usize>,
+        /// Turned true as the first run is handed back (a run that saw a cancellation first).
+        cancel_on_end: Option<watch::Sender<bool>>,
     }
 
     impl Probe {
@@ -183,6 +188,7 @@ mod tests {
                 ended: Vec::new(),
                 most_in_flight: 0,
                 stop_after: None,
+                cancel_on_end: None,
             }
         }
     }
@@ -212,6 +218,9 @@ mod tests {
         async fn finished(&mut self, tag: usize, record: RunRecord) -> Result<(), Failure> {
             let output = record.output.unwrap_or(Value::Null);
             self.ended.push((tag, record.status, output));
+            if let Some(cancel) = &self.cancel_on_end {
+                cancel.send_replace(true);
+            }
             Ok(())
         }
     }
@@ -263,5 +272,17 @@ mod tests {
         assert_eq!(work.started, 2);
         let statuses: Vec<RunStatus> = work.ended.iter().map(|(_, s, _)| *s).collect();
         assert_eq!(statuses, [RunStatus::Cancelled, RunStatus::Cancelled]);
+    }
+
+    /// The last run can end, and be handed back, after a cancellation this loop has not yet
+    /// heard of: the fan-out still says it was cancelled.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancellation_seen_first_by_the_runs_still_counts() {
+        let runner = Runner::standalone(4);
+        let (cancel, receiver) = watch::channel(false);
+        let mut work = Probe::new(vec![10]);
+        work.cancel_on_end = Some(cancel);
+        let cancelled = runner.run_many(&mut work, 1, receiver).await;
+        assert!(cancelled.expect("runs"));
     }
 }

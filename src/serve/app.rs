@@ -18,6 +18,7 @@ use super::admission::Admission;
 use super::auth::Token;
 use super::catalog::{Catalog, Served};
 use super::metrics::{Metrics, Refusal};
+use super::origin::OriginPolicy;
 use crate::core::{Failure, FailureCode, text::suggestion};
 use crate::inference::TokenSink;
 use crate::orchestrate::{
@@ -32,6 +33,8 @@ pub struct App {
     pub(super) admission: Arc<Admission>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) token: Option<Arc<Token>>,
+    /// Which web pages and host names may reach the server.
+    pub(super) origins: Arc<OriginPolicy>,
     pub(super) max_body_bytes: usize,
     /// Turns true when the grace period after SIGTERM is over: runs still going are cancelled.
     pub(super) stop_runs: watch::Receiver<bool>,
@@ -85,6 +88,11 @@ impl App {
             admission: Arc::new(Admission::new(options.max_concurrent, options.queue)),
             metrics: Arc::new(Metrics::default()),
             token: options.token.as_deref().map(|t| Arc::new(Token::new(t))),
+            origins: Arc::new(OriginPolicy::new(
+                options.addr,
+                options.allowed_origins.clone(),
+                options.allowed_hosts.clone(),
+            )),
             max_body_bytes: options.max_body_bytes,
             stop_runs,
         }

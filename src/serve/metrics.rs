@@ -28,6 +28,8 @@ const BUCKETS: [f64; 14] = [
 pub enum Refusal {
     BadRequest,
     Unauthorized,
+    /// From a web page of a foreign origin, or to a host name the server does not answer to.
+    Forbidden,
     NotFound,
     TooLarge,
     QueueFull,
@@ -38,6 +40,7 @@ impl EncodeLabelValue for Refusal {
         encoder.write_str(match self {
             Refusal::BadRequest => "bad_request",
             Refusal::Unauthorized => "unauthorized",
+            Refusal::Forbidden => "forbidden",
             Refusal::NotFound => "not_found",
             Refusal::TooLarge => "too_large",
             Refusal::QueueFull => "queue_full",

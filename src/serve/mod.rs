@@ -24,6 +24,7 @@ mod auth;
 mod catalog;
 mod metrics;
 mod openai;
+mod origin;
 mod routes;
 
 use std::future::Future;
@@ -60,6 +61,10 @@ pub struct ServeOptions {
     pub watch: Option<Duration>,
     /// The call cache plans swapped in by `watch` are built with.
     pub cache: Option<Arc<CallCache>>,
+    /// Origins whose web pages may call the server (none by default; see [`origin`]).
+    pub allowed_origins: Vec<String>,
+    /// Host names requests may be addressed to besides loopback ones (see [`origin`]).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// What the server tells its operator; the command prints it.

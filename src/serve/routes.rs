@@ -34,6 +34,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/chat/completions", post(super::openai::completions))
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        .layer(middleware::from_fn_with_state(app.clone(), same_origin))
         .with_state(app)
 }
 
@@ -50,6 +51,35 @@ pub fn wants_stream(headers: &HeaderMap, query: Option<&str>) -> bool {
         .split('&')
         .any(|pair| matches!(pair.split_once('='), Some(("stream", "true" | "1"))));
     accepts || asked
+}
+
+/// Refuses (403) a request from a web page of a foreign origin or to a foreign host name, before
+/// anything else looks at it; see [`super::origin`].
+async fn same_origin(State(app): State<App>, request: Request, next: Next) -> Response {
+    let verdict = {
+        let headers = request.headers();
+        let text = |value: &HeaderValue| String::from_utf8_lossy(value.as_bytes()).into_owned();
+        let origin = headers.get(header::ORIGIN).map(text);
+        let host = headers
+            .get(header::HOST)
+            .map(text)
+            .or_else(|| request.uri().authority().map(|a| a.to_string()));
+        app.origins.admit(origin.as_deref(), host.as_deref())
+    };
+    match verdict {
+        Ok(()) => next.run(request).await,
+        Err(foreign) => refuse(
+            &app,
+            Refused {
+                status: StatusCode::FORBIDDEN,
+                why: Refusal::Forbidden,
+                failure: Failure::new(FailureCode::ConfigInvalidInput, foreign.explain())
+                    .with_help(
+                        "call the server from a program, or start it with --allowed-origins / --allowed-hosts naming who may",
+                    ),
+            },
+        ),
+    }
 }
 
 /// Every request but `/healthz` needs the bearer token, when the server has one.

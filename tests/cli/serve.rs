@@ -624,3 +624,70 @@ async fn watched_plans_are_swapped_in_and_invalid_changes_rejected() {
         "the last valid version still serves"
     );
 }
+
+/// A web page cannot use a local server: a request carrying a foreign `Origin` is refused
+/// whatever its content type (a `text/plain` POST needs no preflight), and so is one addressed to
+/// a foreign host name (DNS rebinding). Programs (no `Origin`, a loopback `Host`) and the origins
+/// and hosts the server names are answered; no CORS header is ever sent.
+#[tokio::test]
+async fn web_pages_and_rebound_host_names_are_refused() {
+    let server = Server::start(&["tests/plans/serve/echo.yaml"], &[]);
+    let run = server.url("/v1/plans/echo/runs");
+    let from_page = client()
+        .post(&run)
+        .header("content-type", "text/plain")
+        .header("origin", "https://evil.example")
+        .body(r#"{"question": "hi"}"#)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(from_page.status(), StatusCode::FORBIDDEN);
+    assert!(
+        from_page
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    let body: Value = from_page.json().await.expect("a JSON answer");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("origin `https://evil.example`")),
+        "{body}"
+    );
+    for path in ["/healthz", "/metrics", "/v1/plans"] {
+        let rebound = client()
+            .get(server.url(path))
+            .header("host", "attacker.example:8080")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(rebound.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    let (status, _) = post(&server, "/v1/plans/echo/runs", &json!({ "question": "hi" })).await;
+    assert_eq!(status, StatusCode::OK, "a program is answered");
+    wait_for_metric(
+        &server,
+        r#"pagantic_requests_refused_total{reason="forbidden"} 4"#,
+    )
+    .await;
+
+    let named = Server::start(
+        &[
+            "tests/plans/serve/echo.yaml",
+            "--allowed-origins",
+            "http://localhost:3000",
+            "--allowed-hosts",
+            "pagantic.internal",
+        ],
+        &[],
+    );
+    let allowed = client()
+        .get(named.url("/v1/plans"))
+        .header("origin", "http://localhost:3000")
+        .header("host", "pagantic.internal:8080")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(allowed.status(), StatusCode::OK);
+}
