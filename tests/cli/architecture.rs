@@ -373,3 +373,125 @@ fn free_calls_leave_out_methods_and_definitions() {
                 executor::execute(p); my_execute(x);";
     assert_eq!(free_calls(code, "execute"), 2);
 }
+
+/// The most lines a function of `src/` may have, outside tests: past it, a function does more
+/// than one thing and is split.
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// `code` with the contents of string and character literals blanked (their line breaks kept),
+/// so braces inside them do not count.
+fn without_literals(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                out.push('"');
+                while let Some(inner) = chars.next() {
+                    match inner {
+                        // An escape: the character after it, a line break kept.
+                        '\\' if chars.next() == Some('\n') => out.push('\n'),
+                        '\\' => {}
+                        '"' => break,
+                        '\n' => out.push('\n'),
+                        _ => {}
+                    }
+                }
+                out.push('"');
+            }
+            // A character literal ('{', '\''); a lifetime ('a) has no closing quote.
+            '\'' => {
+                let literal: String = chars.clone().take(3).collect();
+                let end = if literal.starts_with('\\') {
+                    literal.char_indices().skip(1).find(|(_, c)| *c == '\'')
+                } else {
+                    literal.char_indices().nth(1).filter(|(_, c)| *c == '\'')
+                };
+                match end {
+                    Some((at, _)) => {
+                        for _ in 0..=at {
+                            chars.next();
+                        }
+                        out.push_str("' '");
+                    }
+                    None => out.push('\''),
+                }
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                for skipped in chars.by_ref() {
+                    if skipped == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Each function in `code` (by the line its `fn` is on) with how many lines it spans.
+fn function_lengths(code: &str) -> Vec<(usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let is_fn = line
+            .split_whitespace()
+            .take_while(|w| !w.starts_with("fn"))
+            .all(|w| matches!(w, "pub" | "async" | "const" | "unsafe") || w.starts_with("pub("))
+            && line.split_whitespace().any(|w| w == "fn");
+        if !is_fn {
+            continue;
+        }
+        let mut depth = 0i64;
+        let mut opened = false;
+        for (end, body) in lines.iter().enumerate().skip(start) {
+            if !opened && body.trim_end().ends_with(';') {
+                break;
+            }
+            depth += body.matches('{').count() as i64 - body.matches('}').count() as i64;
+            opened |= body.contains('{');
+            if opened && depth <= 0 {
+                found.push((start + 1, end - start + 1));
+                break;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_is_longer_than_the_limit() {
+    let src = crate::root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut long = Vec::new();
+    for file in &files {
+        if file.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("readable");
+        let code = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        for (line, length) in function_lengths(&without_literals(code)) {
+            if length > MAX_FUNCTION_LINES {
+                let relative = file.strip_prefix(&src).unwrap_or(file).display();
+                long.push(format!("src/{relative}:{line}: {length} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn function_lengths_skip_braces_in_literals_and_comments() {
+    let code = "fn a() {\n    let s = \"{{ x }}\";\n    let c = '{';\n    // {\n}\nfn b();\nfn c<'a>(x: &'a str) {\n}\n";
+    assert_eq!(function_lengths(&without_literals(code)), [(1, 5), (7, 2)]);
+}
