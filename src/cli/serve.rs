@@ -156,7 +156,7 @@ pub fn run(args: &Args) -> Outcome {
             second: session.wait_for_signals(2),
         },
     ));
-    session.finish_serving(served.as_ref().err());
+    session.finish_serving(served.is_err());
     match served {
         Ok(()) => Ok(EXIT_OK),
         Err(failure) => invalid(&failure),

@@ -249,11 +249,12 @@ impl Session {
     }
 
     /// Records a server's end: COMPLETE when it stopped as asked (Ctrl-C, SIGTERM: its requests'
-    /// runs each ended in their own records), ERROR when it failed with `failure`.
-    pub fn finish_serving(&self, failure: Option<&Failure>) {
-        self.events().lifecycle(match failure {
-            None => Lifecycle::Complete,
-            Some(_) => Lifecycle::Error,
+    /// runs each ended in their own records), ERROR when it `failed`.
+    pub fn finish_serving(&self, failed: bool) {
+        self.events().lifecycle(if failed {
+            Lifecycle::Error
+        } else {
+            Lifecycle::Complete
         });
     }
 
@@ -370,11 +371,6 @@ impl Runner {
     /// Resolves when Ctrl-C or SIGTERM arrives (at once if one already has).
     pub fn wait_for_interrupt(&self) -> impl Future<Output = ()> + Send + 'static {
         wait_until(&self.interrupt, |interrupted| *interrupted)
-    }
-
-    /// Whether Ctrl-C or SIGTERM has arrived (and not been cleared).
-    pub fn interrupted(&self) -> bool {
-        *self.interrupt.borrow()
     }
 
     /// Records a failure outside any run (see [`Session::fail`]).

@@ -192,6 +192,7 @@ impl SuiteResult {
 /// Runs every suite in `session`, in order, each through [`run_suite`]; stops after a suite
 /// that a cancellation stopped. `starting` hears of each suite before it runs. An unknown
 /// `--variant` or a `--filter` that keeps no case of any suite is invalid input: nothing runs.
+/// Every suite's cases (datasets read) are known before the first runs.
 pub async fn run_suites(
     session: &Session,
     suites: &[Suite],
@@ -199,11 +200,26 @@ pub async fn run_suites(
     starting: &dyn Fn(&Suite),
     done: &(dyn Fn(&str, &CaseResult) + Sync),
 ) -> Result<Vec<SuiteResult>, Failure> {
-    check_selection(suites, options)?;
+    check_variant(suites, options)?;
+    let cases = suites
+        .iter()
+        .map(|suite| cases::expand(suite, options.filter.as_deref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(filter) = &options.filter
+        && cases.iter().all(Vec::is_empty)
+    {
+        return Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!("no case name contains `{filter}`"),
+        )
+        .with_help(
+            "--filter keeps the cases whose name contains it (a dataset case is named FILE:ID)",
+        ));
+    }
     let mut results = Vec::new();
-    for suite in suites {
+    for (suite, cases) in suites.iter().zip(&cases) {
         starting(suite);
-        let result = run_suite(session, suite, options, done).await?;
+        let result = run_suite(session, suite, cases, options, done).await?;
         let cancelled = result.cancelled;
         results.push(result);
         if cancelled {
@@ -213,47 +229,36 @@ pub async fn run_suites(
     Ok(results)
 }
 
-/// Refuses a `--variant` some suite lacks, and a `--filter` that keeps no case of any suite.
-fn check_selection(suites: &[Suite], options: &SuiteOptions) -> Result<(), Failure> {
-    if let Some(name) = &options.variant
-        && let Some(suite) = suites
-            .iter()
-            .find(|s| !s.variants.iter().any(|v| &v.name == name))
+/// Refuses a `--variant` some suite lacks.
+fn check_variant(suites: &[Suite], options: &SuiteOptions) -> Result<(), Failure> {
+    let Some(name) = &options.variant else {
+        return Ok(());
+    };
+    match suites
+        .iter()
+        .find(|s| !s.variants.iter().any(|v| &v.name == name))
     {
-        let known: Vec<&str> = suite.variants.iter().map(|v| v.name.as_str()).collect();
-        return Err(Failure::new(
-            FailureCode::ConfigInvalidInput,
-            format!("{} has no variant `{name}`", suite.path.display()),
-        )
-        .with_help(format!("its variants: {}", known.join(", "))));
-    }
-    if let Some(filter) = &options.filter {
-        let mut any = false;
-        for suite in suites {
-            any |= !cases::expand(suite, Some(filter))?.is_empty();
-        }
-        if !any {
-            return Err(Failure::new(
+        Some(suite) => {
+            let known: Vec<&str> = suite.variants.iter().map(|v| v.name.as_str()).collect();
+            Err(Failure::new(
                 FailureCode::ConfigInvalidInput,
-                format!("no case name contains `{filter}`"),
+                format!("{} has no variant `{name}`", suite.path.display()),
             )
-            .with_help(
-                "--filter keeps the cases whose name contains it (a dataset case is named FILE:ID)",
-            ));
+            .with_help(format!("its variants: {}", known.join(", "))))
         }
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// Runs every case of `suite` under each of its variants (or only `options.variant`) in
+/// Runs `cases` of `suite` under each of its variants (or only `options.variant`) in
 /// `session`; `done` hears of each case as it is scored.
-pub async fn run_suite(
+async fn run_suite(
     session: &Session,
     suite: &Suite,
+    cases: &[Case<'_>],
     options: &SuiteOptions,
     done: &(dyn Fn(&str, &CaseResult) + Sync),
 ) -> Result<SuiteResult, Failure> {
-    let cases = cases::expand(suite, options.filter.as_deref())?;
     let mut result = SuiteResult {
         file: suite.path.clone(),
         plan: suite.plan.path.clone(),
@@ -267,7 +272,7 @@ pub async fn run_suite(
         .iter()
         .filter(|v| options.variant.as_ref().is_none_or(|name| &v.name == name));
     for variant in chosen {
-        let (outcome, cancelled) = run_variant(session, variant, &cases, options, done).await?;
+        let (outcome, cancelled) = run_variant(session, variant, cases, options, done).await?;
         result.variants.push(outcome);
         if cancelled {
             result.cancelled = true;

@@ -336,26 +336,13 @@ fn free_calls(code: &str, name: &str) -> usize {
 /// decided in one place.
 #[test]
 fn only_the_runner_starts_runs() {
-    let src = crate::root().join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut callers = Vec::new();
-    for file in &files {
-        let relative = file
-            .strip_prefix(&src)
-            .unwrap_or(file)
-            .display()
-            .to_string();
-        if RUNS_START_IN.contains(&relative.as_str()) || relative.ends_with("tests.rs") {
+    for (relative, code) in src_code() {
+        if RUNS_START_IN.contains(&relative.as_str()) {
             continue;
         }
-        let text = std::fs::read_to_string(file).expect("readable");
-        let code = text
-            .split("#[cfg(test)]\nmod tests")
-            .next()
-            .unwrap_or_default();
         for name in ["execute", "render_step"] {
-            if free_calls(code, name) > 0 {
+            if free_calls(&code, name) > 0 {
                 callers.push(format!("{relative} calls {name}"));
             }
         }
@@ -463,22 +450,10 @@ fn function_lengths(code: &str) -> Vec<(usize, usize)> {
 
 #[test]
 fn no_function_is_longer_than_the_limit() {
-    let src = crate::root().join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
     let mut long = Vec::new();
-    for file in &files {
-        if file.file_name().is_some_and(|n| n == "tests.rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(file).expect("readable");
-        let code = text
-            .split("#[cfg(test)]\nmod tests")
-            .next()
-            .unwrap_or_default();
-        for (line, length) in function_lengths(&without_literals(code)) {
+    for (relative, code) in src_code() {
+        for (line, length) in function_lengths(&code) {
             if length > MAX_FUNCTION_LINES {
-                let relative = file.strip_prefix(&src).unwrap_or(file).display();
                 long.push(format!("src/{relative}:{line}: {length} lines"));
             }
         }
@@ -488,6 +463,31 @@ fn no_function_is_longer_than_the_limit() {
         "functions over {MAX_FUNCTION_LINES} lines:\n{}",
         long.join("\n")
     );
+}
+
+/// Every file of `src/` but a `tests.rs` — its path from `src/`, and its code before its unit
+/// tests with the contents of literals and comments blanked (see [`without_literals`]).
+fn src_code() -> Vec<(String, String)> {
+    let src = crate::root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .iter()
+        .filter(|file| file.file_name().is_none_or(|n| n != "tests.rs"))
+        .map(|file| {
+            let relative = file
+                .strip_prefix(&src)
+                .unwrap_or(file)
+                .display()
+                .to_string();
+            let text = std::fs::read_to_string(file).expect("readable");
+            let code = text
+                .split("#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default();
+            (relative, without_literals(code))
+        })
+        .collect()
 }
 
 #[test]
