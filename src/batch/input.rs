@@ -370,7 +370,8 @@ fn make_room<T: Clone + Default>(buffer: &mut Vec<T>, used: usize, limit: usize)
     used
 }
 
-fn files(pattern: &str, max_row_bytes: u64) -> Result<Rows, Failure> {
+/// The files `pattern` matches, in order; none is an error.
+fn matching_files(pattern: &str) -> Result<Vec<PathBuf>, Failure> {
     let mut paths: Vec<PathBuf> = glob::glob(pattern)
         .map_err(|e| bad_input(format!("invalid pattern {pattern}: {}", e.msg)))?
         .filter_map(Result::ok)
@@ -380,6 +381,42 @@ fn files(pattern: &str, max_row_bytes: u64) -> Result<Rows, Failure> {
     if paths.is_empty() {
         return Err(bad_input(format!("{pattern} matches no file")));
     }
+    Ok(paths)
+}
+
+/// The SHA-256 of `source`, in hex, so that a part written from it can tell it from another
+/// input: of the file's bytes, or for a directory or glob of each file's path and SHA-256 in
+/// order. Stdin cannot be read twice: None.
+pub fn sha256(source: &str) -> Result<Option<String>, Failure> {
+    use crate::inference::store::hex;
+    use sha2::{Digest, Sha256};
+    let hash_file = |path: &Path| -> Result<String, Failure> {
+        let mut file = File::open(path)
+            .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut file, &mut hasher)
+            .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
+        Ok(hex(&hasher.finalize()))
+    };
+    let path = Path::new(source);
+    let pattern = if source == "-" {
+        return Ok(None);
+    } else if path.is_dir() {
+        format!("{}/*", glob::Pattern::escape(source))
+    } else if source.contains(['*', '?', '[']) && !path.exists() {
+        source.to_string()
+    } else {
+        return hash_file(path).map(Some);
+    };
+    let mut hasher = Sha256::new();
+    for file in matching_files(&pattern)? {
+        hasher.update(format!("{}\0{}\n", file.display(), hash_file(&file)?));
+    }
+    Ok(Some(hex(&hasher.finalize())))
+}
+
+fn files(pattern: &str, max_row_bytes: u64) -> Result<Rows, Failure> {
+    let paths = matching_files(pattern)?;
     Ok(Box::new(paths.into_iter().enumerate().map(
         move |(index, path)| {
             let mut content = String::new();

@@ -5,13 +5,20 @@
 //! through `--map input=column`), and run through the session's [`Runner::run_many`] on one
 //! built pipeline, so every row shares the same loaded models. Each finished row becomes one JSON
 //! line ([`output`]), written and flushed at once; `--resume` skips the rows an earlier run
-//! wrote. A failing row is recorded and the others go on, unless `--fail-fast`. Templates see the
-//! row itself as `row`. Every row is a run of its own (its run id is in its output line) whose
-//! events go to the session's events file, and whose record carries its model calls and cache
-//! tally for the summary.
+//! wrote, except those whose failure may pass, and refuses an output another shard, input or
+//! plan wrote ([`part`]). A failing row is recorded and the others go on, unless `--fail-fast`.
+//! Array jobs run one [`shard`] each into parts of their own, which [`merge`] joins. Templates
+//! see the row itself as `row`. Every row is a run of its own (its run id is in its output line)
+//! whose events go to the session's events file, and whose record carries its model calls and
+//! cache tally for the summary.
 
 pub mod input;
+pub mod merge;
 pub mod output;
+pub mod part;
+pub mod shard;
+
+pub use shard::{Shard, ShardError, parse_shard};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -46,8 +53,12 @@ pub struct BatchOptions {
     pub fail_fast: bool,
     /// Run at most this many rows.
     pub limit: Option<usize>,
-    /// Only rows whose index ≡ shard mod count: (shard, count).
-    pub shard: Option<(usize, usize)>,
+    /// Only the rows of this shard.
+    pub shard: Option<Shard>,
+    /// With `resume`: take an output another shard wrote as this shard's.
+    pub reshard: bool,
+    /// The SHA-256 of the plan and what its lockfile pins, recorded with the output.
+    pub plan_sha256: String,
     /// Plan input ← row column, where the names differ.
     pub map: Vec<(String, String)>,
     /// Write rows in input order instead of as they finish.
@@ -85,13 +96,38 @@ pub struct StepTimes {
     pub p95_ms: f64,
 }
 
+/// How a batch ended, worst first: what a scheduler acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// A signal (Ctrl-C, SIGTERM: a preemption, a time limit) stopped it before every row ran.
+    Preempted,
+    /// A row failed for a reason that may pass (a rate limit, a server error): `--resume` runs
+    /// those rows again.
+    Retry,
+    /// Rows failed for good: running them again changes nothing.
+    Failed,
+    /// Every row succeeded.
+    Complete,
+}
+
 /// The end-of-run summary (stderr, and `--summary FILE` as JSON).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    pub end: End,
     pub rows_ok: usize,
+    /// Every failed row, those that failed retryably among them.
     pub rows_failed: usize,
+    /// Rows whose failure may pass (see [`Failure::transient`]): a resume runs them again.
+    pub rows_failed_retryably: usize,
     pub rows_skipped: usize,
+    /// Skipped rows that an earlier run recorded as failed for good: they still make the batch
+    /// end failed.
+    pub rows_skipped_failed: usize,
     pub cancelled: bool,
+    /// The shard, the input's SHA-256 and the plan's.
+    #[serde(flatten)]
+    pub origin: part::Origin,
     pub usage: TokenUsage,
     /// What the rows' model calls cost at the models' declared prices; null when none was priced.
     pub cost: Option<Cost>,
@@ -128,8 +164,13 @@ pub async fn run(
         )
         .with_help("write the output somewhere the input does not cover"));
     }
+    let origin = part::Origin {
+        shard: options.shard.clone(),
+        input_sha256: input::sha256(&options.input)?,
+        plan_sha256: options.plan_sha256.clone(),
+    };
     let (sink, previous) = match &options.out {
-        Some(path) => output::open(path, options.resume, options.retry_errors)?,
+        Some(path) => open_part(path, &origin, &options)?,
         None => (Sink::Stdout, output::Previous::default()),
     };
     let rows = input::open(
@@ -144,6 +185,7 @@ pub async fn run(
         options,
         rows,
         done: previous.done,
+        done_failed: previous.failed,
         seen: HashMap::new(),
         lines: Lines {
             sink,
@@ -162,7 +204,24 @@ pub async fn run(
     let cancelled = runner
         .run_many(&mut work, concurrency, runner.cancellation())
         .await?;
-    Ok(work.tally.summary(cancelled, started.elapsed()))
+    Ok(work.tally.summary(cancelled, origin, started.elapsed()))
+}
+
+/// Opens the output `path` for this run and records what writes it: resuming, only an output
+/// this shard, input and plan wrote (`--reshard`: any shard's).
+fn open_part(
+    path: &std::path::Path,
+    origin: &part::Origin,
+    options: &BatchOptions,
+) -> Result<(Sink, output::Previous), Failure> {
+    if options.resume {
+        part::adopt(path, origin, options.reshard)?;
+    }
+    let opened = output::open(path, options.resume, options.retry_errors)?;
+    if !options.resume {
+        part::write(path, origin)?;
+    }
+    Ok(opened)
 }
 
 /// A batch as the fan-out sees it: rows handed out as runs, their lines written as they end.
@@ -172,6 +231,8 @@ struct RowRuns<'p> {
     rows: input::Rows,
     /// Rows an earlier run wrote (`--resume`): skipped.
     done: HashSet<String>,
+    /// Those of them that failed for good.
+    done_failed: HashSet<String>,
     /// How often each `--id` value has been seen.
     seen: HashMap<String, usize>,
     lines: Lines,
@@ -194,6 +255,10 @@ struct Tally {
     usage: TokenUsage,
     cost: Option<Cost>,
     cache: CacheTally,
+    /// Failed rows whose failure may pass.
+    failed_retryably: usize,
+    /// Skipped rows an earlier run recorded as failed.
+    skipped_failed: usize,
 }
 
 impl Tally {
@@ -207,23 +272,38 @@ impl Tally {
                 .or_default()
                 .push(step.duration_ms);
         }
-        self.counts.tokens += record.usage.total();
+        self.counts.tokens = self.counts.tokens.saturating_add(record.usage.total());
         self.usage += record.usage;
         self.cost = Cost::sum(self.cost, record.cost);
         if record.status == RunStatus::Complete {
             self.counts.ok += 1;
         } else {
             self.counts.failed += 1;
+            self.failed_retryably +=
+                usize::from(record.error.as_ref().is_some_and(Failure::transient));
         }
     }
 
-    fn summary(self, cancelled: bool, wall: Duration) -> Summary {
+    fn summary(self, cancelled: bool, origin: part::Origin, wall: Duration) -> Summary {
         let counts = self.counts;
+        let end = if cancelled {
+            End::Preempted
+        } else if self.failed_retryably > 0 {
+            End::Retry
+        } else if counts.failed + self.skipped_failed > 0 {
+            End::Failed
+        } else {
+            End::Complete
+        };
         Summary {
+            end,
             rows_ok: counts.ok,
             rows_failed: counts.failed,
+            rows_failed_retryably: self.failed_retryably,
             rows_skipped: counts.skipped,
+            rows_skipped_failed: self.skipped_failed,
             cancelled,
+            origin,
             usage: self.usage,
             cost: self.cost,
             model_calls: counts.model_calls,
@@ -290,7 +370,7 @@ impl RowRuns<'_> {
                     Some(bad.failure),
                 ),
             };
-            if !in_shard(row.index, self.options.shard) {
+            if !in_shard(row.index, self.options.shard.as_ref()) {
                 continue;
             }
             let occurrence = self.occurrence(&row.id);
@@ -300,6 +380,7 @@ impl RowRuns<'_> {
             }
             if self.done.contains(&row.id) {
                 self.tally.counts.skipped += 1;
+                self.tally.skipped_failed += usize::from(self.done_failed.contains(&row.id));
                 continue;
             }
             self.started_rows += 1;
@@ -368,6 +449,7 @@ impl FanOut for RowRuns<'_> {
                         pipeline: Arc::clone(&self.pipeline),
                         inputs,
                         globals,
+                        sample: None,
                         tag: (sequence, row),
                     }));
                 }
@@ -400,8 +482,8 @@ impl FanOut for RowRuns<'_> {
 }
 
 /// Whether the row at `index` belongs to this shard (every row does without one).
-fn in_shard(index: usize, shard: Option<(usize, usize)>) -> bool {
-    shard.is_none_or(|(shard, count)| index % count == shard)
+fn in_shard(index: usize, shard: Option<&Shard>) -> bool {
+    shard.is_none_or(|shard| shard.holds(index))
 }
 
 /// Counts the rows the run will see on a thread of its own (reading the input a second time, as
@@ -411,15 +493,12 @@ fn count_rows_in_background(options: &BatchOptions) -> Arc<OnceLock<usize>> {
     if options.input != "-" {
         let (source, id_column) = (options.input.clone(), options.id_column.clone());
         let max_row_bytes = options.max_row_bytes;
-        let (shard, limit) = (options.shard, options.limit);
+        let (shard, limit) = (options.shard.clone(), options.limit);
         let slot = Arc::clone(&total);
         std::thread::spawn(move || {
             if let Ok(rows) = input::open(&source, id_column.as_deref(), max_row_bytes) {
                 let count = rows.count();
-                let in_shard = match shard {
-                    Some((index, of)) => (count + of - 1 - index) / of,
-                    None => count,
-                };
+                let in_shard = shard.map_or(count, |shard| shard.rows_of(count));
                 let _ = slot.set(limit.map_or(in_shard, |l| in_shard.min(l)));
             }
         });
@@ -453,7 +532,7 @@ pub async fn preview(
         options.max_row_bytes,
     )?
     .filter(|row| match row {
-        Ok(row) => in_shard(row.index, options.shard),
+        Ok(row) => in_shard(row.index, options.shard.as_ref()),
         // An unreadable row stops the preview with its error.
         Err(_) => true,
     });
@@ -516,6 +595,8 @@ fn line_for(row: &Row, record: &RunRecord) -> String {
     );
     if let Some(error) = &record.error {
         line.insert("error".into(), json!(error));
+        // A resume runs the row again when its failure may pass.
+        line.insert("transient".into(), json!(error.transient()));
     }
     line.insert("usage".into(), json!(record.usage));
     line.insert("cost".into(), json!(record.cost));
@@ -541,121 +622,9 @@ fn percentiles(mut times: Vec<f64>) -> StepTimes {
     }
 }
 
-/// Parses `I/N`, or takes the shard from the environment of array jobs: `env` reads Kubernetes
-/// Indexed Jobs (`JOB_COMPLETION_INDEX`, with the count in `PAGANTIC_SHARDS`) or Slurm arrays
-/// (`SLURM_ARRAY_TASK_ID` and `SLURM_ARRAY_TASK_COUNT`; the array may start anywhere and step,
-/// as `--array=1-8` or `0-14:2` do: `SLURM_ARRAY_TASK_MIN` and `SLURM_ARRAY_TASK_STEP` turn the
-/// task id into a shard from 0).
-pub fn parse_shard(text: &str) -> Result<(usize, usize), ShardError> {
-    let (index, count) = if text == "env" {
-        shard_from_env(|name| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-        })?
-    } else {
-        let not_i_over_n = || ShardError::NotIOverN(text.to_string());
-        let (i, n) = text.split_once('/').ok_or_else(not_i_over_n)?;
-        let parse = |s: &str| s.trim().parse::<usize>().map_err(|_| not_i_over_n());
-        (parse(i)?, parse(n)?)
-    };
-    if count == 0 || index >= count {
-        return Err(ShardError::NoSuchShard { index, count });
-    }
-    Ok((index, count))
-}
-
-/// Why `--shard` names no shard.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShardError {
-    /// Neither `I/N` nor `env`.
-    #[error("expected I/N, got `{0}`")]
-    NotIOverN(String),
-    /// The index is not below the count (or the count is 0).
-    #[error("shard {index} of {count} does not exist (shards are 0 to N-1)")]
-    NoSuchShard { index: usize, count: usize },
-    /// A Slurm array task id below the array's first id.
-    #[error("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")]
-    BelowArrayStart { id: usize, min: usize },
-    /// `--shard env` outside an array job.
-    #[error(
-        "--shard env needs JOB_COMPLETION_INDEX and PAGANTIC_SHARDS, or SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT"
-    )]
-    NotAnArrayJob,
-}
-
-/// The shard of an array job, from its environment (`var` reads one variable as a number).
-fn shard_from_env(var: impl Fn(&str) -> Option<usize>) -> Result<(usize, usize), ShardError> {
-    if let (Some(index), Some(count)) = (var("JOB_COMPLETION_INDEX"), var("PAGANTIC_SHARDS")) {
-        return Ok((index, count));
-    }
-    if let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT")) {
-        let min = var("SLURM_ARRAY_TASK_MIN").unwrap_or(0);
-        let step = var("SLURM_ARRAY_TASK_STEP").unwrap_or(1).max(1);
-        let offset = id
-            .checked_sub(min)
-            .ok_or(ShardError::BelowArrayStart { id, min })?;
-        return Ok((offset / step, count));
-    }
-    Err(ShardError::NotAnArrayJob)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A Slurm array numbered from 1 (`--array=1-4`), or stepping (`--array=0-6:2`), covers every
-    /// shard exactly once; a Kubernetes indexed job numbers from 0.
-    #[test]
-    fn array_jobs_cover_every_shard_once() {
-        let env = |pairs: Vec<(&'static str, usize)>| {
-            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
-        };
-        for (min, step, ids) in [(1, 1, vec![1, 2, 3, 4]), (0, 2, vec![0, 2, 4, 6])] {
-            let mut shards: Vec<usize> = ids
-                .into_iter()
-                .map(|id| {
-                    shard_from_env(env(vec![
-                        ("SLURM_ARRAY_TASK_ID", id),
-                        ("SLURM_ARRAY_TASK_COUNT", 4),
-                        ("SLURM_ARRAY_TASK_MIN", min),
-                        ("SLURM_ARRAY_TASK_STEP", step),
-                    ]))
-                    .expect("a shard")
-                    .0
-                })
-                .collect();
-            shards.sort_unstable();
-            assert_eq!(shards, [0, 1, 2, 3], "min {min}, step {step}");
-        }
-        assert_eq!(
-            shard_from_env(env(vec![
-                ("JOB_COMPLETION_INDEX", 2),
-                ("PAGANTIC_SHARDS", 3)
-            ])),
-            Ok((2, 3))
-        );
-        assert!(shard_from_env(env(vec![])).is_err());
-    }
-
-    #[test]
-    fn shards_parse_and_are_checked() {
-        assert_eq!(parse_shard("1/4"), Ok((1, 4)));
-        assert_eq!(
-            parse_shard("4/4"),
-            Err(ShardError::NoSuchShard { index: 4, count: 4 })
-        );
-        assert_eq!(parse_shard("x"), Err(ShardError::NotIOverN("x".into())));
-        assert_eq!(parse_shard("1/y"), Err(ShardError::NotIOverN("1/y".into())));
-        let below = shard_from_env(|name| match name {
-            "SLURM_ARRAY_TASK_ID" => Some(0),
-            "SLURM_ARRAY_TASK_COUNT" => Some(4),
-            "SLURM_ARRAY_TASK_MIN" => Some(1),
-            _ => None,
-        });
-        assert_eq!(below, Err(ShardError::BelowArrayStart { id: 0, min: 1 }));
-        assert_eq!(shard_from_env(|_| None), Err(ShardError::NotAnArrayJob));
-    }
 
     #[test]
     fn eta_needs_a_total_and_a_finished_row() {

@@ -52,12 +52,17 @@ impl Sink {
 pub struct Previous {
     /// Ids of rows to skip.
     pub done: HashSet<String>,
-    /// How many lines were dropped: a cut last line, or failed rows re-run by `--retry-errors`.
+    /// Those of them that failed (for good, or with `--retry-errors` never): the batch still
+    /// ends failed.
+    pub failed: HashSet<String>,
+    /// How many lines were dropped: a cut last line, rows that failed retryably (a rate limit, a
+    /// server error: see `transient` in the line), or with `--retry-errors` every failed row.
     pub dropped: usize,
 }
 
 /// Opens `path` for appending. With `resume`, first reads which rows it holds (dropping a cut
-/// last line, and with `retry_errors` the failed rows, rewriting the file atomically); without
+/// last line, the rows that failed retryably, and with `retry_errors` every failed row,
+/// rewriting the file atomically); without
 /// it, an existing non-empty file is an error rather than something silently overwritten.
 pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Previous), Failure> {
     let mut previous = Previous::default();
@@ -84,9 +89,12 @@ pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Prev
                 serde_json::from_slice(&line).ok()
             };
             match parsed {
-                Some(value) if !(retry_errors && value["status"] != "ok") => {
+                Some(value) if !runs_again(&value, retry_errors) => {
                     if let Some(id) = value["row"].as_str() {
                         previous.done.insert(id.to_string());
+                        if value["status"] != "ok" {
+                            previous.failed.insert(id.to_string());
+                        }
                     }
                     kept.push(line);
                 }
@@ -122,6 +130,13 @@ pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Prev
         },
         previous,
     ))
+}
+
+/// Whether a resume runs the row of this line again: when it failed retryably, or with
+/// `retry_errors` when it failed at all.
+fn runs_again(line: &Value, retry_errors: bool) -> bool {
+    let failed = line["status"] != "ok";
+    failed && (retry_errors || line["transient"] == true)
 }
 
 /// Whether the file's last byte is a newline (false for an empty file).
@@ -204,6 +219,27 @@ mod tests {
             std::fs::read_to_string(&path).expect("read"),
             "{\"row\":\"1\",\"status\":\"ok\"}\n"
         );
+    }
+
+    /// A requeued task resumes: the rows that failed retryably run again, those that failed
+    /// for good are kept, like the rows that succeeded.
+    #[test]
+    fn resuming_runs_the_retryable_failures_again_and_keeps_the_permanent_ones() {
+        let (_dir, path) = scratch(
+            "transient.jsonl",
+            "{\"row\":\"1\",\"status\":\"ok\"}\n\
+             {\"row\":\"2\",\"status\":\"error\",\"transient\":true}\n\
+             {\"row\":\"3\",\"status\":\"error\",\"transient\":false}\n",
+        );
+        let (_, previous) = open(&path, true, false).expect("open");
+        assert_eq!(
+            previous.done,
+            HashSet::from(["1".to_string(), "3".to_string()])
+        );
+        assert_eq!(previous.dropped, 1);
+        assert_eq!(previous.failed, HashSet::from(["3".to_string()]));
+        let kept = std::fs::read_to_string(&path).expect("read");
+        assert!(!kept.contains("\"row\":\"2\""), "{kept}");
     }
 
     #[test]

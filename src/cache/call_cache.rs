@@ -3,12 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::UNIX_EPOCH;
 
+use super::cassette::{self, Entries, Recorder};
 use super::database::{Database, RunStats, Stored};
 use super::{CacheError, CacheMode, CacheSettings, DATABASE_FILE, Key};
-use crate::core::Memo;
+use crate::core::{Failure, Memo};
 use crate::inference::source::Notice;
 use crate::inference::store;
 
@@ -36,35 +37,73 @@ impl Health {
     }
 }
 
+/// Where the entries are: the database, or a cassette read into memory.
+enum Store {
+    /// The SQLite database at `path`, opened on first use (None once it has failed).
+    Database {
+        path: PathBuf,
+        database: OnceLock<Option<Arc<Database>>>,
+    },
+    /// A cassette's entries (`--cassette FILE`); what the run stores is kept in memory only, so
+    /// the user's cache is neither read nor written.
+    Cassette {
+        path: PathBuf,
+        entries: RwLock<Entries>,
+    },
+}
+
 /// The cache as one process uses it; shared by every engine it stands in front of. The
 /// database is opened on first use, so a run that calls no model never touches it.
 pub struct CallCache {
     mode: CacheMode,
-    path: PathBuf,
-    database: OnceLock<Option<Arc<Database>>>,
+    store: Store,
     health: Arc<Health>,
     tally: Mutex<RunStats>,
+    /// What `--record FILE` writes when the command ends.
+    recorder: Option<Recorder>,
 }
 
 impl CallCache {
     /// The cache `settings` describe; None when its mode is off. A database that cannot be
-    /// opened (when first needed) is warned about once, and the cache then never answers.
-    pub fn open(settings: &CacheSettings) -> Option<Arc<CallCache>> {
+    /// opened (when first needed) is warned about once, and the cache then never answers. A
+    /// cassette is read now, and one that cannot be read, or a record that could not be
+    /// written, is refused before anything runs.
+    pub fn open(settings: &CacheSettings) -> Result<Option<Arc<CallCache>>, Failure> {
         if settings.mode == CacheMode::Off {
-            return None;
+            return Ok(None);
         }
-        let path = settings.directory().join(DATABASE_FILE);
-        Some(Arc::new(CallCache {
+        let (store, location) = match &settings.cassette {
+            Some(path) => (
+                Store::Cassette {
+                    path: path.clone(),
+                    entries: RwLock::new(cassette::read(path)?),
+                },
+                path.clone(),
+            ),
+            None => {
+                let path = settings.directory().join(DATABASE_FILE);
+                let store = Store::Database {
+                    path: path.clone(),
+                    database: OnceLock::new(),
+                };
+                (store, path)
+            }
+        };
+        let recorder = match &settings.record {
+            Some(path) => Some(Recorder::create(path, settings.record_tools)?),
+            None => None,
+        };
+        Ok(Some(Arc::new(CallCache {
             mode: settings.mode,
+            store,
             health: Arc::new(Health {
                 broken: AtomicBool::new(false),
                 warn: settings.warn.clone(),
-                location: path.display().to_string(),
+                location: location.display().to_string(),
             }),
-            path,
-            database: OnceLock::new(),
             tally: Mutex::default(),
-        }))
+            recorder,
+        })))
     }
 
     /// Opens the database at `dir` for maintenance (`pagantic cache stats|prune|clear`).
@@ -77,19 +116,34 @@ impl CallCache {
         self.mode == CacheMode::Only
     }
 
-    /// Whether the cache can answer (its database opens and has not failed since).
+    /// The flag that says every call must come from the cache, and what it names (for
+    /// `CACHE_MISS`): `--cache-only` and the cache, or `--cassette` and its file.
+    pub fn replay_source(&self) -> (&'static str, String) {
+        match &self.store {
+            Store::Cassette { path, .. } => {
+                ("--cassette", format!("the cassette {}", path.display()))
+            }
+            Store::Database { .. } => ("--cache-only", "the cache".to_string()),
+        }
+    }
+
+    /// Whether the cache can answer (a cassette, or a database that opens and has not failed
+    /// since).
     pub fn usable(&self) -> bool {
-        self.database().is_some()
+        matches!(self.store, Store::Cassette { .. }) || self.database().is_some()
     }
 
     fn database(&self) -> Option<&Database> {
+        let Store::Database { path, database } = &self.store else {
+            return None;
+        };
         if !self.health.ok() {
             return None;
         }
-        self.database
+        database
             .get_or_init(|| {
                 let reporter = Arc::clone(&self.health);
-                Database::open(&self.path, move |reason| reporter.fail(&reason))
+                Database::open(path, move |reason| reporter.fail(&reason))
                     .inspect_err(|reason| self.health.fail(reason))
                     .ok()
             })
@@ -97,22 +151,47 @@ impl CallCache {
             .filter(|_| self.health.ok())
     }
 
-    /// The entry under `key`, if the cache has it.
+    /// The entry under `key`, if the cache has it (noted for `--record`).
     pub fn get(&self, key: &Key) -> Option<Stored> {
-        let database = self.database()?;
-        match database.get(key) {
-            Ok(found) => found,
-            Err(reason) => {
-                self.health.fail(&reason);
-                None
-            }
+        let found = match &self.store {
+            Store::Cassette { entries, .. } => entries.read().ok()?.get(key).cloned(),
+            Store::Database { .. } => match self.database()?.get(key) {
+                Ok(found) => found,
+                Err(reason) => {
+                    self.health.fail(&reason);
+                    None
+                }
+            },
+        }?;
+        if let Some(recorder) = &self.recorder {
+            recorder.note(*key, &found);
         }
+        Some(found)
     }
 
-    /// Stores `value` under `key` (on the writer thread; this returns at once).
+    /// Stores `value` under `key` (on the writer thread; this returns at once), noted for
+    /// `--record`.
     pub fn put(&self, key: Key, kind: &'static str, value: String, tokens: u64, duration_ms: f64) {
-        if let Some(database) = self.database() {
-            database.put(key, kind, value, tokens, duration_ms);
+        let stored = Stored {
+            kind: kind.to_string(),
+            value,
+            tokens,
+            duration_ms,
+        };
+        if let Some(recorder) = &self.recorder {
+            recorder.note(key, &stored);
+        }
+        match &self.store {
+            Store::Cassette { entries, .. } => {
+                if let Ok(mut entries) = entries.write() {
+                    entries.insert(key, stored);
+                }
+            }
+            Store::Database { .. } => {
+                if let Some(database) = self.database() {
+                    database.put(key, kind, stored.value, tokens, duration_ms);
+                }
+            }
         }
     }
 
@@ -121,7 +200,8 @@ impl CallCache {
         if let Ok(mut tally) = self.tally.lock() {
             if hit {
                 tally.hits += 1;
-                tally.tokens_saved += tokens;
+                // `tokens` is what a cache row claims: the sum saturates.
+                tally.tokens_saved = tally.tokens_saved.saturating_add(tokens);
                 tally.ms_saved += ms;
             } else {
                 tally.misses += 1;
@@ -155,9 +235,30 @@ impl CallCache {
     }
 
     /// Writes this run's tally and waits until everything queued is committed (nothing to do
-    /// when the database was never opened).
+    /// when the database was never opened), then writes the record of `--record`, once.
     pub fn finish(&self) {
-        let Some(Some(database)) = self.database.get() else {
+        self.commit();
+        if let Some(recorder) = &self.recorder {
+            let said = match recorder.write() {
+                Ok(None) => return,
+                Ok(Some(entries)) => format!(
+                    "recorded {entries} {} in {}",
+                    if entries == 1 { "entry" } else { "entries" },
+                    recorder.path().display()
+                ),
+                Err(reason) => reason.to_string(),
+            };
+            if let Some(warn) = &self.health.warn {
+                warn(&said);
+            }
+        }
+    }
+
+    fn commit(&self) {
+        let Store::Database { database, .. } = &self.store else {
+            return;
+        };
+        let Some(Some(database)) = database.get() else {
             return;
         };
         if !self.health.ok() {
@@ -209,6 +310,7 @@ mod tests {
             warn: Some(Arc::new(move |line: &str| {
                 sink.lock().expect("lock").push(line.to_string())
             })),
+            ..CacheSettings::default()
         }
     }
 
@@ -218,15 +320,21 @@ mod tests {
         let warnings = Arc::default();
         let key = Key::of("call", &[&"question"]);
         {
-            let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+            let cache = CallCache::open(&settings(dir.path(), &warnings))
+                .expect("opens")
+                .expect("on");
             assert_eq!(cache.get(&key), None);
             cache.put(key, "call", "answer".into(), 3, 50.0);
         }
-        let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+        let cache = CallCache::open(&settings(dir.path(), &warnings))
+            .expect("opens")
+            .expect("on");
         assert_eq!(
             cache.get(&key),
             Some(Stored {
+                kind: "call".into(),
                 value: "answer".into(),
+                tokens: 3,
                 duration_ms: 50.0
             })
         );
@@ -242,7 +350,9 @@ mod tests {
         )
         .expect("written");
         let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
-        let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+        let cache = CallCache::open(&settings(dir.path(), &warnings))
+            .expect("opens")
+            .expect("on");
         let key = Key::of("call", &[&"question"]);
         assert!(!cache.usable());
         cache.put(key, "call", "answer".into(), 1, 1.0);
@@ -268,7 +378,9 @@ mod tests {
         }
         let before = std::fs::read(&path).expect("the file");
         let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
-        let cache = CallCache::open(&settings(dir.path(), &warnings)).expect("on");
+        let cache = CallCache::open(&settings(dir.path(), &warnings))
+            .expect("opens")
+            .expect("on");
         assert!(!cache.usable());
         cache.put(key, "call", "answer".into(), 1, 1.0);
         assert_eq!(cache.get(&key), None);
@@ -287,7 +399,9 @@ mod tests {
     #[test]
     fn a_cache_that_is_never_asked_creates_nothing() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let cache = CallCache::open(&settings(dir.path(), &Arc::default())).expect("on");
+        let cache = CallCache::open(&settings(dir.path(), &Arc::default()))
+            .expect("opens")
+            .expect("on");
         cache.finish();
         drop(cache);
         assert!(!dir.path().join(DATABASE_FILE).exists());
@@ -300,7 +414,7 @@ mod tests {
             dir: Some(dir.path().to_path_buf()),
             ..CacheSettings::default()
         };
-        assert!(CallCache::open(&settings).is_none());
+        assert!(CallCache::open(&settings).expect("opens").is_none());
         assert!(!dir.path().join(DATABASE_FILE).exists());
     }
 }

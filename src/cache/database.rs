@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use serde::Serialize;
 
 use super::{CacheError, Key};
@@ -81,11 +83,32 @@ CREATE TABLE IF NOT EXISTS file_hashes (
 ) WITHOUT ROWID;
 ";
 
-/// A stored value and how long producing it took.
+/// A stored value, its kind, and what producing it took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stored {
+    pub kind: String,
     pub value: String,
+    /// The tokens the model call used (0 for other kinds).
+    pub tokens: u64,
     pub duration_ms: f64,
+}
+
+/// One entry under its key: what a cassette line, an import and a merge carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub key: Key,
+    pub stored: Stored,
+}
+
+/// What loading entries into the database did with them (`cache import`, `cache merge`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Imported {
+    /// Entries it did not hold, now stored.
+    pub added: u64,
+    /// Entries it already held, the same.
+    pub present: u64,
+    /// Entries under a key it already held with another value: the one it held is kept.
+    pub conflicting: u64,
 }
 
 /// How stale an entry's last-used time may get before a hit records the new one: re-runs of a
@@ -231,6 +254,31 @@ fn connect(path: &Path) -> Result<Connection, CacheError> {
     Ok(connection)
 }
 
+/// Opens the cache database at `path` to merge it into the one at `own`, read-only: refused when
+/// it is missing, is `own` itself, or has another schema version than this build's.
+fn open_other(path: &Path, own: &Path) -> Result<Connection, CacheError> {
+    if !path.is_file() {
+        return Err(CacheError::NoDatabase {
+            path: path.to_path_buf(),
+        });
+    }
+    if std::fs::canonicalize(path).ok() == std::fs::canonicalize(own).ok() {
+        return Err(CacheError::MergeIntoItself {
+            path: path.to_path_buf(),
+        });
+    }
+    let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    match schema_version(&connection)? {
+        SCHEMA_VERSION => Ok(connection),
+        found => Err(CacheError::OtherSchemaVersion {
+            path: path.to_path_buf(),
+            found,
+            known: SCHEMA_VERSION,
+        }),
+    }
+}
+
 /// Runs `attempt` again while SQLite answers "busy" or "locked" at once, which it does (without
 /// waiting for the busy timeout) where waiting could deadlock: two processes that open one new
 /// file together, one switching it to WAL while the other reads it. A few tries, a little apart.
@@ -349,22 +397,27 @@ impl Database {
             reader.snapshot()?;
             let found = reader
                 .connection
-                .prepare_cached("SELECT value, duration_ms, used_at FROM entries WHERE key = ?1")
+                .prepare_cached(
+                    "SELECT kind, value, tokens, duration_ms, used_at FROM entries WHERE key = ?1",
+                )
                 .and_then(|mut statement| {
                     statement
                         .query_row([&key.0[..]], |row| {
                             let stored = Stored {
-                                value: row.get(0)?,
-                                duration_ms: row.get(1)?,
+                                kind: row.get(0)?,
+                                value: row.get(1)?,
+                                tokens: row.get(2)?,
+                                duration_ms: row.get(3)?,
                             };
-                            Ok((stored, row.get::<_, i64>(2)?))
+                            Ok((stored, row.get::<_, i64>(4)?))
                         })
                         .optional()
                 })
                 .map_err(CacheError::from);
             let hit = matches!(found, Ok(Some(_)));
             if hit && let Some((_, lookups)) = &mut reader.snapshot {
-                *lookups += 1;
+                // A count read from the database: it saturates, whatever the row held.
+                *lookups = lookups.saturating_add(1);
             } else if let Err(reason) = reader.end_snapshot()
                 && found.is_ok()
             {
@@ -373,7 +426,8 @@ impl Database {
             found?
         };
         Ok(found.map(|(stored, used_at)| {
-            if now() - used_at > TOUCH_AFTER_SECS {
+            // `used_at` is whatever the row holds (i64::MIN included): its age saturates.
+            if now().saturating_sub(used_at) > TOUCH_AFTER_SECS {
                 self.send(Write::Touch(*key));
             }
             stored
@@ -475,21 +529,24 @@ impl Database {
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
-        let (recent_runs, hits, misses, tokens_saved, ms_saved) = reader.query_row(
-            "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0),
-                    COALESCE(SUM(tokens_saved), 0), COALESCE(SUM(ms_saved), 0.0)
+        // `TOTAL` sums as a float: token counts from cache rows may be absurd, and SQLite's
+        // integer `SUM` fails on overflow; the float converts back saturating.
+        let (recent_runs, hits, misses, tokens_saved, ms_saved): (_, _, _, f64, _) = reader
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0),
+                    TOTAL(tokens_saved), COALESCE(SUM(ms_saved), 0.0)
              FROM (SELECT * FROM runs ORDER BY rowid DESC LIMIT ?1)",
-            [RECENT_RUNS],
-            |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                ))
-            },
-        )?;
+                [RECENT_RUNS],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                    ))
+                },
+            )?;
         let file_bytes = ["", "-wal"]
             .iter()
             .filter_map(|suffix| {
@@ -506,7 +563,7 @@ impl Database {
             recent: RunStats {
                 hits,
                 misses,
-                tokens_saved,
+                tokens_saved: tokens_saved as u64,
                 ms_saved,
             },
         })
@@ -524,6 +581,78 @@ impl Database {
             .connection
             .execute("DELETE FROM entries WHERE used_at < ?1", [before])?;
         Ok(deleted as u64)
+    }
+
+    /// Stores the `entries` it does not hold, in one transaction (`cache import`); an entry under
+    /// a key it holds is left as it is, counted as present or conflicting.
+    pub fn import(&self, entries: impl IntoIterator<Item = Entry>) -> Result<Imported, CacheError> {
+        self.load(entries.into_iter().map(Ok))
+    }
+
+    /// Stores the entries of the cache database at `other` that it does not hold, as
+    /// [`import`](Database::import) does (`cache merge`). `other` is only read; a database of
+    /// another schema version is refused before anything is stored.
+    pub fn merge(&self, other: &Path) -> Result<Imported, CacheError> {
+        let source = open_other(other, &self.path)?;
+        let mut statement =
+            source.prepare("SELECT key, kind, value, tokens, duration_ms FROM entries")?;
+        let rows = statement.query_map([], |row| {
+            Ok(Entry {
+                key: Key(row.get(0)?),
+                stored: Stored {
+                    kind: row.get(1)?,
+                    value: row.get(2)?,
+                    tokens: row.get(3)?,
+                    duration_ms: row.get(4)?,
+                },
+            })
+        })?;
+        self.load(rows.map(|row| row.map_err(CacheError::from)))
+    }
+
+    fn load(
+        &self,
+        entries: impl Iterator<Item = Result<Entry, CacheError>>,
+    ) -> Result<Imported, CacheError> {
+        self.flush();
+        let reader = self
+            .reader
+            .lock()
+            .map_err(|_| CacheError::ConnectionPoisoned)?;
+        let transaction =
+            Transaction::new_unchecked(&reader.connection, TransactionBehavior::Immediate)?;
+        let now = now();
+        let mut imported = Imported::default();
+        for entry in entries {
+            let Entry { key, stored } = entry?;
+            let added = transaction
+                .prepare_cached(
+                    "INSERT INTO entries (key, kind, value, tokens, duration_ms, created_at, used_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT (key) DO NOTHING",
+                )?
+                .execute(params![
+                    &key.0[..],
+                    stored.kind,
+                    stored.value,
+                    stored.tokens,
+                    stored.duration_ms,
+                    now
+                ])?;
+            if added == 1 {
+                imported.added += 1;
+                continue;
+            }
+            let held: (String, String) = transaction
+                .prepare_cached("SELECT kind, value FROM entries WHERE key = ?1")?
+                .query_row([&key.0[..]], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            if held == (stored.kind, stored.value) {
+                imported.present += 1;
+            } else {
+                imported.conflicting += 1;
+            }
+        }
+        transaction.commit()?;
+        Ok(imported)
     }
 
     /// Deletes every entry, run tally and file hash, and gives the space back; how many entries.
@@ -612,7 +741,13 @@ fn commit(
                 transaction
                     .execute(
                         "INSERT INTO runs (finished_at, hits, misses, tokens_saved, ms_saved) VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![now, run.hits, run.misses, run.tokens_saved, run.ms_saved],
+                        params![
+                            now,
+                            run.hits,
+                            run.misses,
+                            i64::try_from(run.tokens_saved).unwrap_or(i64::MAX),
+                            run.ms_saved
+                        ],
                     )?;
             }
             Write::Flush(done) => flushed.push(done),
@@ -736,7 +871,9 @@ mod tests {
         assert_eq!(
             database.get(&key(7)).expect("reads"),
             Some(Stored {
+                kind: "call".into(),
                 value: "kept".into(),
+                tokens: 3,
                 duration_ms: 12.5
             })
         );

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use super::CallCache;
@@ -28,6 +28,13 @@ struct StoredAnswer {
     /// How the schema was held to when the answer was made (see [`SchemaMode`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     schema_mode: Option<SchemaMode>,
+}
+
+/// The value a cache entry of a model call holds for `answer`, with only the fields an answer
+/// has; None when `answer` is not one (a cassette's line that only looks like an entry).
+pub(super) fn canonical_answer(answer: &Value) -> Option<String> {
+    let answer = StoredAnswer::deserialize(answer).ok()?;
+    serde_json::to_string(&answer).ok()
 }
 
 /// An engine behind the call cache.
@@ -70,7 +77,7 @@ impl CachedEngine {
     async fn call(&self, request: Request, sink: Option<TokenSink>) -> Result<Response, Failure> {
         let keys = match self.keys().await {
             Some(keys) if self.cache.usable() => keys,
-            _ if self.cache.only() => return Err(self.miss("the cache cannot answer it")),
+            _ if self.cache.only() => return Err(self.miss(false)),
             _ => return self.pass_through(request, sink).await,
         };
         let key = keys.key(&request);
@@ -97,7 +104,7 @@ impl CachedEngine {
             });
         }
         if self.cache.only() {
-            return Err(self.miss("it is not in the cache"));
+            return Err(self.miss(true));
         }
         self.cache.count(false, 0, 0.0);
         let started = Instant::now();
@@ -130,17 +137,26 @@ impl CachedEngine {
         }
     }
 
-    fn miss(&self, why: &str) -> Failure {
-        Failure::new(
-            FailureCode::CacheMiss,
+    /// The failure of a call that must come from the cache or a cassette and did not: `missing`
+    /// when it is not there, else because the cache cannot be read.
+    fn miss(&self, missing: bool) -> Failure {
+        let (flag, from) = self.cache.replay_source();
+        let model = self.inner.model_info().name;
+        let message = if missing {
+            format!("{flag}: the call of model `{model}` is not in {from}")
+        } else {
             format!(
-                "--cache-only: a call of model `{}` must come from the cache, but {why}",
-                self.inner.model_info().name
-            ),
-        )
-        .with_help(
-            "run once without --cache-only to fill the cache; a changed prompt, input, model or setting is a new call",
-        )
+                "{flag}: the call of model `{model}` must come from {from}, which cannot be read"
+            )
+        };
+        let fill = if flag == "--cassette" {
+            "record the cassette again (--record FILE) on a run that reaches the model"
+        } else {
+            "run once without --cache-only to fill the cache"
+        };
+        Failure::new(FailureCode::CacheMiss, message).with_help(format!(
+            "{fill}; a changed prompt, input, model or setting is a new call"
+        ))
     }
 }
 
@@ -177,8 +193,9 @@ mod tests {
         CallCache::open(&CacheSettings {
             mode,
             dir: Some(dir.to_path_buf()),
-            warn: None,
+            ..CacheSettings::default()
         })
+        .expect("opens")
         .expect("on")
     }
 

@@ -69,4 +69,37 @@ pub enum CacheError {
         found: String,
         expected: String,
     },
+
+    /// `cache merge`: the directory named holds no cache database.
+    #[error("there is no call cache at {}", path.display())]
+    #[diagnostic(
+        code(cache::no_database),
+        help("name a directory that a run used as its cache (`--cache DIR`), holding `cache.db`")
+    )]
+    NoDatabase { path: PathBuf },
+
+    /// `cache merge`: the directory named is the cache being merged into.
+    #[error("{} is the cache being merged into", path.display())]
+    #[diagnostic(
+        code(cache::merge_into_itself),
+        help("name the other caches' directories, and this one with --cache")
+    )]
+    MergeIntoItself { path: PathBuf },
+
+    /// `cache merge`: a database whose layout is not this build's; nothing is merged from it.
+    #[error(
+        "{} has schema version {found}, and this build merges only version {known}",
+        path.display()
+    )]
+    #[diagnostic(
+        code(cache::other_schema_version),
+        help(
+            "merge it with the pagantic that wrote it, or open it once with this one (`pagantic cache stats --cache DIR`) if it is older"
+        )
+    )]
+    OtherSchemaVersion {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
 }

@@ -12,13 +12,36 @@ use crate::inference::Request;
 const KEY_VERSION: &[u8] = b"pagantic-cache-1";
 
 /// The SHA-256 naming one cache entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(pub [u8; 32]);
 
 impl Key {
     /// The key of an entry of `kind` decided by `parts` (each serialised as JSON).
     pub fn of(kind: &str, parts: &[&dyn erased::Part]) -> Key {
         Key(hasher(kind, parts).finalize().into())
+    }
+
+    /// The key as 64 lowercase hex digits (how a cassette writes it).
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// The key [`hex`](Key::hex) wrote; None for anything but 64 lowercase hex digits.
+    pub fn from_hex(text: &str) -> Option<Key> {
+        let digits = text.as_bytes();
+        if digits.len() != 64
+            || !digits
+                .iter()
+                .all(|d| matches!(d, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return None;
+        }
+        let mut key = [0u8; 32];
+        for (byte, pair) in key.iter_mut().zip(digits.chunks_exact(2)) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(Key(key))
     }
 }
 
@@ -48,17 +71,18 @@ impl CallKeys {
         CallKeys(hasher("call", &[engine]))
     }
 
-    /// The key of `request`. A candidate number counts only for a sampled call (temperature
-    /// above 0): greedy candidates are the same answer.
+    /// The key of `request`. A candidate or sample number counts only for a sampled call
+    /// (temperature above 0): greedy candidates are the same answer.
     pub fn key(&self, request: &Request) -> Key {
         let mut hasher = self.0.clone();
         hasher.update([0]);
         let sampled = request.temperature.is_some_and(|t| t > 0.0);
-        if sampled || request.candidate.is_none() {
+        if sampled || (request.candidate.is_none() && request.sample.is_none()) {
             erased::Part::feed(request, &mut hasher);
         } else {
             let greedy = Request {
                 candidate: None,
+                sample: None,
                 ..request.clone()
             };
             erased::Part::feed(&greedy, &mut hasher);
@@ -142,6 +166,22 @@ mod tests {
             assert_ne!(key, base);
         }
         assert_ne!(Key::of("embedding", &[&"hi"]), Key::of("score", &[&"hi"]));
+    }
+
+    #[test]
+    fn a_key_reads_back_from_its_hex_and_nothing_else_does() {
+        let key = Key::of("call", &[&"question"]);
+        assert_eq!(key.hex().len(), 64);
+        assert_eq!(Key::from_hex(&key.hex()), Some(key));
+        for bad in [
+            "",
+            "ab",
+            &key.hex().to_uppercase(),
+            &format!("{}0", key.hex()),
+        ] {
+            assert_eq!(Key::from_hex(bad), None, "{bad}");
+        }
+        assert_eq!(Key::from_hex(&"g".repeat(64)), None);
     }
 
     #[test]

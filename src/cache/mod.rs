@@ -12,8 +12,13 @@
 //! full disk is reported once (through the settings' `warn`) and the run goes on uncached.
 //! Writes happen on a thread of their own, in batches, so storing an answer never holds up the
 //! row that produced it.
+//!
+//! Entries also travel as cassettes (JSON Lines): a command records the entries it used
+//! (`--record`), replays from a cassette instead of the database (`--cassette`), and a cassette
+//! or another cache directory is loaded into the database (`cache import`, `cache merge`).
 
 mod call_cache;
+mod cassette;
 mod database;
 mod engine;
 mod error;
@@ -22,7 +27,8 @@ mod key;
 use std::path::PathBuf;
 
 pub use call_cache::CallCache;
-pub use database::{CacheStats, Database, KindStats, RunStats};
+pub use cassette::CassetteError;
+pub use database::{CacheStats, Database, Entry, Imported, KindStats, RunStats, Stored};
 pub use engine::CachedEngine;
 pub use error::CacheError;
 pub use key::Key;
@@ -30,7 +36,8 @@ pub use key::Key;
 use crate::inference::source::Notice;
 use crate::inference::store;
 
-/// The environment variable that moves the cache (e.g. to a volume shard workers share).
+/// The environment variable that moves the cache (e.g. to a local disk the workers of one
+/// machine share; see docs/cache.md for several machines).
 pub const CACHE_DIR_VAR: &str = "PAGANTIC_CACHE_DIR";
 
 /// The database's file name inside the cache directory.
@@ -54,8 +61,15 @@ pub struct CacheSettings {
     pub mode: CacheMode,
     /// The directory holding the database; None: [`default_dir`].
     pub dir: Option<PathBuf>,
-    /// Where the one warning about a cache that cannot be used goes (stderr in the CLI).
+    /// Where the one warning about a cache that cannot be used goes (stderr in the CLI), and
+    /// what a record says when it is written.
     pub warn: Option<Notice>,
+    /// Answer from this cassette instead of the database (with the mode [`CacheMode::Only`]).
+    pub cassette: Option<PathBuf>,
+    /// Write every entry the command read or stored to this cassette when it ends.
+    pub record: Option<PathBuf>,
+    /// With `record`: tool results too.
+    pub record_tools: bool,
 }
 
 impl CacheSettings {
@@ -72,4 +86,12 @@ pub fn default_dir() -> PathBuf {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => store::home().join("cache"),
     }
+}
+
+/// The entries of the cassette at `path`, as [`Entry`] values to import (every line checked).
+pub fn read_cassette(path: &std::path::Path) -> Result<Vec<Entry>, CassetteError> {
+    Ok(cassette::read(path)?
+        .into_iter()
+        .map(|(key, stored)| Entry { key, stored })
+        .collect())
 }

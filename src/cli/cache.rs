@@ -1,11 +1,12 @@
-//! `pagantic cache stats|prune|clear`: look after the call cache.
+//! `pagantic cache stats|prune|clear|import|merge`: look after the call cache, and fill it from
+//! cassettes or other cache directories.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::cache::{self, CacheStats, CallCache};
+use crate::cache::{self, CacheError, CacheStats, CallCache, Entry, Imported};
 use crate::core::{Failure, FailureCode};
-use crate::plan::duration::DurationSpec;
+use crate::plan::duration::{DurationSpec, LONGEST};
 
 use super::EXIT_OK;
 use super::common::{Outcome, invalid};
@@ -36,6 +37,20 @@ enum Action {
     },
     /// Delete every entry.
     Clear,
+    /// Load the entries of cassettes (written by --record) that the cache does not hold; an
+    /// entry under a key it holds with another value is counted, and the held one kept.
+    Import {
+        /// Cassette files; every one is checked before any is loaded.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Load the entries of other cache directories (one per node or worker, say) that the cache
+    /// does not hold, as import does; they are only read.
+    Merge {
+        /// Cache directories (or their cache.db files) of the same schema version.
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,7 +66,10 @@ fn parse_age(text: &str) -> Result<u64, String> {
             .parse::<u64>()
             .ok()
             .and_then(|days| days.checked_mul(86_400))
-            .ok_or_else(|| format!("`{text}` is not a number of days such as `30d`"));
+            .filter(|seconds| *seconds <= LONGEST.as_secs())
+            .ok_or_else(|| {
+                format!("`{text}` is not a number of days such as `30d` (at most 36500d)")
+            });
     }
     DurationSpec::parse(text)
         .map(|d| d.get().as_secs())
@@ -60,6 +78,10 @@ fn parse_age(text: &str) -> Result<u64, String> {
 
 pub fn run(args: &Args) -> Outcome {
     let dir = args.cache_dir.clone().unwrap_or_else(cache::default_dir);
+    let cassettes = match &args.action {
+        Action::Import { files } => read_cassettes(files)?,
+        _ => Vec::new(),
+    };
     let database = match CallCache::maintain(&dir) {
         Ok(database) => database,
         Err(reason) => {
@@ -88,17 +110,83 @@ pub fn run(args: &Args) -> Outcome {
             .prune(*older_than)
             .map(|n| format!("pruned {n} entries unused since {}", age(*older_than))),
         Action::Clear => database.clear().map(|n| format!("cleared {n} entries")),
+        Action::Import { .. } => load(&mut stdout, cassettes, |entries| database.import(entries)),
+        Action::Merge { dirs } => {
+            let sources = dirs.iter().map(|dir| (dir.clone(), cache_file(dir)));
+            load(&mut stdout, sources, |file| database.merge(&file))
+        }
     };
     match done {
         Ok(text) => {
-            writeln!(stdout, "{text}")?;
+            if !text.is_empty() {
+                writeln!(stdout, "{text}")?;
+            }
             Ok(EXIT_OK)
         }
-        Err(reason) => invalid(&Failure::new(
-            FailureCode::ConfigFileError,
-            format!("the call cache in {}: {reason}", dir.display()),
-        )),
+        Err(reason) => {
+            let failure = Failure::new(
+                FailureCode::ConfigFileError,
+                format!("the call cache in {}: {reason}", dir.display()),
+            );
+            invalid(&match miette::Diagnostic::help(&reason) {
+                Some(help) => failure.with_help(help.to_string()),
+                None => failure,
+            })
+        }
     }
+}
+
+/// The entries of every cassette in `files`, each checked (exit 2 at the first that is not a
+/// cassette, before anything is loaded).
+fn read_cassettes(files: &[PathBuf]) -> Outcome<Vec<(PathBuf, Vec<Entry>)>> {
+    files
+        .iter()
+        .map(|file| match cache::read_cassette(file) {
+            Ok(entries) => Ok((file.clone(), entries)),
+            Err(reason) => invalid(&Failure::from(reason)),
+        })
+        .collect()
+}
+
+/// The database file of a cache directory (or the file itself, when named).
+fn cache_file(dir: &Path) -> PathBuf {
+    if dir.is_file() {
+        dir.to_path_buf()
+    } else {
+        dir.join(cache::DATABASE_FILE)
+    }
+}
+
+/// Loads each source into the cache with `into`, saying on `out` what came of each as soon as
+/// it is done (so a failure later leaves the earlier ones said); nothing more to print after.
+fn load<T>(
+    out: &mut impl Write,
+    sources: impl IntoIterator<Item = (PathBuf, T)>,
+    into: impl Fn(T) -> Result<Imported, CacheError>,
+) -> Result<String, CacheError> {
+    for (name, source) in sources {
+        let imported = into(source)?;
+        let _ = writeln!(out, "{}", describe_import(&name, imported));
+    }
+    Ok(String::new())
+}
+
+fn describe_import(source: &Path, imported: Imported) -> String {
+    let Imported {
+        added,
+        present,
+        conflicting,
+    } = imported;
+    let kept = if conflicting > 0 {
+        " (the entries already held are kept)"
+    } else {
+        ""
+    };
+    format!(
+        "{}: {} entries: {added} added, {present} already held, {conflicting} conflicting{kept}",
+        source.display(),
+        added + present + conflicting
+    )
 }
 
 fn age(seconds: u64) -> String {

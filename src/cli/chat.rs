@@ -26,6 +26,7 @@ use super::common::{
 };
 use super::transcript;
 use super::{EXIT_INVALID, EXIT_OK};
+use crate::core::text::terminal_safe;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -72,10 +73,10 @@ pub fn run(args: &Args) -> Outcome {
         .iter()
         .any(|s| s.step_type() == StepType::Agent);
     if !has_agent {
-        return refuse(format_args!(
-            "{} has no `agent` step to chat with",
-            args.plan.display()
-        ));
+        return refuse_session(
+            &session,
+            format_args!("{} has no `agent` step to chat with", args.plan.display()),
+        );
     }
     let file = inputs_file(&session, &args.given)?;
     let pipeline = build(
@@ -87,7 +88,10 @@ pub fn run(args: &Args) -> Outcome {
             ..BuildOptions::default()
         },
     )?;
-    let message_input = message_input(args, &pipeline)?;
+    let message_input = match message_input(args, &pipeline) {
+        Ok(name) => name,
+        Err(reason) => return refuse_session(&session, reason),
+    };
     let mut chat = Chat {
         args,
         session: &session,
@@ -104,6 +108,13 @@ pub fn run(args: &Args) -> Outcome {
 fn refuse<T>(reason: impl Display) -> Outcome<T> {
     writeln!(io::stderr(), "error: {reason}")?;
     Err(Exit::Code(EXIT_INVALID))
+}
+
+/// [`refuse`] once the session is open: its events end with ERROR, as for an invalid plan.
+fn refuse_session<T>(session: &Session, reason: impl Display) -> Outcome<T> {
+    session.fail();
+    session.finish();
+    refuse(reason)
 }
 
 /// The conversation so far: its turns, and the transcript `--save` appends each new one to.
@@ -146,7 +157,7 @@ fn open_conversation(args: &Args) -> Outcome<(String, Conversation)> {
                 .load
                 .as_ref()
                 .is_some_and(|load| canonical(load) == canonical(path));
-            if !same_file {
+            if !(same_file && writer.kept_existing()) {
                 writer.write(&history)?;
             }
             Some(writer)
@@ -156,19 +167,21 @@ fn open_conversation(args: &Args) -> Outcome<(String, Conversation)> {
     Ok((chat_session, Conversation { history, saved }))
 }
 
-/// The input each typed line is bound to: `--message-input`, else the plan's first string input.
-fn message_input(args: &Args, pipeline: &Pipeline) -> Outcome<String> {
+/// The input each typed line is bound to: `--message-input`, else the plan's first string input;
+/// or why there is none.
+fn message_input(args: &Args, pipeline: &Pipeline) -> Result<String, String> {
     match &args.message_input {
         Some(name) if pipeline.inputs.contains_key(name) => Ok(name.clone()),
-        Some(name) => refuse(format_args!("the plan has no input `{name}`")),
+        Some(name) => Err(format!("the plan has no input `{name}`")),
         None => match pipeline
             .inputs
             .iter()
             .find(|(_, spec)| spec.kind == InputType::String)
         {
             Some((name, _)) => Ok(name.clone()),
-            None => refuse(
-                "the plan has no string input for your messages (declare one, or name it with --message-input)",
+            None => Err(
+                "the plan has no string input for your messages (declare one, or name it with --message-input)"
+                    .to_string(),
             ),
         },
     }
@@ -252,7 +265,9 @@ impl Chat<'_> {
                     Some(other) => other.to_string(),
                     None => String::new(),
                 };
-                writeln!(io::stdout(), "{answer}")?;
+                // Shown, not obeyed: an answer's control characters cannot drive the terminal
+                // (the transcript keeps the exact text).
+                writeln!(io::stdout(), "{}", terminal_safe(&answer))?;
                 self.conversation.add_turn(line, answer)?;
             }
             (RunStatus::Cancelled, _) => {
@@ -290,7 +305,7 @@ fn show_tool_event(event: &Event) {
             cached,
         } => {
             let (status, error) = match outcome {
-                ToolOutcome::Ok => ("ok", None),
+                ToolOutcome::Ok { .. } => ("ok", None),
                 ToolOutcome::Failed { error } => ("failed", Some(error)),
                 ToolOutcome::Refused { error } => ("refused", Some(error)),
                 ToolOutcome::Cancelled => ("cancelled", None),
@@ -303,5 +318,5 @@ fn show_tool_event(event: &Event) {
         }
         _ => return,
     };
-    let _ = writeln!(io::stderr(), "{line}");
+    let _ = writeln!(io::stderr(), "{}", terminal_safe(&line));
 }

@@ -54,8 +54,8 @@ pub struct PlanInputs {
 }
 
 /// The call cache flags every command that runs plans takes (`run`, `run --batch`, `chat`,
-/// `render --live`): flatten it into the command's `Args` and pass [`CacheArgs::settings`] as
-/// `SessionOptions::cache`.
+/// `render --live`, `serve`, `test`): flatten it into the command's `Args` and pass
+/// [`CacheArgs::settings`] as `SessionOptions::cache`; the session writes `--record` when it ends.
 #[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "Call cache")]
 pub struct CacheArgs {
@@ -66,16 +66,28 @@ pub struct CacheArgs {
     /// CACHE_MISS (replays in CI, with no model at hand).
     #[arg(long)]
     pub cache_only: bool,
+    /// Answer every model call from FILE, a cassette --record wrote, as --cache-only does from
+    /// the cache; the call cache is neither read nor written.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["no_cache", "cache_only", "cache_dir"])]
+    pub cassette: Option<PathBuf>,
     /// The call cache's directory (default: $PAGANTIC_CACHE_DIR, else $PAGANTIC_HOME/cache,
     /// else ~/.cache/pagantic/cache).
     #[arg(long = "cache", value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// When the command ends (also when it fails), write every cache entry it read or stored
+    /// to FILE: a cassette (JSON Lines, sorted by key) to commit and replay with --cassette.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_cache")]
+    pub record: Option<PathBuf>,
+    /// With --record: cached tool results too (they can hold the contents of files).
+    #[arg(long, requires = "record")]
+    pub record_tools: bool,
 }
 
 impl CacheArgs {
-    /// The session's cache settings: on unless `--no-cache`, warnings on stderr.
+    /// The session's cache settings: on unless `--no-cache`, read-only from the cache or a
+    /// cassette with `--cache-only` or `--cassette`, warnings on stderr.
     pub fn settings(&self) -> CacheSettings {
-        let mode = match (self.no_cache, self.cache_only) {
+        let mode = match (self.no_cache, self.cache_only || self.cassette.is_some()) {
             (true, _) => CacheMode::Off,
             (false, true) => CacheMode::Only,
             (false, false) => CacheMode::ReadWrite,
@@ -84,6 +96,9 @@ impl CacheArgs {
             mode,
             dir: self.cache_dir.clone(),
             warn: Some(stderr_notice()),
+            cassette: self.cassette.clone(),
+            record: self.record.clone(),
+            record_tools: self.record_tools,
         }
     }
 }
@@ -124,9 +139,11 @@ pub fn stderr_notice() -> Notice {
 /// Prints a failure with its code and help on stderr.
 pub fn print_failure(failure: &Failure) -> io::Result<()> {
     let mut stderr = io::stderr().lock();
-    writeln!(stderr, "error[{}]: {}", failure.code, failure.message)?;
+    // A message can quote a model's answer: its control characters are shown, not obeyed.
+    let message = crate::core::text::terminal_safe(&failure.message);
+    writeln!(stderr, "error[{}]: {message}", failure.code)?;
     if let Some(help) = &failure.help {
-        writeln!(stderr, "  help: {help}")?;
+        writeln!(stderr, "  help: {}", crate::core::text::terminal_safe(help))?;
     }
     Ok(())
 }
@@ -211,12 +228,7 @@ pub fn bind(session: &Session, pipeline: &Pipeline, given: &PlanInputs) -> Outco
 }
 
 fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::new(
-            FailureCode::ConfigFileError,
-            format!("cannot read {}: {e}", path.display()),
-        )
-    })?;
+    let text = crate::core::file::read_bounded(path, crate::core::file::TEXT_LIMIT)?;
     // JSON keeps the last of two equal keys without a word; a plan refuses them, so do inputs.
     if let Err(YamlError::DuplicateKey { key, second, .. }) = yaml::parse(&text) {
         let line = text

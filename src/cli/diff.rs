@@ -3,12 +3,16 @@
 //!
 //! A run or row *differs* when its status or output changed (or, in a record, any step's status
 //! or output); tokens, cost and time are reported as deltas but never make two runs differ, since
-//! they move between identical runs. Changed text outputs are shown as a unified line diff. Exit 0
+//! they move between identical runs. Changed text outputs are shown as a unified line diff, bounded:
+//! an output of more than [`MAX_DIFF_LINES`] lines, or one reached after the comparison's
+//! [`DIFF_TIME`] is spent, is summarised (its line counts) with a note that the diff was cut. The
+//! text report shows control characters as escapes, so an answer cannot drive the terminal. Exit 0
 //! when nothing differs, 1 when something does, 2 when an input cannot be read as either kind.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use serde::Serialize;
@@ -16,6 +20,15 @@ use serde_json::{Map, Value};
 use similar::TextDiff;
 
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
+use crate::core::file::{DATA_LIMIT, read_bounded};
+use crate::core::text::terminal_safe;
+
+/// The most lines either side of a changed output may have to be diffed line by line.
+const MAX_DIFF_LINES: usize = 20_000;
+
+/// The time the line diffs of one comparison may take together; a diff still running at the end
+/// shows the rest of its lines as replaced, and later changed outputs are summarised.
+const DIFF_TIME: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum DiffFormat {
@@ -49,7 +62,8 @@ impl Spend {
         let usage = &entry["usage"];
         let count = |key: &str| usage[key].as_i64().unwrap_or(0);
         Spend {
-            tokens: count("prompt_tokens") + count("completion_tokens"),
+            // Counts from a file: added saturating, never overflowing.
+            tokens: count("prompt_tokens").saturating_add(count("completion_tokens")),
             cost: entry["cost"].as_f64(),
             ms: entry["duration_ms"].as_f64().unwrap_or(0.0),
         }
@@ -57,7 +71,7 @@ impl Spend {
 
     fn add(self, other: Spend) -> Spend {
         Spend {
-            tokens: self.tokens + other.tokens,
+            tokens: self.tokens.saturating_add(other.tokens),
             cost: match (self.cost, other.cost) {
                 (None, None) => None,
                 (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
@@ -107,7 +121,7 @@ enum Runs {
 }
 
 fn read(path: &Path) -> Result<Runs, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = read_bounded(path, DATA_LIMIT).map_err(|e| e.to_string())?;
     if let Ok(value) = serde_json::from_str::<Value>(&text)
         && value.get("steps").is_some()
         && value.get("row").is_none()
@@ -256,27 +270,32 @@ pub fn run(args: &Args) -> io::Result<u8> {
     })
 }
 
+/// Writes one line of the text report, its control characters shown as escapes.
+fn safe_line(out: &mut impl Write, line: &str) -> io::Result<()> {
+    writeln!(out, "{}", terminal_safe(line))
+}
+
 fn write_text(out: &mut impl Write, comparison: &Comparison) -> io::Result<()> {
+    let deadline = Instant::now() + DIFF_TIME;
     for change in &comparison.changed {
         let (was, now) = &change.status;
         if was == now {
-            writeln!(out, "~ {} ({})", change.at, plain(now))?;
+            safe_line(out, &format!("~ {} ({})", change.at, plain(now)))?;
         } else {
-            writeln!(out, "~ {}: {} → {}", change.at, plain(was), plain(now))?;
+            let line = format!("~ {}: {} → {}", change.at, plain(was), plain(now));
+            safe_line(out, &line)?;
         }
         if let Some((before, after)) = &change.output {
-            let (before, after) = (as_text(before), as_text(after));
-            let diff = TextDiff::from_lines(&before, &after);
-            for line in diff.unified_diff().context_radius(2).to_string().lines() {
-                writeln!(out, "    {line}")?;
+            for line in line_diff(&as_text(before), &as_text(after), deadline) {
+                safe_line(out, &format!("    {line}"))?;
             }
         }
     }
     for id in &comparison.only_a {
-        writeln!(out, "- {id} (only in A)")?;
+        safe_line(out, &format!("- {id} (only in A)"))?;
     }
     for id in &comparison.only_b {
-        writeln!(out, "+ {id} (only in B)")?;
+        safe_line(out, &format!("+ {id} (only in B)"))?;
     }
     let (a, b) = comparison.totals;
     let cost = match (a.cost, b.cost) {
@@ -297,6 +316,45 @@ fn write_text(out: &mut impl Write, comparison: &Comparison) -> io::Result<()> {
         a.ms,
         b.ms
     )
+}
+
+/// The unified diff of two outputs, or a summary that says the diff was cut: when either has more
+/// than [`MAX_DIFF_LINES`] lines, or `deadline` has passed before it starts. A diff that reaches
+/// `deadline` shows its remaining lines as replaced, and says so.
+fn line_diff(before: &str, after: &str, deadline: Instant) -> Vec<String> {
+    let counts = (before.lines().count(), after.lines().count());
+    let cut = |why: String| {
+        vec![format!(
+            "(diff cut: {why}; the output has {} lines in A and {} in B)",
+            counts.0, counts.1
+        )]
+    };
+    if counts.0.max(counts.1) > MAX_DIFF_LINES {
+        return cut(format!("over {MAX_DIFF_LINES} lines"));
+    }
+    if Instant::now() >= deadline {
+        return cut(format!(
+            "the {} s for line diffs is spent",
+            DIFF_TIME.as_secs()
+        ));
+    }
+    let diff = TextDiff::configure()
+        .deadline(deadline)
+        .diff_lines(before, after);
+    let mut lines: Vec<String> = diff
+        .unified_diff()
+        .context_radius(2)
+        .to_string()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    if Instant::now() >= deadline {
+        lines.push(format!(
+            "(diff cut: the {} s for line diffs ran out; the lines after that point are shown as replaced)",
+            DIFF_TIME.as_secs()
+        ));
+    }
+    lines
 }
 
 /// A status or id as the user wrote it: strings without quotes.
@@ -394,6 +452,43 @@ mod tests {
         assert_eq!(comparison.only_a, ["3"]);
         assert_eq!(comparison.only_b, ["4"]);
         assert_eq!(comparison.totals.0.tokens, 6);
+    }
+
+    #[test]
+    fn an_output_past_the_line_bound_is_summarised_as_cut() {
+        let long = |prefix: &str| {
+            (0..MAX_DIFF_LINES + 1)
+                .map(|n| format!("{prefix}{n}\n"))
+                .collect::<String>()
+        };
+        let started = Instant::now();
+        let lines = line_diff(&long("a"), &long("b"), started + DIFF_TIME);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(
+            lines,
+            ["(diff cut: over 20000 lines; the output has 20001 lines in A and 20001 in B)"]
+        );
+        let spent = line_diff("a\n", "b\n", started);
+        assert_eq!(spent.len(), 1);
+        assert!(spent[0].starts_with("(diff cut: the 5 s for line diffs is spent"));
+        let small = line_diff("a\n", "b\n", Instant::now() + DIFF_TIME);
+        assert!(small.contains(&"-a".to_string()) && small.contains(&"+b".to_string()));
+    }
+
+    #[test]
+    fn the_text_report_shows_control_characters_as_escapes() {
+        let answer =
+            |text: &str| Runs::Record(json!({ "status": "complete", "output": text, "steps": [] }));
+        let comparison =
+            compare(answer("ok"), answer("\u{1b}]0;owned\u{7}\u{1b}[2J")).expect("compared");
+        let mut text = Vec::new();
+        write_text(&mut text, &comparison).expect("written");
+        let text = String::from_utf8(text).expect("utf-8");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text}"
+        );
+        assert!(text.contains("+\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{text}");
     }
 
     #[test]

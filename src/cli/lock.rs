@@ -1,4 +1,5 @@
-//! `pagantic lock PLAN` — pin what a plan's answers depend on besides its text, in `PLAN.lock`.
+//! `pagantic lock PLAN` — pin what a plan's answers depend on besides its text, in `PLAN.lock`
+//! (written atomically: a symbolic link at that path is replaced, never written through).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -7,6 +8,7 @@ use crate::plan::lock::{Lock, lock_path};
 
 use super::EXIT_OK;
 use super::common::{Outcome, load_plan};
+use crate::core::file::write_atomic;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -18,10 +20,16 @@ pub fn run(args: &Args) -> Outcome {
     let plan = load_plan(&args.plan)?;
     let lock = Lock::of(&plan);
     let path = lock_path(&args.plan);
-    std::fs::write(&path, lock.to_text())?;
+    // Atomically, and replacing a symbolic link at the path rather than writing through it.
+    write_atomic(&path, lock.to_text().as_bytes())?;
+    let corpus_files: usize = lock.corpora.iter().flatten().map(|(_, f)| f.len()).sum();
+    let corpora = match corpus_files {
+        0 => String::new(),
+        n => format!(", {n} corpus files"),
+    };
     writeln!(
         io::stderr(),
-        "wrote {} ({} models, {} files)",
+        "wrote {} ({} models, {} files{corpora})",
         path.display(),
         lock.models.len(),
         lock.files.len()

@@ -2,8 +2,10 @@
 //! the exit code. This is the only layer that prints; everything below returns values.
 //!
 //! Exit codes: 0 success; 1 a valid request whose work failed (e.g. schemas out of date);
-//! 2 invalid input (plan, policy, flags) — nothing was executed.
+//! 2 invalid input (plan, policy, flags) — nothing was executed; 75 (`run`) the work stopped or
+//! failed for a reason that may pass — a scheduler should run it again.
 
+mod batch;
 mod cache;
 mod chat;
 mod common;
@@ -17,6 +19,7 @@ mod run;
 mod schema;
 mod serve;
 mod test;
+mod tools;
 mod transcript;
 mod validate;
 
@@ -34,6 +37,10 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code: invalid input; nothing was executed.
 pub const EXIT_INVALID: u8 = 2;
+/// Exit code (`EX_TEMPFAIL`): the work stopped (a signal: a preemption, a time limit) or failed
+/// for a reason that may pass (a rate limit, a server error); running it again (`--resume` for a
+/// batch) may succeed, so a scheduler requeues it.
+pub const EXIT_TEMPFAIL: u8 = 75;
 
 /// pagantic — a declarative pipeline runner for LLM work.
 ///
@@ -53,8 +60,9 @@ enum Command {
     /// model and runs nothing. Exit 0 when every plan is valid, 2 otherwise.
     Validate(validate::Args),
     /// Run a plan: check it, build it, and execute its steps. The result goes to stdout, progress
-    /// to stderr. Exit 0 when the run completes, 1 when a step fails (or the run is cancelled),
-    /// 2 when the plan or its inputs are invalid (nothing ran).
+    /// to stderr. Exit 0 when the run (every row) completes, 75 when it was stopped by a signal
+    /// or a row failed for a reason that may pass (rate limit, server error: run it again), 1
+    /// when it failed for good, 2 when the plan or its inputs are invalid (nothing ran).
     Run(run::Args),
     /// Talk to a plan's agent: each line you type runs the plan with it as the message; earlier
     /// turns are remembered, tool calls are shown as they happen. Ctrl-D or /exit to leave.
@@ -79,8 +87,15 @@ enum Command {
     /// Pin a plan's models (SHA-256 or server and model name) and the SHA-256 of its prompt,
     /// schema and sub-plan files in PLAN.lock, for `run --locked` and `validate --locked`.
     Lock(lock::Args),
-    /// Look after the call cache: `stats`, `prune --older-than 30d`, `clear`.
+    /// Look after the call cache: `stats`, `prune --older-than 30d`, `clear`, `import` cassettes,
+    /// `merge` other caches.
     Cache(cache::Args),
+    /// Batch outputs: `merge` joins the parts a sharded batch wrote into one output by row id.
+    Batch(batch::Args),
+    /// List a plan's tools and whether each can run here now: available, unavailable (and why:
+    /// not on PATH, a missing directory) or refused by the policy in force. Exit 0 when the plan
+    /// is valid, 2 otherwise.
+    Tools(tools::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
     /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
     Diff(diff::Args),
@@ -109,7 +124,9 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Cache(args) => cache::run(&args),
+        Command::Batch(args) => batch::run(&args),
         Command::Lock(args) => lock::run(&args),
+        Command::Tools(args) => tools::run(&args),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),
@@ -139,10 +156,38 @@ fn harden() -> nix::Result<()> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    /// After hardening, the process is not dumpable.
+    /// Set in the copy of the test binary that runs the hardening, so that the shared test
+    /// process stays dumpable for the tests after it.
+    const IN_CHILD: &str = "PAGANTIC_HARDEN_TEST_CHILD";
+
+    /// After hardening, the process is not dumpable. The test runs itself again in a child
+    /// process and hardens only there.
     #[test]
     fn hardening_makes_the_process_non_dumpable() {
-        super::harden().expect("prctl works on Linux");
-        assert_eq!(nix::sys::prctl::get_dumpable(), Ok(false));
+        if std::env::var_os(IN_CHILD).is_some() {
+            super::harden().expect("prctl works on Linux");
+            assert_eq!(nix::sys::prctl::get_dumpable(), Ok(false));
+            return;
+        }
+        let name = format!(
+            "{}::hardening_makes_the_process_non_dumpable",
+            module_path!().split_once("::").map_or("", |(_, path)| path)
+        );
+        let child = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([name.as_str(), "--exact", "--test-threads=1"])
+            .env(IN_CHILD, "1")
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&child.stdout);
+        assert!(
+            child.status.success() && stdout.contains("1 passed"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&child.stderr)
+        );
+        assert_eq!(
+            nix::sys::prctl::get_dumpable(),
+            Ok(true),
+            "this process stays as it was"
+        );
     }
 }

@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use crate::inference::source::describe_pull;
-use crate::inference::store;
+use crate::inference::store::{self, FileRole, Verdict};
 
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 
@@ -26,9 +26,11 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Show the models in the cache: name, path, size, SHA-256, and whether they verify.
+    /// Show the models in the cache: name, path, size, SHA-256, and whether each file verifies
+    /// (the derived Q8_0 file included).
     List {
-        /// Recompute every file's SHA-256 instead of comparing sizes.
+        /// Recompute every file's SHA-256 (the derived Q8_0 file's included) instead of
+        /// comparing sizes.
         #[arg(long)]
         verify: bool,
         /// Also list the models that can be pulled.
@@ -97,32 +99,50 @@ fn list(verify: bool, all: bool) -> io::Result<u8> {
     let listed = store::list(verify);
     writeln!(
         stdout,
-        "{:<30} {:>10}  {:<8} {:<16} path",
+        "{:<30} {:>10}  {:<9} {:<16} path",
         "name", "size", "verified", "sha256"
     )?;
+    let mut problems = Vec::new();
     for model in &listed {
-        writeln!(
-            stdout,
-            "{:<30} {:>10}  {:<8} {:<16} {}",
-            model.name,
-            format!("{} MB", model.size / 1_000_000),
-            if model.verified { "yes" } else { "NO" },
-            format!("{}…", &model.sha256[..model.sha256.len().min(12)]),
-            model.path.display()
-        )?;
-        let derived = model.derived.iter().map(|path| ("  (derived Q8_0)", path));
-        let companions = model.companions.iter().map(|path| ("  (with)", path));
-        for (label, path) in derived.chain(companions) {
+        for file in &model.files {
+            let label = match file.role {
+                FileRole::Model => model.name.clone(),
+                FileRole::Derived => "  (derived Q8_0)".to_string(),
+                FileRole::Companion => "  (with)".to_string(),
+            };
+            let verdict = match &file.verdict {
+                Verdict::Hashed => "sha256 ok",
+                Verdict::SizeMatches => "size ok",
+                Verdict::Failed(why) => {
+                    problems.push((model.name.as_str(), file, why));
+                    "NO"
+                }
+            };
             writeln!(
                 stdout,
-                "{:<30} {:>10}  {:<8} {:<16} {}",
+                "{:<30} {:>10}  {:<9} {:<16} {}",
                 label,
-                "",
-                "",
-                "",
-                path.display()
+                format!("{} MB", file.size / 1_000_000),
+                verdict,
+                format!("{}…", &file.sha256[..file.sha256.len().min(12)]),
+                file.path.display()
             )?;
         }
+    }
+    if !listed.is_empty() && !verify {
+        writeln!(
+            stdout,
+            "(sizes compared, contents not re-hashed: `models list --verify` re-hashes every file, \
+             the derived Q8_0 file included)"
+        )?;
+    }
+    for (name, file, why) in &problems {
+        writeln!(
+            io::stderr(),
+            "error: {} does not verify: {why}\n  help: `pagantic models pull {name} --force` \
+             fetches, verifies and derives it again",
+            file.path.display()
+        )?;
     }
     if listed.is_empty() {
         writeln!(
@@ -137,7 +157,7 @@ fn list(verify: bool, all: bool) -> io::Result<u8> {
             writeln!(stdout, "available: {} — {}", model.name, model.description)?;
         }
     }
-    Ok(if listed.iter().all(|m| m.verified) {
+    Ok(if listed.iter().all(store::Listed::verified) {
         EXIT_OK
     } else {
         EXIT_FAILED

@@ -10,6 +10,7 @@ use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value};
 
+use crate::core::text::terminal_safe;
 use crate::inference::TokenSink;
 use crate::orchestrate::{
     Event, EventData, Observer, RunRecord, RunStatus, Session, SessionOptions, SkipReason,
@@ -22,7 +23,7 @@ use super::common::{
     CacheArgs, ConcurrencyArgs, Outcome, PlanInputs, bind, build, check_lock, invalid,
     load_checked, open_session, print_failure, split_pair, stderr_notice, write_messages,
 };
-use super::{EXIT_FAILED, EXIT_OK};
+use super::{EXIT_FAILED, EXIT_OK, EXIT_TEMPFAIL};
 
 /// How the result is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -86,14 +87,20 @@ pub struct BatchArgs {
     #[arg(long, value_name = "INPUT")]
     batch: Option<String>,
     /// Where the rows go: one JSON line per row (row id, input, status, output or error, usage,
-    /// timings), written as each row finishes. Default: stdout.
+    /// timings), written as each row finishes; `{shard}` and `{shards}` in the name become the
+    /// shard's index and count. What wrote it is kept beside it in OUTPUT.meta.json. Default:
+    /// stdout.
     #[arg(long, value_name = "OUTPUT", requires = "batch")]
     out: Option<PathBuf>,
     #[command(flatten)]
     jobs: ConcurrencyArgs,
-    /// Skip the rows OUTPUT already holds (after a crash or Ctrl-C).
+    /// Skip the rows OUTPUT already holds (after a crash, Ctrl-C or a requeue), running again
+    /// those that failed retryably; refused (exit 2) when another shard, input or plan wrote it.
     #[arg(long, requires = "out")]
     resume: bool,
+    /// With --resume: take an OUTPUT another shard wrote as this shard's.
+    #[arg(long, requires = "resume")]
+    reshard: bool,
     /// With --resume: run the rows that failed again (their old lines are removed).
     #[arg(long, requires = "resume")]
     retry_errors: bool,
@@ -104,9 +111,10 @@ pub struct BatchArgs {
     #[arg(long, value_name = "K", requires = "batch")]
     limit: Option<usize>,
     /// Run only rows whose index ≡ I mod N; `env` takes I and N from Kubernetes Indexed Jobs
-    /// (JOB_COMPLETION_INDEX + PAGANTIC_SHARDS) or Slurm arrays (SLURM_ARRAY_TASK_ID/COUNT).
+    /// (JOB_COMPLETION_INDEX) or AWS Batch array jobs (AWS_BATCH_JOB_ARRAY_INDEX), with
+    /// PAGANTIC_SHARDS, or Slurm arrays (SLURM_ARRAY_TASK_ID/COUNT).
     #[arg(long, value_name = "I/N", value_parser = crate::batch::parse_shard, requires = "batch")]
-    shard: Option<(usize, usize)>,
+    shard: Option<crate::batch::Shard>,
     /// Bind a plan input to a differently named column, as INPUT=COLUMN (repeatable).
     #[arg(long = "map", value_name = "INPUT=COLUMN", value_parser = split_pair, requires = "batch")]
     map: Vec<(String, String)>,
@@ -120,7 +128,8 @@ pub struct BatchArgs {
     /// file of a directory input); a longer row fails on its own and the rest go on.
     #[arg(long, value_name = "BYTES", default_value_t = crate::batch::input::DEFAULT_MAX_ROW_BYTES, requires = "batch")]
     max_row_bytes: u64,
-    /// Also write the end-of-run summary as JSON to FILE.
+    /// Also write the end-of-run summary as JSON to FILE, atomically, once the batch ends
+    /// (`{shard}` and `{shards}` as in --out).
     #[arg(long, value_name = "FILE", requires = "batch")]
     summary: Option<PathBuf>,
 }
@@ -152,7 +161,7 @@ pub fn run(args: &Args) -> Outcome {
         Arc::new(move |piece: &str| {
             streamed.store(true, Ordering::Relaxed);
             let mut stdout = io::stdout().lock();
-            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.write_all(for_stdout(piece).as_bytes());
             let _ = stdout.flush();
         }) as TokenSink
     });
@@ -176,10 +185,38 @@ pub fn run(args: &Args) -> Outcome {
     } else {
         print_record(&record, args.format)?;
     }
-    Ok(match record.status {
+    Ok(run_exit_code(&record))
+}
+
+/// 0 when the run completed; 75 when it was stopped or failed for a reason that may pass (a
+/// scheduler runs it again); 1 when it failed for good.
+fn run_exit_code(record: &RunRecord) -> u8 {
+    match record.status {
         RunStatus::Complete => EXIT_OK,
-        RunStatus::Error | RunStatus::Cancelled => EXIT_FAILED,
-    })
+        RunStatus::Cancelled => EXIT_TEMPFAIL,
+        RunStatus::Error if record.error.as_ref().is_some_and(|e| e.transient()) => EXIT_TEMPFAIL,
+        RunStatus::Error => EXIT_FAILED,
+    }
+}
+
+/// The exit code a batch that ended this way gives its scheduler.
+fn batch_exit_code(end: crate::batch::End) -> u8 {
+    use crate::batch::End;
+    match end {
+        End::Complete => EXIT_OK,
+        End::Preempted | End::Retry => EXIT_TEMPFAIL,
+        End::Failed => EXIT_FAILED,
+    }
+}
+
+/// The SHA-256 of the plan's text and of everything its lockfile pins, so that a batch output
+/// knows which plan wrote it.
+fn plan_sha256(plan: &Plan) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(plan.source.text.as_bytes());
+    hasher.update(crate::plan::lock::Lock::of(plan).to_text().as_bytes());
+    crate::inference::store::hex(&hasher.finalize())
 }
 
 /// `run --batch`: the plan over every row of the input, each row a run of `session`.
@@ -199,13 +236,18 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         input: batch.batch.clone().unwrap_or_default(),
         id_column: batch.id_column.clone(),
         max_row_bytes: batch.max_row_bytes,
-        out: batch.out.clone(),
+        out: batch
+            .out
+            .as_deref()
+            .map(|out| crate::batch::shard::expand(out, batch.shard.as_ref())),
         concurrency: batch.jobs.concurrency,
         resume: batch.resume,
         retry_errors: batch.retry_errors,
         fail_fast: batch.fail_fast,
         limit: batch.limit,
-        shard: batch.shard,
+        shard: batch.shard.clone(),
+        reshard: batch.reshard,
+        plan_sha256: plan_sha256(plan),
         map: batch.map.clone(),
         ordered: batch.ordered,
     };
@@ -236,64 +278,79 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     };
     session.finish();
     if !args.quiet {
-        let mut stderr = io::stderr().lock();
+        print_summary(&summary, args.dry_run)?;
+    }
+    let code = batch_exit_code(summary.end);
+    if let Some(path) = &batch.summary {
+        let path = crate::batch::shard::expand(path, batch.shard.as_ref());
+        let mut json = serde_json::to_value(&summary).map_err(io::Error::other)?;
+        json["exit_code"] = code.into();
+        let text = serde_json::to_string_pretty(&json).map_err(io::Error::other)?;
+        crate::core::file::write_atomic(&path, format!("{text}\n").as_bytes())?;
+    }
+    Ok(code)
+}
+
+/// The end-of-batch summary on stderr.
+fn print_summary(summary: &crate::batch::Summary, dry_run: bool) -> io::Result<()> {
+    use crate::batch::End;
+    let mut stderr = io::stderr().lock();
+    let retryably = match summary.rows_failed_retryably {
+        0 => String::new(),
+        n => format!(" ({n} retryably)"),
+    };
+    let failed_earlier = match summary.rows_skipped_failed {
+        0 => String::new(),
+        n => format!(" ({n} failed earlier)"),
+    };
+    writeln!(
+        stderr,
+        "{} rows ok, {} failed{retryably}, {} skipped{failed_earlier} in {:.1} s ({:.1} rows/s, {} tokens{}){}",
+        summary.rows_ok,
+        summary.rows_failed,
+        summary.rows_skipped,
+        summary.wall_ms / 1000.0,
+        summary.rows_per_s,
+        summary.usage.total(),
+        summary
+            .cost
+            .map(|cost| format!(", cost {cost}"))
+            .unwrap_or_default(),
+        match summary.end {
+            End::Preempted => " — cancelled; --resume continues",
+            End::Retry => " — some rows may pass later; --resume runs them again",
+            End::Failed | End::Complete => "",
+        }
+    )?;
+    let cache = &summary.cache;
+    if cache.hits + cache.misses > 0 {
         writeln!(
             stderr,
-            "{} rows ok, {} failed, {} skipped in {:.1} s ({:.1} rows/s, {} tokens{}){}",
-            summary.rows_ok,
-            summary.rows_failed,
-            summary.rows_skipped,
-            summary.wall_ms / 1000.0,
-            summary.rows_per_s,
-            summary.usage.total(),
-            summary
-                .cost
-                .map(|cost| format!(", cost {cost}"))
-                .unwrap_or_default(),
-            if summary.cancelled {
-                " — cancelled; --resume continues"
-            } else {
-                ""
-            }
+            "call cache: {} hits, {} misses; {} model calls made; saved {} tokens and {:.1} s of model time",
+            cache.hits,
+            cache.misses,
+            summary.model_calls,
+            cache.tokens_saved,
+            cache.ms_saved / 1000.0
         )?;
-        let cache = &summary.cache;
-        if cache.hits + cache.misses > 0 {
-            writeln!(
-                stderr,
-                "call cache: {} hits, {} misses; {} model calls made; saved {} tokens and {:.1} s of model time",
-                cache.hits,
-                cache.misses,
-                summary.model_calls,
-                cache.tokens_saved,
-                cache.ms_saved / 1000.0
-            )?;
-        }
-        if args.dry_run {
-            writeln!(
-                stderr,
-                "dry run: {} model calls for {} rows; the real run makes at least as many (retries, \
-                 repairs and tool rounds can add more)",
-                summary.model_calls,
-                summary.rows_ok + summary.rows_failed
-            )?;
-        }
-        for (step, times) in &summary.steps {
-            writeln!(
-                stderr,
-                "  {step}: p50 {:.0} ms, p95 {:.0} ms",
-                times.p50_ms, times.p95_ms
-            )?;
-        }
     }
-    if let Some(path) = &batch.summary {
-        let text = serde_json::to_string_pretty(&summary).map_err(io::Error::other)?;
-        std::fs::write(path, text)?;
+    if dry_run {
+        writeln!(
+            stderr,
+            "dry run: {} model calls for {} rows; the real run makes at least as many (retries, \
+             repairs and tool rounds can add more)",
+            summary.model_calls,
+            summary.rows_ok + summary.rows_failed
+        )?;
     }
-    Ok(if summary.rows_failed == 0 && !summary.cancelled {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    })
+    for (step, times) in &summary.steps {
+        writeln!(
+            stderr,
+            "  {step}: p50 {:.0} ms, p95 {:.0} ms",
+            times.p50_ms, times.p95_ms
+        )?;
+    }
+    Ok(())
 }
 
 fn print_record(record: &RunRecord, format: OutputFormat) -> io::Result<()> {
@@ -306,7 +363,7 @@ fn print_record(record: &RunRecord, format: OutputFormat) -> io::Result<()> {
         OutputFormat::Text => {
             if let Some(output) = &record.output {
                 match output {
-                    Value::String(text) => writeln!(stdout, "{}", text.trim_end())?,
+                    Value::String(text) => writeln!(stdout, "{}", for_stdout(text.trim_end()))?,
                     other => writeln!(
                         stdout,
                         "{}",
@@ -332,12 +389,22 @@ fn print_failure_and_completed(record: &RunRecord, format: OutputFormat) -> io::
                 writeln!(stderr, "completed steps:")?;
                 for step in completed {
                     let output = step.output.as_ref().map(short).unwrap_or_default();
-                    writeln!(stderr, "  {}: {output}", step.name)?;
+                    writeln!(stderr, "  {}: {}", step.name, terminal_safe(&output))?;
                 }
             }
         }
     }
     Ok(())
+}
+
+/// An answer bound for stdout: on a terminal its control characters are shown as escapes, so it
+/// cannot drive the terminal; a pipe or a file gets its exact text.
+fn for_stdout(text: &str) -> std::borrow::Cow<'_, str> {
+    if io::stdout().is_terminal() {
+        terminal_safe(text)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
 /// A one-line preview of a value.

@@ -31,12 +31,16 @@ pub fn run(args: &Args) -> io::Result<u8> {
         let path = args.out.join(name);
         let text = schema_text(&make());
         if args.check {
-            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            if crate::core::file::read_bounded(&path, crate::core::file::TEXT_LIMIT)
+                .ok()
+                .as_deref()
+                != Some(text.as_str())
+            {
                 stale.push(path);
             }
         } else {
             std::fs::create_dir_all(&args.out)?;
-            std::fs::write(&path, text)?;
+            crate::core::file::write_atomic(&path, text.as_bytes())?;
             writeln!(io::stderr(), "wrote {}", path.display())?;
         }
     }

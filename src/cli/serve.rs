@@ -13,7 +13,8 @@ use crate::core::{Failure, FailureCode};
 use crate::orchestrate::SessionOptions;
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
-use crate::serve::{self, Catalog, Rejected, Reporter, ServeOptions, Shutdown};
+use crate::plan::duration::DurationSpec;
+use crate::serve::{self, Catalog, Limits, Rejected, Reporter, ServeOptions, Shutdown};
 
 use super::common::{
     CacheArgs, Exit, Outcome, invalid, open_session, print_failure, stderr_notice,
@@ -43,10 +44,26 @@ pub struct Args {
     /// Largest request body accepted (bigger: 413).
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
     max_body_bytes: usize,
-    /// Seconds the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled (a
-    /// second SIGTERM / Ctrl-C cancels them at once).
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
-    grace: f64,
+    /// How long the runs in flight may go on after SIGTERM / Ctrl-C before they are cancelled
+    /// (a second SIGTERM / Ctrl-C cancels them at once); idle connections close at once, and
+    /// the server exits within this time and a second, whatever clients hold open. Seconds
+    /// (`30`, `0.5`) or a duration (`1m`).
+    #[arg(long, default_value = "30", value_name = "DURATION", value_parser = DurationSpec::parse_flag)]
+    grace: Duration,
+    /// Most connections open at once; at the limit a new connection closes the one idle
+    /// longest (or waits, when every one is answering a request).
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    max_connections: usize,
+    /// How long a connection may stay open with nothing received: after it opens, or after an
+    /// answer on a kept-alive connection.
+    #[arg(long, default_value = "30", value_name = "DURATION", value_parser = DurationSpec::parse_flag)]
+    idle_timeout: Duration,
+    /// How long a request's headers may take to arrive, from their first byte.
+    #[arg(long, default_value = "10", value_name = "DURATION", value_parser = DurationSpec::parse_flag)]
+    header_timeout: Duration,
+    /// How long a request's body may take to arrive, from the end of its headers (slower: 408).
+    #[arg(long, default_value = "30", value_name = "DURATION", value_parser = DurationSpec::parse_flag)]
+    body_timeout: Duration,
     /// Check plan and prompt files for changes every half second; a changed plan that passes
     /// its checks is swapped in, one that fails keeps the previous version serving; a plan file
     /// new in a served directory or glob is served once it passes.
@@ -72,7 +89,15 @@ pub struct Args {
 const WATCH_EVERY: Duration = Duration::from_millis(500);
 
 pub fn run(args: &Args) -> Outcome {
-    let paths = serve::expand(&args.plans).or_else(|failure| invalid(&failure))?;
+    let expanded = serve::expand(&args.plans).or_else(|failure| invalid(&failure))?;
+    for path in &expanded.skipped {
+        writeln!(
+            io::stderr(),
+            "warning: skipping {}: not a regular file",
+            path.display()
+        )?;
+    }
+    let paths = &expanded.files;
     let token = match &args.token_env {
         Some(name) => match std::env::var(name) {
             Ok(token) if !token.is_empty() => Some(token),
@@ -121,7 +146,7 @@ pub fn run(args: &Args) -> Outcome {
         return Err(Exit::Code(EXIT_INVALID));
     }
     let catalog = Catalog::new(plans)
-        .map(|catalog| catalog.watching(args.plans.clone()))
+        .map(|catalog| catalog.watching(args.plans.clone(), expanded.skipped.clone()))
         .or_else(|failure| {
             session.fail();
             session.finish();
@@ -140,11 +165,17 @@ pub fn run(args: &Args) -> Outcome {
         queue: args.queue,
         token,
         max_body_bytes: args.max_body_bytes,
-        grace: Duration::from_secs_f64(args.grace.max(0.0)),
+        grace: args.grace,
         watch: args.watch.then_some(WATCH_EVERY),
         cache: session.cache(),
         allowed_origins: args.allowed_origins.clone(),
         allowed_hosts: args.allowed_hosts.clone(),
+        limits: Limits {
+            max_connections: args.max_connections,
+            idle: args.idle_timeout,
+            header: args.header_timeout,
+            body: args.body_timeout,
+        },
     };
     let served = session.block_on(serve::serve(
         session.runner(),

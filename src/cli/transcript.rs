@@ -2,16 +2,18 @@
 //! FILE` continues it.
 //!
 //! One JSON object per line, `{"session": ID, "role": "user" | "assistant", "content": TEXT}`,
-//! each turn appended (and flushed) as soon as it is answered, so a conversation that ends badly
-//! keeps every turn it finished. The session id is the conversation's across every process that
+//! each turn added as soon as it is answered, so a conversation that ends badly keeps every turn
+//! it finished. The file is rewritten whole and atomically at each turn (never half a turn in
+//! it; a symbolic link at its path is replaced, not written through), and read whole with a
+//! bound (a device or FIFO named by `--load` is refused). The session id is the conversation's across every process that
 //! continues it, and every line of the chat's `--events` file carries it too.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::file::{TEXT_LIMIT, read_bounded, write_atomic};
 use crate::core::{Message, Role};
 
 /// One line of a transcript.
@@ -46,16 +48,16 @@ pub fn load(path: &Path) -> Result<Loaded, TranscriptError> {
         line,
         reason,
     };
-    let file = File::open(path).map_err(|e| fail(0, format!("cannot read it: {e}")))?;
+    let whole = read_bounded(path, TEXT_LIMIT)
+        .map_err(|e| fail(0, format!("cannot read it: {}", e.reason())))?;
     let mut session: Option<String> = None;
     let mut messages = Vec::new();
-    for (index, text) in BufReader::new(file).lines().enumerate() {
+    for (index, text) in whole.lines().enumerate() {
         let number = index + 1;
-        let text = text.map_err(|e| fail(number, format!("cannot read it: {e}")))?;
         if text.trim().is_empty() {
             continue;
         }
-        let line: Line = serde_json::from_str(&text).map_err(|e| {
+        let line: Line = serde_json::from_str(text).map_err(|e| {
             fail(
                 number,
                 format!("not a transcript line ({{\"session\", \"role\", \"content\"}}): {e}"),
@@ -89,36 +91,53 @@ pub fn load(path: &Path) -> Result<Loaded, TranscriptError> {
     Ok(Loaded { session, messages })
 }
 
-/// Appends a conversation's turns to its transcript file.
+/// Adds a conversation's turns to its transcript file.
 pub struct Writer {
-    file: File,
+    path: PathBuf,
+    /// Everything the file holds: what it held when opened, and every line added since.
+    text: String,
+    /// Whether `text` began with what the file held.
+    kept_existing: bool,
     session: String,
 }
 
 impl Writer {
-    /// Opens `path` for appending (created if missing).
+    /// A transcript at `path` to add to: what a regular file there holds is kept; a symbolic
+    /// link there is not read (whatever it points at stays out of the transcript), and is
+    /// replaced by the file at the first write.
     pub fn append(path: &Path, session: &str) -> io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+        let text = if regular {
+            read_bounded(path, TEXT_LIMIT).map_err(io::Error::other)?
+        } else {
+            String::new()
+        };
         Ok(Writer {
-            file,
+            path: path.to_path_buf(),
+            kept_existing: !text.is_empty(),
+            text,
             session: session.to_string(),
         })
     }
 
+    /// Whether the file already held lines when it was opened (and still holds them).
+    pub fn kept_existing(&self) -> bool {
+        self.kept_existing
+    }
+
     /// Writes messages (a whole turn at once, so a turn is never half in the file).
     pub fn write(&mut self, messages: &[Message]) -> io::Result<()> {
-        let mut text = String::new();
         for message in messages {
             let line = Line {
                 session: self.session.clone(),
                 role: message.role,
                 content: message.content.clone(),
             };
-            text.push_str(&serde_json::to_string(&line).map_err(io::Error::other)?);
-            text.push('\n');
+            self.text
+                .push_str(&serde_json::to_string(&line).map_err(io::Error::other)?);
+            self.text.push('\n');
         }
-        self.file.write_all(text.as_bytes())?;
-        self.file.flush()
+        write_atomic(&self.path, self.text.as_bytes())
     }
 }
 
@@ -141,6 +160,29 @@ mod tests {
         assert_eq!(loaded.session, "s1");
         let contents: Vec<&str> = loaded.messages.iter().map(|m| m.content.as_str()).collect();
         assert_eq!(contents, ["hi", "hello\nthere", "again", "yes"]);
+    }
+
+    #[test]
+    fn saving_replaces_a_symbolic_link_without_reading_or_writing_its_target() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let secret = dir.path().join("secret.txt");
+        std::fs::write(&secret, "private\n").expect("written");
+        let path = dir.path().join("chat.jsonl");
+        std::os::unix::fs::symlink(&secret, &path).expect("linked");
+        let mut writer = Writer::append(&path, "s1").expect("opened");
+        assert!(!writer.kept_existing());
+        writer.write(&[Message::user("hi")]).expect("written");
+        assert_eq!(std::fs::read_to_string(&secret).expect("read"), "private\n");
+        let saved = std::fs::read_to_string(&path).expect("read");
+        assert!(!saved.contains("private"), "{saved}");
+        assert_eq!(load(&path).expect("loads").messages.len(), 1);
+    }
+
+    #[test]
+    fn a_device_or_fifo_is_refused_as_a_transcript() {
+        let error = load(Path::new("/dev/zero")).expect_err("a device");
+        assert_eq!(error.line, 0);
+        assert!(error.to_string().contains("not a regular file"), "{error}");
     }
 
     #[test]

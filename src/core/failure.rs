@@ -81,8 +81,10 @@ failure_codes! {
     InferenceContextExceeded = "INFERENCE_CONTEXT_EXCEEDED", Inference, false;
     /// The server refused a part of the request it does not support (tools, a response format); the same request cannot succeed.
     InferenceRequestRefused = "INFERENCE_REQUEST_REFUSED", Inference, false;
-    /// The tool is not declared or not available.
+    /// No tool of that name is declared (or offered to the step).
     ToolNotFound = "TOOL_NOT_FOUND", Tool, false;
+    /// The tool is declared but cannot run here now: its program is not on PATH, a directory it needs is missing; the message says which.
+    ToolUnavailable = "TOOL_UNAVAILABLE", Tool, false;
     /// The arguments do not match the tool's schema.
     ToolInvalidArguments = "TOOL_INVALID_ARGUMENTS", Tool, false;
     /// The tool ran past its timeout and was killed.
@@ -213,6 +215,19 @@ impl Failure {
     pub fn category(&self) -> FailureCategory {
         self.code.category()
     }
+
+    /// Whether the same work may succeed later without any change — the run was stopped (a
+    /// signal, a preemption), or the model failed in a way worth retrying (a rate limit, a server
+    /// error, a timeout), after the step's own retries — so a scheduler should run it again (exit
+    /// 75) rather than give up. What the model answered (constraints, validation), tools, and the
+    /// plan's own mistakes are permanent: running again changes nothing.
+    pub fn transient(&self) -> bool {
+        match self.category() {
+            FailureCategory::Cancellation => true,
+            FailureCategory::Inference => self.retryable,
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +277,21 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    #[test]
+    fn transient_failures_are_stops_and_retryable_model_failures() {
+        let transient = |code: FailureCode| Failure::new(code, "").transient();
+        assert!(transient(FailureCode::InferenceRateLimited));
+        assert!(transient(FailureCode::InferenceEngineError));
+        assert!(transient(FailureCode::InferenceTimeout));
+        assert!(transient(FailureCode::CancelledSignal));
+        assert!(!transient(FailureCode::InferenceContextExceeded));
+        assert!(!transient(FailureCode::ValidationRuleFailed));
+        assert!(!transient(FailureCode::ConfigInvalidInput));
+        assert!(!transient(FailureCode::ToolTimeout));
+        let unreachable = Failure::new(FailureCode::InferenceModelUnavailable, "").retryable(true);
+        assert!(unreachable.transient());
     }
 
     #[test]

@@ -1,5 +1,13 @@
 //! Messages, tool calls and token usage exchanged with engines; retrieval candidates.
+//!
+//! Token counts come from outside (a model server's reply, a cache row, a file): they are read
+//! saturating and added saturating, so no count a server or a file claims can fail a run or
+//! overflow a sum.
+#![deny(clippy::arithmetic_side_effects)]
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -77,20 +85,77 @@ pub struct ToolDefinition {
 /// Tokens used by one or more model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
+    #[serde(deserialize_with = "saturating_count")]
     pub prompt_tokens: u64,
+    #[serde(deserialize_with = "saturating_count")]
     pub completion_tokens: u64,
 }
 
 impl TokenUsage {
+    /// Prompt and completion tokens together (at most `u64::MAX`).
     pub fn total(self) -> u64 {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 }
 
+/// Adds saturating: a sum stops at `u64::MAX`.
 impl std::ops::AddAssign for TokenUsage {
     fn add_assign(&mut self, other: TokenUsage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+    }
+}
+
+/// Reads a token count as a server, a cache row or a file wrote it, never failing on its size:
+/// a count past `u64::MAX` (or written as a float) is clamped to the range, a negative one is 0,
+/// and `null` is 0.
+pub fn saturating_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    deserializer.deserialize_any(Count)
+}
+
+/// The visitor of [`saturating_count`].
+struct Count;
+
+impl<'de> Visitor<'de> for Count {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a token count")
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<u64, E> {
+        Ok(value)
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<u64, E> {
+        Ok(u64::try_from(value).unwrap_or(0))
+    }
+
+    fn visit_u128<E: de::Error>(self, value: u128) -> Result<u64, E> {
+        Ok(u64::try_from(value).unwrap_or(u64::MAX))
+    }
+
+    fn visit_i128<E: de::Error>(self, value: i128) -> Result<u64, E> {
+        Ok(u64::try_from(value.max(0)).unwrap_or(u64::MAX))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<u64, E> {
+        // `as` saturates: NaN and negatives give 0, anything past the range `u64::MAX`.
+        Ok(value as u64)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        deserializer.deserialize_any(Count)
     }
 }
 
@@ -102,4 +167,39 @@ pub struct Candidate {
     pub score: f64,
     #[serde(default)]
     pub metadata: serde_json::Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_outside_saturate_instead_of_failing() {
+        let read = |json: &str| -> TokenUsage { serde_json::from_str(json).expect("read") };
+        let huge = read(r#"{"prompt_tokens": 18446744073709551616, "completion_tokens": -3}"#);
+        assert_eq!(huge.prompt_tokens, u64::MAX);
+        assert_eq!(huge.completion_tokens, 0);
+        let odd = read(r#"{"prompt_tokens": 1e30, "completion_tokens": null}"#);
+        assert_eq!((odd.prompt_tokens, odd.completion_tokens), (u64::MAX, 0));
+        assert_eq!(
+            read(r#"{"prompt_tokens": 5, "completion_tokens": 7.0}"#).total(),
+            12
+        );
+        assert!(
+            serde_json::from_str::<TokenUsage>(r#"{"prompt_tokens": "5", "completion_tokens": 1}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn sums_stop_at_the_largest_count() {
+        let mut sum = TokenUsage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: 1,
+        };
+        assert_eq!(sum.total(), u64::MAX);
+        sum += sum;
+        assert_eq!(sum.prompt_tokens, u64::MAX);
+        assert_eq!(sum.completion_tokens, 2);
+    }
 }

@@ -1,9 +1,11 @@
 //! Layer 0: the vocabulary every other layer shares — messages, tool calls, token usage, prices
-//! and costs, retrieval candidates, and the failure taxonomy. Nothing here does I/O or depends on
-//! another module.
+//! and costs, retrieval candidates, and the failure taxonomy; and the one way every layer reads a
+//! file whole (bounded, regular files only) and writes one (atomically), in `file`, the only I/O
+//! here. Nothing here depends on another module.
 
 pub mod cost;
 pub mod failure;
+pub mod file;
 pub mod memo;
 pub mod message;
 pub mod step_clock;

@@ -1,7 +1,11 @@
 //! Word tokenisation and the keyword score, shared by retrieval (`corpora`) and reranking
 //! (`rerank`) so both agree on what a word is and what a keyword match is worth; and the
-//! "did you mean" suggestions every layer's errors use for a name that is not there.
+//! "did you mean" suggestions every layer's errors use for a name that is not there; and the
+//! neutralising of control characters in text (a model's answer, a file's line) bound for a
+//! terminal, where an escape sequence would otherwise move the cursor, rewrite the title or
+//! hide what was printed.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// Lower-cased runs of alphanumeric characters.
@@ -85,6 +89,31 @@ pub fn workflow_property(text: &str) -> String {
     workflow_data(text).replace(':', "%3A").replace(',', "%2C")
 }
 
+/// `text` safe to print on a terminal: every control character except newline and tab — C0
+/// (ESC, CR, BEL, backspace …), DEL, C1 (U+0080–U+009F, CSI among them) — and the bidirectional
+/// overrides and isolates (which reorder what is shown) are written as visible `\u{…}` escapes.
+/// Text without any is returned as it is, without copying.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_terminal_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut safe = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_terminal_unsafe(c) {
+            safe.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            safe.push(c);
+        }
+    }
+    Cow::Owned(safe)
+}
+
+/// Whether a terminal would act on `c` rather than show it (newline and tab are shown).
+fn is_terminal_unsafe(c: char) -> bool {
+    let bidi_control = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    (c.is_control() && c != '\n' && c != '\t') || bidi_control
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +143,20 @@ mod tests {
         assert_eq!(excerpt("short", 10), "short");
         assert_eq!(excerpt("ééééé", 2), "éé…");
         assert_eq!(excerpt(&"x".repeat(10_000_000), 80).chars().count(), 81);
+    }
+
+    #[test]
+    fn terminal_safe_text_shows_control_characters_instead_of_obeying_them() {
+        assert!(matches!(
+            terminal_safe("plain\ttext\nline 2 é"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            terminal_safe("\u{1b}]0;pwned\u{7}\u{1b}[2Jok\r"),
+            "\\u{1b}]0;pwned\\u{7}\\u{1b}[2Jok\\u{d}"
+        );
+        assert_eq!(terminal_safe("a\u{9b}31mb\u{7f}"), "a\\u{9b}31mb\\u{7f}");
+        assert_eq!(terminal_safe("x\u{202e}y"), "x\\u{202e}y");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use glob::{MatchOptions, Pattern};
 
 use super::{ChunkOptions, Document, JsonlOptions, jsonl};
+use crate::core::file::{DATA_LIMIT, read_bytes_bounded};
 use crate::core::{Failure, FailureCode};
 
 /// Where a corpus's documents come from and how they are cut.
@@ -109,10 +110,12 @@ pub fn matches(base_dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, Failure> 
     Ok(found)
 }
 
-/// The UTF-8 text of `path`, shown in errors as `shown`.
+/// The UTF-8 text of `path`, shown in errors as `shown` (a regular file of at most
+/// [`DATA_LIMIT`] bytes).
 fn read_text(path: &Path, shown: &str) -> Result<String, Failure> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| file_error(format!("cannot read corpus file `{shown}`: {e}")))?;
+    let bytes = read_bytes_bounded(path, DATA_LIMIT).map_err(|e| {
+        file_error(format!("cannot read corpus file `{shown}`: {}", e.reason())).with_help(e.help())
+    })?;
     String::from_utf8(bytes).map_err(|e| {
         file_error(format!(
             "corpus file `{shown}` is not UTF-8 text (invalid byte at offset {})",

@@ -30,7 +30,7 @@ pub use local::no_local_engine;
 #[cfg(feature = "local")]
 pub use local::{LocalConfig, LocalEngine};
 pub use local::{LocalModel, LocalSettings};
-pub use openai::{OpenAiConfig, OpenAiEngine};
+pub use openai::{OpenAiConfig, OpenAiEngine, RateLimit};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
 pub use source::{HubPin, LocalSource, Notice, hub_pin};
 
@@ -67,6 +67,10 @@ pub struct Request {
     /// re-run gets back the same candidates, not one answer repeated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate: Option<u32>,
+    /// Which repeat of a whole run this call belongs to (a test case run several times with
+    /// `--repeat`); like `candidate`, engines ignore it and a call cache keys sampled calls by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<u32>,
 }
 
 /// Time spent on one call.

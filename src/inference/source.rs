@@ -157,7 +157,8 @@ pub fn hub_pin(repo: &str, file: &str) -> Option<HubPin> {
 /// stores by SHA-256 — else the file's own hash.
 fn hub_pin_in(hub: &Path, repo: &str, file: &str) -> Option<HubPin> {
     let repo_dir = hub.join(hf_hub::Repo::model(repo.to_string()).folder_name());
-    let revision = std::fs::read_to_string(repo_dir.join("refs").join("main")).ok()?;
+    let revision =
+        crate::core::file::read_bounded(&repo_dir.join("refs").join("main"), 4096).ok()?;
     let revision = revision.trim().to_string();
     let path = repo_dir.join("snapshots").join(&revision).join(file);
     if !path.exists() {

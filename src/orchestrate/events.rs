@@ -84,6 +84,10 @@ pub enum EventData {
         engine: &'static str,
         duration_ms: f64,
         usage: TokenUsage,
+        /// Completion tokens per second of the call's wall time; absent when the cache answered
+        /// or the answer had no tokens.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tokens_per_second: Option<f64>,
         #[serde(flatten)]
         call: CallKind,
         #[serde(flatten)]
@@ -99,6 +103,10 @@ pub enum EventData {
         /// Whether the call cache answered it (then no model was called: `usage` is what the
         /// cached call used, and it cost nothing).
         cached: bool,
+        /// The call was stopped before it answered (the run cancelled, the step's timeout):
+        /// what it used is unknown, so `usage` is zero.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        cut_off: bool,
     },
     /// A tool call started.
     ToolStart { tool: String, args: Value },
@@ -123,16 +131,91 @@ pub enum StepOutcome {
     Cancelled,
 }
 
+impl EventData {
+    /// The `inference` event of a model call stopped `after` it started, before it answered.
+    pub fn cut_off(
+        model: String,
+        engine: &'static str,
+        after: std::time::Duration,
+        call: CallKind,
+        sent: Sent,
+    ) -> EventData {
+        EventData::Inference {
+            model,
+            engine,
+            duration_ms: after.as_secs_f64() * 1000.0,
+            usage: TokenUsage::default(),
+            tokens_per_second: None,
+            call,
+            sent,
+            cost: None,
+            tool_call_ids: Vec::new(),
+            error: None,
+            cached: false,
+            cut_off: true,
+        }
+    }
+}
+
 /// How a tool call ended: `"status": "ok"`, `"failed"` with the error, `"refused"` with the
 /// reason it never ran (an unknown tool, arguments its schema refuses), or `"cancelled"` when the
 /// step calling it was stopped while the tool ran (Ctrl-C, SIGTERM, the step's timeout).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ToolOutcome {
-    Ok,
-    Failed { error: Failure },
-    Refused { error: Failure },
+    /// It answered: what it returned, bounded.
+    Ok {
+        result: ToolResult,
+    },
+    Failed {
+        error: Failure,
+    },
+    Refused {
+        error: Failure,
+    },
     Cancelled,
+}
+
+/// What a tool call returned, as events and step details keep it: its text (a string result as
+/// it is, any other value as JSON), its whole size, and whether the text was cut to
+/// [`ToolResult::LIMIT`] bytes — so a record shows what a model was told without holding a
+/// command's megabytes of output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolResult {
+    /// The result's text, whole or cut.
+    pub text: String,
+    /// The whole text's size in bytes.
+    pub bytes: usize,
+    /// Whether `text` is only the first [`ToolResult::LIMIT`] bytes (cut at a character
+    /// boundary).
+    pub truncated: bool,
+}
+
+impl ToolResult {
+    /// Most bytes of a result's text kept.
+    pub const LIMIT: usize = 4096;
+
+    /// The bounded record of `value`.
+    pub fn of(value: &Value) -> Self {
+        let mut text = match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        let bytes = text.len();
+        let truncated = bytes > Self::LIMIT;
+        if truncated {
+            let cut = (0..=Self::LIMIT)
+                .rev()
+                .find(|&at| text.is_char_boundary(at))
+                .unwrap_or(0);
+            text.truncate(cut);
+        }
+        ToolResult {
+            text,
+            bytes,
+            truncated,
+        }
+    }
 }
 
 /// Runs a closure when dropped, unless [`OnDrop::disarm`]ed first. A step attempt or tool call
@@ -377,12 +460,14 @@ mod tests {
             engine: "scripted",
             duration_ms: 4.0,
             usage: TokenUsage::default(),
+            tokens_per_second: None,
             call,
             sent,
             cost,
             tool_call_ids,
             error: None,
             cached: false,
+            cut_off: false,
         }
     }
 
@@ -527,11 +612,13 @@ mod tests {
             (
                 EventData::ToolEnd {
                     tool: "calc".into(),
-                    outcome: ToolOutcome::Ok,
+                    outcome: ToolOutcome::Ok {
+                        result: ToolResult::of(&json!({ "result": 4 })),
+                    },
                     duration_ms: 0.5,
                     cached: true,
                 },
-                json!({ "kind": "tool_end", "data": { "tool": "calc", "status": "ok", "duration_ms": 0.5, "cached": true } }),
+                json!({ "kind": "tool_end", "data": { "tool": "calc", "status": "ok", "result": { "text": "{\"result\":4}", "bytes": 12, "truncated": false }, "duration_ms": 0.5, "cached": true } }),
             ),
             (
                 EventData::ToolEnd {
@@ -575,5 +662,21 @@ mod tests {
         })
         .disarm();
         assert_eq!(ran.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_tool_result_is_kept_whole_up_to_the_limit_then_cut_at_a_character() {
+        let short = ToolResult::of(&json!({ "result": 42 }));
+        assert_eq!(
+            (short.text.as_str(), short.bytes, short.truncated),
+            ("{\"result\":42}", 13, false)
+        );
+        // 4095 ASCII bytes, then a three-byte character across the limit: cut before it.
+        let long = format!("{}€tail", "a".repeat(ToolResult::LIMIT - 1));
+        let cut = ToolResult::of(&Value::String(long.clone()));
+        assert_eq!((cut.bytes, cut.truncated), (long.len(), true));
+        assert_eq!(cut.text, "a".repeat(ToolResult::LIMIT - 1));
+        let exact = ToolResult::of(&Value::String("b".repeat(ToolResult::LIMIT)));
+        assert!(!exact.truncated);
     }
 }

@@ -21,11 +21,13 @@ use super::session::{RunRequest, Runner};
 use crate::core::Failure;
 
 /// One run to start: a pipeline, its bound inputs, the names added to its templates' scope (a
-/// batch row's `row`), and what the work needs to know the run by when it ends.
+/// batch row's `row`), which repeat of the same run it is (see [`RunRequest::sample`]), and what
+/// the work needs to know the run by when it ends.
 pub struct Job<T> {
     pub pipeline: Arc<Pipeline>,
     pub inputs: Value,
     pub globals: Map<String, Value>,
+    pub sample: Option<u32>,
     pub tag: T,
 }
 
@@ -73,6 +75,7 @@ impl Runner {
                         let runner = self.clone();
                         let request = RunRequest {
                             globals: job.globals,
+                            sample: job.sample,
                             cancel: Some(cancel.clone()),
                             ..RunRequest::default()
                         };
@@ -211,6 +214,7 @@ mod tests {
                 pipeline: Arc::clone(&self.pipeline),
                 inputs: json!({ "n": n }),
                 globals: Map::new(),
+                sample: None,
                 tag,
             }))
         }

@@ -117,6 +117,8 @@ pub struct StepLedger {
 #[derive(Debug, Default)]
 struct Entries {
     cost: Option<Cost>,
+    /// Tokens of the calls booked since the step's record last took them.
+    usage: TokenUsage,
     vote: Option<VoteRecord>,
     cached_calls: Vec<String>,
 }
@@ -140,6 +142,7 @@ impl StepLedger {
     pub fn book_call(&self, call: impl std::fmt::Display, booking: Booking) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.cost = Cost::sum(entries.cost, booking.cost);
+            entries.usage += booking.usage;
             if booking.answered_from_cache() {
                 entries.cached_calls.push(call.to_string());
             }
@@ -155,12 +158,23 @@ impl StepLedger {
         }
     }
 
-    /// Adds what a nested run (a route's plan agent) cost to this step: its calls are already
-    /// in the run's ledger (a nested run's ledger books into its parent's).
-    pub fn add_nested_cost(&self, cost: Option<Cost>) {
+    /// Adds what a nested run (a route's plan agent) cost and used to this step: its calls are
+    /// already in the run's ledger (a nested run's ledger books into its parent's).
+    pub fn add_nested(&self, cost: Option<Cost>, usage: TokenUsage) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.cost = Cost::sum(entries.cost, cost);
+            entries.usage += usage;
         }
+    }
+
+    /// The tokens of every call booked since the last take — answered, failed later, retried
+    /// or voted — and starts counting afresh (a step sent back by a check runs again with a
+    /// record of its own).
+    pub fn take_usage(&self) -> TokenUsage {
+        self.entries
+            .lock()
+            .map(|mut e| std::mem::take(&mut e.usage))
+            .unwrap_or_default()
     }
 
     /// Records how a vote went (the last one is kept).
@@ -224,6 +238,21 @@ mod tests {
         let tally = run.cache_tally();
         assert_eq!((tally.hits, tally.misses, tally.tokens_saved), (1, 1, 7));
         assert!((tally.ms_saved - 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_step_s_usage_counts_every_booked_call_and_starts_afresh_once_taken() {
+        let step = StepLedger::new(Arc::new(RunLedger::new(None, None)));
+        step.book_call("attempt 1", booking(Some(0.25), CacheStatus::Unused));
+        step.book_call("attempt 2", booking(None, CacheStatus::Unused));
+        let nested = TokenUsage {
+            prompt_tokens: 10,
+            completion_tokens: 1,
+        };
+        step.add_nested(None, nested);
+        let taken = step.take_usage();
+        assert_eq!((taken.prompt_tokens, taken.completion_tokens), (16, 9));
+        assert_eq!(step.take_usage(), TokenUsage::default());
     }
 
     #[test]

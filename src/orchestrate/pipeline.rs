@@ -16,11 +16,11 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
 use super::emit::Events;
-use super::events::{CallKind, EventData, Sent, SpanId};
+use super::events::{CallKind, EventData, OnDrop, Sent, SpanId};
 use super::inputs::{self, InputSpec};
 use super::ledger::{Booking, StepLedger};
 use super::record::RunRecord;
-use crate::core::{Cost, Failure, Message, TokenUsage};
+use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{CacheStatus, Engine, Grammar, Request, Response, SchemaMode, TokenSink};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
@@ -137,6 +137,9 @@ pub struct StepContext {
     pub feedback: Vec<Message>,
     /// What starts the runs nested in this step (a route's plan agents), cancelled with it.
     pub nesting: Arc<dyn NestedRuns>,
+    /// Which repeat of the same run this is (see [`super::RunRequest::sample`]); its model calls
+    /// carry it.
+    pub sample: Option<u32>,
 }
 
 impl StepContext {
@@ -189,6 +192,7 @@ impl StepContext {
         if let CallKind::Vote(candidate) = call {
             request.candidate = Some(candidate);
         }
+        request.sample = self.sample;
         let info = engine.model_info();
         let constraint = match (&request.json_schema, &request.grammar) {
             (Some(_), _) => Some("json_schema"),
@@ -217,10 +221,30 @@ impl StepContext {
             }
             (stream, _) => stream,
         };
+        // A call stopped before it answered (the run cancelled, the step's timeout) still
+        // leaves its event, marked `cut_off`.
+        let cut_off = OnDrop::new({
+            let (model, engine, call, sent) =
+                (info.name.clone(), info.engine, call.clone(), sent.clone());
+            move || {
+                let data = EventData::cut_off(model, engine, started.elapsed(), call, sent);
+                self.events
+                    .emit(Some(&self.step), span, Some(self.span), data);
+            }
+        });
         let answered = match stream {
             Some(sink) => engine.infer_streaming(request, sink).await,
             None => engine.infer(request).await,
         };
+        cut_off.disarm();
+        // A replay's miss names its step: where the prompt (or what fed it) changed.
+        let answered = answered.map_err(|failure| match failure.code {
+            FailureCode::CacheMiss => Failure {
+                message: format!("step `{}`: {}", self.step, failure.message),
+                ..failure
+            },
+            _ => failure,
+        });
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         // A call the engine failed is a model call too: its event says why.
         let (usage, cost, cache, read, error) = match answered {
@@ -251,17 +275,21 @@ impl StepContext {
         };
         let answered = error.is_none();
         self.ledger.book_call(&call, Booking { usage, cost, cache });
+        let tokens_per_second = (!cached && duration_ms > 0.0 && usage.completion_tokens > 0)
+            .then(|| usage.completion_tokens as f64 / (duration_ms / 1000.0));
         let data = EventData::Inference {
             model: info.name,
             engine: info.engine,
             duration_ms,
             usage,
+            tokens_per_second,
             call,
             sent,
             cost,
             tool_call_ids,
             error,
             cached,
+            cut_off: false,
         };
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);
@@ -286,6 +314,7 @@ impl StepContext {
             ledger: Arc::default(),
             feedback: Vec::new(),
             nesting: super::session::detached_nesting(),
+            sample: None,
         }
     }
 }
@@ -324,7 +353,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::core::{FailureCode, Price, ToolCall};
+    use crate::core::{Price, ToolCall};
     use crate::inference::{Priced, ScriptedConfig, ScriptedEngine, ScriptedReply};
     use crate::orchestrate::ledger::RunLedger;
 

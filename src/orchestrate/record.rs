@@ -138,6 +138,9 @@ pub struct VoteRecord {
     pub asked: u32,
     /// Candidates that voted: those that answered (and, with a schema, validly).
     pub voted: u32,
+    /// The winner's support over the candidates asked, not only those that voted
+    /// (`confidence × voted ÷ asked`): 2 of 3 agreeing reads 0.67 even when the third failed.
+    pub agreement: f64,
 }
 
 /// Who gave a voting step's answer.
@@ -170,7 +173,8 @@ impl CacheTally {
             CacheStatus::Miss => self.misses += 1,
             CacheStatus::Hit { original } => {
                 self.hits += 1;
-                self.tokens_saved += tokens;
+                // `tokens` is what a cache row claims: the sums saturate.
+                self.tokens_saved = self.tokens_saved.saturating_add(tokens);
                 self.ms_saved += original.as_secs_f64() * 1000.0;
             }
         }
@@ -181,7 +185,7 @@ impl std::ops::AddAssign for CacheTally {
     fn add_assign(&mut self, other: CacheTally) {
         self.hits += other.hits;
         self.misses += other.misses;
-        self.tokens_saved += other.tokens_saved;
+        self.tokens_saved = self.tokens_saved.saturating_add(other.tokens_saved);
         self.ms_saved += other.ms_saved;
     }
 }

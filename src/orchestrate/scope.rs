@@ -72,6 +72,20 @@ impl RunScope {
         }
         Value::Object(scope)
     }
+
+    /// The context of the plan's `output` template: what every step sees, with every step's
+    /// result and no `input` (the roots of [`crate::prompt::roots::OUTPUT`]).
+    fn for_output(&self, records: &[StepRecord]) -> Value {
+        let mut scope = self.base.clone();
+        if !self.steps_from_globals {
+            let steps: Map<String, Value> = records
+                .iter()
+                .map(|r| (r.name.clone(), step_view(r)))
+                .collect();
+            scope.insert("steps".into(), Value::Object(steps));
+        }
+        Value::Object(scope)
+    }
 }
 
 /// What templates see of a finished step: its output, usage, and error (null unless it failed
@@ -87,21 +101,14 @@ fn step_view(record: &StepRecord) -> Value {
 /// The run's result: the output template rendered over every step, or the last step's output.
 pub(super) fn final_output(
     pipeline: &Pipeline,
-    inputs: &Value,
+    scope: &RunScope,
     records: &[StepRecord],
 ) -> Result<Value, Failure> {
     match &pipeline.output {
-        Some(template) => {
-            let steps: Map<String, Value> = records
-                .iter()
-                .map(|r| (r.name.clone(), step_view(r)))
-                .collect();
-            let scope = json!({ "inputs": inputs, "vars": pipeline.vars, "steps": steps });
-            pipeline
-                .templates
-                .render_str(template, &scope)
-                .map(Value::String)
-        }
+        Some(template) => pipeline
+            .templates
+            .render_str(template, &scope.for_output(records))
+            .map(Value::String),
         None => Ok(records
             .last()
             .and_then(|r| r.output.clone())

@@ -108,6 +108,10 @@ pub struct RunRequest {
     /// Record nothing of this run: no events reach the session's sinks, and its end does not
     /// count towards the session's (a `--dry-run`'s preview of the prompts a batch would send).
     pub unrecorded: bool,
+    /// Which repeat of the same run this is (a test case run several times): its sampled model
+    /// calls (temperature above 0) are cached under it, so each repeat is a sample of its own.
+    /// None: the first, or the only one.
+    pub sample: Option<u32>,
 }
 
 /// The session's [`NestedRuns`]: its runner, cancelled with the run the step belongs to.
@@ -146,7 +150,8 @@ impl NestedRuns for Nested {
                     cancel: self.cancel.clone(),
                 }),
             };
-            let options = RunOptions::new(self.runner.max_parallel, self.cancel.clone());
+            let mut options = RunOptions::new(self.runner.max_parallel, self.cancel.clone());
+            options.sample = parent.sample;
             execute(pipeline, inputs, options, &run).await
         })
     }
@@ -173,7 +178,7 @@ impl Session {
                 )
             })?;
         let mut runner = Runner::new(Events::new(Arc::new(sinks)), options.max_parallel);
-        runner.cache = CallCache::open(&options.cache);
+        runner.cache = CallCache::open(&options.cache)?;
         {
             // Registered now, before anything slow happens, so no signal finds the default
             // action (which would kill the process with nothing written).
@@ -407,6 +412,7 @@ impl Runner {
         let cancel = request.cancel.unwrap_or_else(|| self.interrupt.subscribe());
         let mut options = RunOptions::new(self.max_parallel, cancel.clone());
         options.globals.extend(request.globals);
+        options.sample = request.sample;
         let run = RunHandle {
             events,
             ledger: Arc::new(RunLedger::new(pipeline.max_cost, None)),

@@ -7,7 +7,8 @@
 //! and marks failures of non-idempotent tools as not retryable, so the executor never repeats a
 //! side effect on its own. A tool the plan marked `cache: true` (only an idempotent one without
 //! side effects beyond reading) is answered from the call cache when it has been called with the
-//! same arguments before; its `tool_end` event then says `cached`.
+//! same arguments, in the same resolved directory, on files with the same content before; its
+//! `tool_end` event then says `cached`.
 
 use schemars::JsonSchema;
 use std::path::PathBuf;
@@ -17,12 +18,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::events::{Event, EventData, OnDrop, SpanId, ToolOutcome};
+use super::events::{Event, EventData, OnDrop, SpanId, ToolOutcome, ToolResult};
 use super::pipeline::StepContext;
 use crate::cache::{CallCache, Key};
 use crate::core::{Failure, FailureCode};
 use crate::prompt::Templates;
-use crate::tool::{Builtin, CommandSpec, run_command};
+use crate::tool::{Builtin, CommandSpec, files_named, run_command};
 
 /// What a tool may change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -191,6 +192,19 @@ impl ToolRuntime {
         })
     }
 
+    /// Why the tool cannot run here now (`TOOL_UNAVAILABLE`, saying why), if it cannot.
+    pub fn unavailable(&self) -> Option<Failure> {
+        let reason = self.action.unavailable()?;
+        Some(
+            Failure::new(
+                FailureCode::ToolUnavailable,
+                format!("tool `{}` is unavailable: {reason}", self.name),
+            )
+            .with_help("install the program or create the directory; `pagantic tools PLAN` lists every tool's availability")
+            .retryable(false),
+        )
+    }
+
     /// This tool, answering from `cache` the calls it has answered before.
     pub fn caching(self, cache: ToolCache) -> Self {
         ToolRuntime {
@@ -221,6 +235,11 @@ impl ToolRuntime {
         ctx: &StepContext,
         parent: SpanId,
     ) -> Result<Value, Failure> {
+        // Checked at each call: a program can vanish (or a directory go) during a long batch.
+        if let Some(failure) = self.unavailable() {
+            record_refusal(ctx, parent, call_id, &self.name, args, &failure);
+            return Err(failure);
+        }
         if let Some(validator) = &self.validator {
             let errors: Vec<String> = validator
                 .iter_errors(args)
@@ -247,10 +266,14 @@ impl ToolRuntime {
         });
         let started = Instant::now();
         let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
-        let kept = self.cache.as_ref().map(|kept| {
-            let key = Key::of("tool", &[&kept.identity, args, &results]);
-            (&kept.cache, key)
-        });
+        let kept = match &self.cache {
+            Some(kept) => {
+                let reads = self.reads(args, results, ctx, &kept.cache).await;
+                let key = Key::of("tool", &[&kept.identity, args, &results, &reads]);
+                Some((&kept.cache, key))
+            }
+            None => None,
+        };
         if let Some((cache, key)) = &kept
             && let Some(stored) = cache.get(key)
             && let Ok(value) = serde_json::from_str::<Value>(&stored.value)
@@ -259,7 +282,9 @@ impl ToolRuntime {
             ctx.ledger.served_from_cache(format!("tool {}", self.name));
             emit(EventData::ToolEnd {
                 tool: self.name.clone(),
-                outcome: ToolOutcome::Ok,
+                outcome: ToolOutcome::Ok {
+                    result: ToolResult::of(&value),
+                },
                 duration_ms: elapsed_ms(),
                 cached: true,
             });
@@ -276,7 +301,9 @@ impl ToolRuntime {
         let result = self.execute(args, results, ctx).await;
         cancelled.disarm();
         let outcome = match &result {
-            Ok(_) => ToolOutcome::Ok,
+            Ok(value) => ToolOutcome::Ok {
+                result: ToolResult::of(value),
+            },
             Err(error) => ToolOutcome::Failed {
                 error: error.clone(),
             },
@@ -302,6 +329,50 @@ impl ToolRuntime {
                 failure.retryable(false)
             }
         })
+    }
+
+    /// What a call reads besides its arguments, for its cache key: the canonical directory it
+    /// works in (a command's working directory, `read_file`'s root) and the SHA-256 of each file
+    /// it reads (the file `read_file` opens; each file a command's rendered argv names). The same
+    /// plan in two folders, or a file edited between two runs, is then a different call.
+    async fn reads(
+        &self,
+        args: &Value,
+        results: &[Value],
+        ctx: &StepContext,
+        cache: &Arc<CallCache>,
+    ) -> Value {
+        let (dir, files) = match &self.action {
+            ToolAction::Builtin(builtin) => builtin.reads(args),
+            ToolAction::DryRun => (None, Vec::new()),
+            ToolAction::Command(command) => {
+                let dir = match &command.working_dir {
+                    Some(dir) => dir.canonicalize().ok(),
+                    None => std::env::current_dir().ok(),
+                };
+                let argv = command.render(&self.name, &ctx.templates, args, results);
+                let files = match (&dir, argv) {
+                    (Some(dir), Ok(argv)) => files_named(&argv, dir),
+                    _ => Vec::new(),
+                };
+                (dir, files)
+            }
+        };
+        let cache = Arc::clone(cache);
+        // Hashing reads files (each hash is remembered by size and time in the cache): off the
+        // runtime's workers.
+        let hashed = tokio::task::spawn_blocking(move || {
+            files
+                .into_iter()
+                .map(|file| {
+                    let sha256 = cache.file_sha256(&file);
+                    (file.display().to_string(), sha256)
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .await
+        .unwrap_or_default();
+        json!({ "dir": dir, "files": hashed })
     }
 
     async fn execute(

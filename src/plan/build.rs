@@ -389,23 +389,23 @@ impl BuildContext for Builder<'_> {
         Ok(tool)
     }
 
-    /// The tools that can run here. The others are hidden from the model — a tool it cannot
-    /// call only leads it astray — and, with `verbose`, the notice says why.
+    /// The tools a model may be offered. Those that cannot run now are hidden from it at each
+    /// turn — a tool it cannot call only leads it astray — and, with `verbose`, the notice says
+    /// why.
     fn offered_tools(&mut self, names: &[String]) -> Result<Vec<Arc<ToolRuntime>>, Failure> {
         let mut offered = Vec::new();
         for name in names {
             let tool = self.tool(name)?;
-            match tool.action.unavailable() {
-                Some(reason) => {
-                    if self.options.verbose {
-                        (self.notice())(&format!(
-                            "step `{}`: tool `{name}` is hidden from the model: {reason}",
-                            self.step_name()
-                        ));
-                    }
-                }
-                None => offered.push(tool),
+            // Offered while it can run: the step checks again each time it lists its tools.
+            if let Some(reason) = tool.action.unavailable()
+                && self.options.verbose
+            {
+                (self.notice())(&format!(
+                    "step `{}`: tool `{name}` is hidden from the model: {reason}",
+                    self.step_name()
+                ));
             }
+            offered.push(tool);
         }
         Ok(offered)
     }
@@ -446,8 +446,8 @@ impl BuildContext for Builder<'_> {
             )),
             SchemaSource::File(file) => {
                 let path = self.dir.join(file);
-                std::fs::read_to_string(&path)
-                    .map_err(|e| e.to_string())
+                crate::core::file::read_bounded(&path, crate::core::file::TEXT_LIMIT)
+                    .map_err(|e| e.reason())
                     .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
                     .map_err(|reason| {
                         Failure::new(

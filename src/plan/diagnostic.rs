@@ -452,6 +452,21 @@ pub enum PlanError {
     )]
     RerankQuery { step: String },
 
+    /// A step is connected to an input it can never take: a rerank step fed text, a tool's
+    /// JSON object, several steps' outputs at once, or nothing at all.
+    #[error("step `{step}` takes {accepts}, but its input {gives}")]
+    #[diagnostic(
+        code(plan::step_boundary),
+        help(
+            "feed it from a step whose output it takes (a `retrieve` or `rerank` step gives candidates), through `needs: [<step>]`"
+        )
+    )]
+    StepBoundary {
+        step: String,
+        accepts: String,
+        gives: String,
+    },
+
     /// Grammar constraints (regex, Lark, GBNF) are enforced while decoding, which only the
     /// local engine with decoder constraints on can do.
     #[error("model `{model}` cannot enforce a grammar constraint ({reason})")]

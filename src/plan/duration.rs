@@ -2,7 +2,9 @@
 //!
 //! Plans and policies write timeouts and backoffs as strings; this type keeps the text the user
 //! wrote (for messages) and the parsed [`Duration`] (for the executor and policy comparisons). Its
-//! JSON Schema is a string with a pattern, so editors flag a bad duration as it is typed.
+//! JSON Schema is a string with a pattern, so editors flag a bad duration as it is typed. No
+//! duration longer than [`LONGEST`] is accepted, so adding one to a clock cannot overflow.
+#![deny(clippy::arithmetic_side_effects)]
 
 use std::borrow::Cow;
 use std::fmt;
@@ -13,6 +15,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The pattern every duration must match; the schema stage reports a mismatch as `plan::bad_duration`.
 pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
+/// The longest duration accepted anywhere (a plan field, a command-line flag): a hundred years.
+/// Anything longer is a typing error, and adding it to a clock could overflow.
+pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// A duration written as one or more `<number><unit>` parts, unit `ms`, `s`, `m` or `h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -62,7 +68,30 @@ impl DurationSpec {
             total = total.checked_add(part).ok_or_else(too_long)?;
             rest = next;
         }
+        if total > LONGEST {
+            return Err(too_long());
+        }
         Ok(DurationSpec(total))
+    }
+
+    /// A duration given on the command line: a number of seconds (`30`, `0.5`) or a duration as
+    /// plans write it (`1m30s`); never negative, infinite or longer than [`LONGEST`]. The error
+    /// is what clap prints (and the command exits 2).
+    pub fn parse_flag(text: &str) -> Result<Duration, String> {
+        let Ok(seconds) = text.trim().parse::<f64>() else {
+            return DurationSpec::parse(text)
+                .map(DurationSpec::get)
+                .map_err(|e| e.to_string());
+        };
+        if !seconds.is_finite() || seconds < 0.0 {
+            return Err(format!(
+                "`{text}` is not a duration: give a number of seconds from 0 up, or e.g. `1m30s`"
+            ));
+        }
+        Duration::try_from_secs_f64(seconds)
+            .ok()
+            .filter(|duration| *duration <= LONGEST)
+            .ok_or_else(|| DurationError::TooLong(text.to_string()).to_string())
     }
 }
 
@@ -81,8 +110,8 @@ pub enum DurationError {
     /// A unit other than ms, s, m or h.
     #[error("`{unit}` in `{text}` is not a unit; use ms, s, m or h")]
     UnknownUnit { unit: String, text: String },
-    /// Longer than a duration can hold.
-    #[error("`{0}` is too long a duration")]
+    /// Longer than [`LONGEST`].
+    #[error("`{0}` is too long a duration (at most 876000h, a hundred years)")]
     TooLong(String),
 }
 
@@ -197,6 +226,44 @@ mod tests {
             .to_string(),
             "`d` in `1d` is not a unit; use ms, s, m or h"
         );
+    }
+
+    #[test]
+    fn nothing_longer_than_the_longest_is_accepted() {
+        assert_eq!(
+            DurationSpec::parse("876000h").map(DurationSpec::get),
+            Ok(LONGEST)
+        );
+        assert_eq!(
+            DurationSpec::parse("876001h"),
+            Err(DurationError::TooLong("876001h".into()))
+        );
+    }
+
+    #[test]
+    fn a_flag_is_seconds_or_a_duration_and_never_out_of_range() {
+        for (text, millis) in [("30", 30_000), ("0.2", 200), ("0", 0), ("1m30s", 90_000)] {
+            assert_eq!(
+                DurationSpec::parse_flag(text).map(|d| d.as_millis()),
+                Ok(millis),
+                "{text}"
+            );
+        }
+        for text in [
+            "inf",
+            "-inf",
+            "NaN",
+            "1e300",
+            "-1",
+            "3200000000",
+            "876001h",
+            "soon",
+        ] {
+            assert!(
+                DurationSpec::parse_flag(text).is_err(),
+                "{text} should be refused"
+            );
+        }
     }
 
     #[test]

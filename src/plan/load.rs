@@ -38,10 +38,11 @@ pub fn load_file_edited<T: DeserializeOwned>(
     edit: impl FnOnce(&mut Value),
 ) -> Result<Loaded<T>, Vec<Diagnostic>> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| {
+    let limit = crate::core::file::TEXT_LIMIT;
+    let bytes = crate::core::file::read_bytes_bounded(path, limit).map_err(|e| {
         vec![Diagnostic::new(PlanError::ReadFailed {
             path: name.clone(),
-            reason: e.to_string(),
+            reason: e.reason(),
         })]
     })?;
     load_bytes_edited(&name, bytes, kind, edit)

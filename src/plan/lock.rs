@@ -5,8 +5,11 @@
 //! kind and source with the SHA-256 of its files (or its server and model name; for a Hugging
 //! Face file the revision and SHA-256 its cache recorded), and the SHA-256 of every prompt file
 //! (with the templates it includes, imports or extends), schema file and sub-plan file the
-//! plan's steps and agents use, and of the scripts and data files its command tools name. `run --locked` and `validate --locked` compute the same again and refuse, naming each
-//! difference, when the two disagree.
+//! plan's steps and agents use, and of the scripts and data files its command tools name; and per
+//! corpus, the SHA-256 of each file it reads (the files its patterns match, its JSON Lines
+//! file). `run --locked` and `validate --locked` compute the same again and refuse, naming each
+//! difference, when the two disagree. A lockfile written before corpora were pinned has no
+//! `corpora`; checked against a plan with corpora it is refused, asking for `pagantic lock` again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +20,9 @@ use serde_json::Value;
 use super::Plan;
 use super::models::file_sha256;
 use super::steps::{SchemaSource, TemplateSource};
+use crate::core::file::{ReadError, TEXT_LIMIT, read_bounded};
 use crate::core::{Failure, FailureCode};
+use crate::corpora::matching_files;
 use crate::prompt;
 
 /// A plan's lockfile.
@@ -32,6 +37,10 @@ pub struct Lock {
     /// tool's script or data file), relative to the plan: its SHA-256 (null when it cannot be
     /// read).
     pub files: BTreeMap<String, Value>,
+    /// Per corpus name: per file it reads, relative to the plan, its SHA-256 (null when it
+    /// cannot be read). Absent from lockfiles written before corpora were pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpora: Option<BTreeMap<String, BTreeMap<String, Value>>>,
 }
 
 /// The lockfile of the plan at `plan`: `PLAN.lock` beside it.
@@ -88,33 +97,40 @@ impl Lock {
             .iter()
             .map(|(name, spec)| (name.clone(), spec.kind().locked(&dir)))
             .collect();
-        let files = files_used(plan)
-            .into_iter()
-            .map(|path| {
-                let name = path
-                    .strip_prefix(&dir)
-                    .unwrap_or(&path)
-                    .display()
-                    .to_string();
-                let sha256 = file_sha256(&path);
-                (name, sha256)
+        let corpora = plan
+            .raw
+            .corpora
+            .iter()
+            .map(|(name, spec)| {
+                let mut files = Vec::new();
+                for pattern in &spec.files {
+                    // A pattern that matches nothing (or cannot be matched) pins nothing: the
+                    // plan's own check refuses it before any run.
+                    files.extend(matching_files(&dir, pattern).unwrap_or_default());
+                }
+                files.extend(spec.jsonl.iter().map(|jsonl| dir.join(&jsonl.path)));
+                (name.clone(), hashes(&dir, files))
             })
             .collect();
         Lock {
             pagantic: env!("CARGO_PKG_VERSION").to_string(),
             models,
-            files,
+            files: hashes(&dir, files_used(plan)),
+            corpora: Some(corpora),
         }
     }
 
     /// Reads the lockfile at `path`.
     pub fn read(path: &Path) -> Result<Lock, Failure> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Failure::new(
-                FailureCode::ConfigFileError,
-                format!("cannot read the lockfile {}: {e}", path.display()),
-            )
-            .with_help("write it with `pagantic lock PLAN`")
+        let text = read_bounded(path, TEXT_LIMIT).map_err(|e| {
+            let message = match e {
+                ReadError::Unreadable { source, .. } => {
+                    format!("cannot read the lockfile {}: {source}", path.display())
+                }
+                other => format!("cannot use the lockfile: {other}"),
+            };
+            Failure::new(FailureCode::ConfigFileError, message)
+                .with_help("write it with `pagantic lock PLAN`")
         })?;
         serde_json::from_str(&text).map_err(|e| {
             Failure::new(
@@ -143,6 +159,7 @@ impl Lock {
         }
         compare(&mut changes, "model", &self.models, &now.models);
         compare(&mut changes, "file", &self.files, &now.files);
+        compare_corpora(&mut changes, self.corpora.as_ref(), now.corpora.as_ref());
         changes
     }
 
@@ -171,6 +188,52 @@ impl Lock {
             plan.path.display()
         )))
     }
+}
+
+/// Lines for the corpus files of `locked` and `now` that differ, corpus by corpus; one line when
+/// the lockfile predates corpus pins and the plan has corpora.
+fn compare_corpora(
+    changes: &mut Vec<String>,
+    locked: Option<&BTreeMap<String, BTreeMap<String, Value>>>,
+    now: Option<&BTreeMap<String, BTreeMap<String, Value>>>,
+) {
+    let none = BTreeMap::new();
+    let now = now.unwrap_or(&none);
+    let Some(locked) = locked else {
+        if !now.is_empty() {
+            changes.push(
+                "corpora: the lockfile was written before pagantic pinned corpus files".into(),
+            );
+        }
+        return;
+    };
+    let empty = BTreeMap::new();
+    let names = locked
+        .keys()
+        .chain(now.keys().filter(|n| !locked.contains_key(*n)));
+    for name in names {
+        compare(
+            changes,
+            &format!("corpus `{name}` file"),
+            locked.get(name).unwrap_or(&empty),
+            now.get(name).unwrap_or(&empty),
+        );
+    }
+}
+
+/// Each of `files` by its name relative to `dir`, with its SHA-256 (null when unreadable).
+fn hashes(dir: &Path, files: Vec<PathBuf>) -> BTreeMap<String, Value> {
+    files
+        .into_iter()
+        .map(|path| {
+            let name = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            (name, file_sha256(&path))
+        })
+        .collect()
 }
 
 /// Lines for the entries of `locked` and `now` that differ: changed, no longer used, new.
@@ -204,6 +267,7 @@ mod tests {
             pagantic: "1.0.0".into(),
             models: serde_json::from_value(models).expect("models"),
             files: serde_json::from_value(files).expect("files"),
+            corpora: Some(BTreeMap::new()),
         }
     }
 
@@ -231,6 +295,45 @@ mod tests {
                 r#"file `prompts/b.j2`: not in the lockfile, now "44""#,
             ]
         );
+    }
+
+    #[test]
+    fn drift_names_each_corpus_file_that_changed_and_an_old_lockfile() {
+        let corpora = |files: Value| Some(serde_json::from_value(files).expect("corpora"));
+        let locked = Lock {
+            corpora: corpora(json!({ "docs": { "corpus/a.md": "11", "corpus/b.md": "22" } })),
+            ..lock(json!({}), json!({}))
+        };
+        let now = Lock {
+            corpora: corpora(
+                json!({ "docs": { "corpus/a.md": "33", "corpus/b.md": "22" },
+                                     "faq": { "faq.jsonl": "44" } }),
+            ),
+            ..lock(json!({}), json!({}))
+        };
+        assert_eq!(
+            locked.drift(&now),
+            [
+                r#"corpus `docs` file `corpus/a.md`: locked "11", now "33""#,
+                r#"corpus `faq` file `faq.jsonl`: not in the lockfile, now "44""#,
+            ]
+        );
+        let old: Lock = serde_json::from_value(json!({
+            "pagantic": "1.0.0", "models": {}, "files": {}
+        }))
+        .expect("a lockfile without corpora reads");
+        assert_eq!(
+            old.drift(&Lock {
+                pagantic: "1.0.0".into(),
+                ..now
+            }),
+            ["corpora: the lockfile was written before pagantic pinned corpus files"]
+        );
+        let without_corpora = Lock {
+            corpora: Some(BTreeMap::new()),
+            ..old.clone()
+        };
+        assert_eq!(old.drift(&without_corpora), Vec::<String>::new());
     }
 
     #[test]

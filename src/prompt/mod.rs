@@ -18,6 +18,8 @@ use serde_json::Value;
 
 use crate::core::{Failure, FailureCode};
 
+pub mod roots;
+
 /// Functions minijinja provides globally; templates may call them without declaring anything.
 pub const GLOBAL_FUNCTIONS: &[&str] = &["range", "dict", "debug", "namespace"];
 
@@ -158,12 +160,12 @@ impl Templates {
                 let Some(path) = prompt_path(&dir, name) else {
                     return Ok(None);
                 };
-                match std::fs::read_to_string(path) {
+                match crate::core::file::read_bounded(&path, crate::core::file::TEXT_LIMIT) {
                     Ok(text) => Ok(Some(text)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) if e.is_not_found() => Ok(None),
                     Err(e) => Err(minijinja::Error::new(
                         minijinja::ErrorKind::InvalidOperation,
-                        format!("cannot read prompt file {name}: {e}"),
+                        format!("cannot read prompt file {name}: {}", e.reason()),
                     )),
                 }
             });
@@ -348,7 +350,7 @@ pub fn reached_prompt_files(dir: &Path, names: Vec<String>) -> Vec<PathBuf> {
         let Some(path) = prompt_path(dir, &name) else {
             continue;
         };
-        if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Ok(text) = crate::core::file::read_bounded(&path, crate::core::file::TEXT_LIMIT) {
             queue.extend(referenced_templates(&text));
         }
         files.push(path);

@@ -47,7 +47,7 @@ impl Admission {
         }
         self.waiting
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |waiting| {
-                (waiting < self.queue).then_some(waiting + 1)
+                (waiting < self.queue).then_some(waiting.saturating_add(1))
             })
             .map_err(|_| Full)?;
         let _in_queue = InQueue(&self.waiting);
@@ -64,7 +64,8 @@ impl Admission {
 
     /// Runs holding a slot.
     pub fn running(&self) -> usize {
-        self.max_concurrent - self.slots.available_permits()
+        self.max_concurrent
+            .saturating_sub(self.slots.available_permits())
     }
 }
 

@@ -17,6 +17,7 @@ use super::ServeOptions;
 use super::admission::Admission;
 use super::auth::Token;
 use super::catalog::{Catalog, Served};
+use super::connections::{BodyTooSlow, Connections};
 use super::metrics::{Metrics, Refusal};
 use super::origin::OriginPolicy;
 use crate::core::{Failure, FailureCode, text::suggestion};
@@ -36,6 +37,8 @@ pub struct App {
     /// Which web pages and host names may reach the server.
     pub(super) origins: Arc<OriginPolicy>,
     pub(super) max_body_bytes: usize,
+    /// The client connections (for the metrics).
+    pub(super) connections: Arc<Connections>,
     /// Turns true when the grace period after SIGTERM is over: runs still going are cancelled.
     pub(super) stop_runs: watch::Receiver<bool>,
 }
@@ -80,6 +83,7 @@ impl App {
         runner: Runner,
         catalog: Arc<Catalog>,
         options: &ServeOptions,
+        connections: Arc<Connections>,
         stop_runs: watch::Receiver<bool>,
     ) -> Self {
         App {
@@ -94,6 +98,7 @@ impl App {
                 options.allowed_hosts.clone(),
             )),
             max_body_bytes: options.max_body_bytes,
+            connections,
             stop_runs,
         }
     }
@@ -121,9 +126,20 @@ impl App {
         })
     }
 
-    /// A request body as JSON (413 over the size limit, 400 when it is not JSON).
+    /// A request body as JSON (413 over the size limit, 408 when it did not arrive within the
+    /// body timeout, 400 when it is not JSON).
     pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, Refused> {
         let body = body.map_err(|rejection| {
+            if let Some(slow) = too_slow(&rejection) {
+                return Refused {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    why: Refusal::TooSlow,
+                    failure: Failure::new(FailureCode::ConfigInvalidInput, slow.to_string())
+                        .with_help(
+                            "send the whole body at once, or start the server with a longer --body-timeout",
+                        ),
+                };
+            }
             let too_large = rejection.status() == StatusCode::PAYLOAD_TOO_LARGE;
             Refused {
                 status: rejection.status(),
@@ -242,6 +258,18 @@ impl IntoResponse for Refused {
         }
         response
     }
+}
+
+/// The body timeout that failed the reading of a body, if that is why it failed.
+fn too_slow(rejection: &BytesRejection) -> Option<&BodyTooSlow> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = cause {
+        if let Some(slow) = error.downcast_ref::<BodyTooSlow>() {
+            return Some(slow);
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// Counts a refusal in the metrics and answers it.

@@ -39,26 +39,34 @@ pub enum Rejected {
     Unbuildable(Failure),
 }
 
-/// The plan files PLANS name: files as they are, every `*.yaml` / `*.yml` file of a directory,
-/// the files a glob matches; each in the order found, sorted within a directory or glob.
-pub fn expand(patterns: &[String]) -> Result<Vec<PathBuf>, Failure> {
-    let mut files = Vec::new();
+/// The plan files PLANS name, and what they match that is not a plan file.
+#[derive(Debug, Default)]
+pub struct Expanded {
+    pub files: Vec<PathBuf>,
+    /// Matches of a directory or glob that are not regular files (a FIFO, a socket, a device):
+    /// reading one could block for ever, so they are skipped, with a warning.
+    pub skipped: Vec<PathBuf>,
+}
+
+/// The plan files PLANS name: files as they are, every `*.yaml` / `*.yml` regular file of a
+/// directory, the regular files a glob matches; each in the order found, sorted within a
+/// directory or glob.
+pub fn expand(patterns: &[String]) -> Result<Expanded, Failure> {
+    let mut expanded = Expanded::default();
     for pattern in patterns {
         let path = Path::new(pattern);
-        if path.is_dir() {
+        let mut found: Vec<PathBuf> = if path.is_dir() {
             let entries = std::fs::read_dir(path).map_err(|e| {
                 Failure::new(
                     FailureCode::ConfigFileError,
                     format!("cannot read {pattern}: {e}"),
                 )
             })?;
-            let mut found: Vec<PathBuf> = entries
+            entries
                 .filter_map(Result::ok)
                 .map(|entry| entry.path())
-                .filter(|p| p.is_file() && is_yaml(p))
-                .collect();
-            found.sort();
-            files.extend(found);
+                .filter(|p| is_yaml(p) && !p.is_dir())
+                .collect()
         } else if pattern.contains(['*', '?', '[']) {
             let matched = glob::glob(pattern).map_err(|e| {
                 Failure::new(
@@ -66,20 +74,25 @@ pub fn expand(patterns: &[String]) -> Result<Vec<PathBuf>, Failure> {
                     format!("`{pattern}` is not a valid glob: {e}"),
                 )
             })?;
-            let mut found: Vec<PathBuf> = matched.filter_map(Result::ok).collect();
+            let found: Vec<PathBuf> = matched.filter_map(Result::ok).collect();
             if found.is_empty() {
                 return Err(Failure::new(
                     FailureCode::ConfigFileError,
                     format!("no plan file matches `{pattern}`"),
                 ));
             }
-            found.sort();
-            files.extend(found);
+            found
         } else {
-            files.push(path.to_path_buf());
-        }
+            expanded.files.push(path.to_path_buf());
+            continue;
+        };
+        found.sort();
+        let (files, skipped): (Vec<PathBuf>, Vec<PathBuf>) =
+            found.into_iter().partition(|p| p.is_file());
+        expanded.files.extend(files);
+        expanded.skipped.extend(skipped);
     }
-    Ok(files)
+    Ok(expanded)
 }
 
 fn is_yaml(path: &Path) -> bool {
@@ -89,6 +102,16 @@ fn is_yaml(path: &Path) -> bool {
 /// Checks and builds the plan at `path` with `options` (where to tell about loading models, the
 /// call cache).
 pub fn load(path: &Path, options: &BuildOptions) -> Result<Served, Rejected> {
+    // Opening a FIFO (or a device) to read it could block for ever: only regular files are read.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(Rejected::Unbuildable(
+            Failure::new(
+                FailureCode::ConfigFileError,
+                format!("{} is not a regular file", path.display()),
+            )
+            .with_help("a plan must be a regular YAML file (not a FIFO, a socket or a device)"),
+        ));
+    }
     let plan = plan::load_plan(path, None).map_err(Rejected::Invalid)?;
     let pipeline = plan
         .build(BuildOptions {
@@ -149,7 +172,7 @@ fn collect_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     for entry in entries.filter_map(Result::ok) {
         let path = entry.path();
         if path.is_dir() && depth > 0 {
-            collect_files(&path, depth - 1, out);
+            collect_files(&path, depth.saturating_sub(1), out);
         } else if path.is_file() {
             out.push(path);
         }
@@ -164,6 +187,8 @@ pub enum Change {
     Swapped { name: String, path: PathBuf },
     /// The new version was rejected; the previous one goes on serving.
     Kept { path: PathBuf, why: Rejected },
+    /// Something new in a served directory or glob is not a regular file, and is not read.
+    Skipped { path: PathBuf },
 }
 
 /// A plan file as last looked at.
@@ -192,6 +217,8 @@ pub struct Catalog {
     seen: Mutex<Vec<Seen>>,
     /// The served files, directories and globs, looked at again for new plan files.
     patterns: Vec<String>,
+    /// What they match that is not a regular file, as of the last look (each reported once).
+    skipped: Mutex<Vec<PathBuf>>,
 }
 
 impl Catalog {
@@ -210,13 +237,16 @@ impl Catalog {
             plans: RwLock::new(Arc::new(by_name)),
             seen: Mutex::new(seen),
             patterns: Vec::new(),
+            skipped: Mutex::new(Vec::new()),
         })
     }
 
     /// This catalog, where a refresh also serves plan files new in `patterns` (the files,
-    /// directories and globs it was made from).
-    pub fn watching(mut self, patterns: Vec<String>) -> Catalog {
+    /// directories and globs it was made from; `skipped`: what they matched that is not a
+    /// regular file, already reported).
+    pub fn watching(mut self, patterns: Vec<String>, skipped: Vec<PathBuf>) -> Catalog {
         self.patterns = patterns;
+        self.skipped = Mutex::new(skipped);
         self
     }
 
@@ -250,7 +280,16 @@ impl Catalog {
             self.look_again(plan);
         }
         // A glob that matches nothing now, or a directory gone, has no new files.
-        for path in expand(&self.patterns).unwrap_or_default() {
+        let expanded = expand(&self.patterns).unwrap_or_default();
+        if let Ok(mut skipped) = self.skipped.lock() {
+            for path in &expanded.skipped {
+                if !skipped.contains(path) {
+                    changes.push(Change::Skipped { path: path.clone() });
+                }
+            }
+            *skipped = expanded.skipped;
+        }
+        for path in expanded.files {
             if seen.iter().any(|plan| plan.path == path) {
                 continue;
             }
@@ -351,7 +390,7 @@ mod tests {
         }
         let text = dir.path().to_string_lossy().into_owned();
         assert_eq!(
-            expand(std::slice::from_ref(&text)).expect("expanded"),
+            expand(std::slice::from_ref(&text)).expect("expanded").files,
             [dir.path().join("a.yml"), dir.path().join("b.yaml")]
         );
         let failure = expand(&[format!("{text}/*.json")]).expect_err("refused");
@@ -433,7 +472,7 @@ mod tests {
         let pattern = dir.path().to_string_lossy().into_owned();
         let catalog = Catalog::new(vec![load(&first, &quiet()).ok().expect("valid")])
             .expect("catalog")
-            .watching(vec![pattern]);
+            .watching(vec![pattern], Vec::new());
         assert!(catalog.refresh(&quiet()).is_empty(), "nothing new");
         let added = dir.path().join("b.yaml");
         std::fs::write(&added, "version: 1\nname: broken\nsteps: 3\n").expect("written");
@@ -452,5 +491,29 @@ mod tests {
             catalog.refresh(&quiet()).is_empty(),
             "each file is taken in once"
         );
+    }
+
+    #[test]
+    fn a_fifo_matched_by_a_glob_is_skipped_once_and_never_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let first = dir.path().join("a.yaml");
+        write(&first, "first");
+        let pattern = format!("{}/*.yaml", dir.path().display());
+        let catalog = Catalog::new(vec![load(&first, &quiet()).ok().expect("valid")])
+            .expect("catalog")
+            .watching(vec![pattern.clone()], Vec::new());
+        let fifo = dir.path().join("b.yaml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.expect("mkfifo runs").success(), "a FIFO");
+        let expanded = expand(std::slice::from_ref(&pattern)).expect("expanded");
+        assert_eq!(expanded.files, [first]);
+        assert_eq!(expanded.skipped, std::slice::from_ref(&fifo));
+        let changes = catalog.refresh(&quiet());
+        assert!(matches!(&changes[..], [Change::Skipped { path }] if *path == fifo));
+        assert!(catalog.refresh(&quiet()).is_empty(), "reported once");
+        assert!(matches!(
+            load(&fifo, &quiet()),
+            Err(Rejected::Unbuildable(_))
+        ));
     }
 }

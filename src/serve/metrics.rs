@@ -2,12 +2,16 @@
 //! text format: runs by plan and status, run and step durations as histograms, tokens and model
 //! calls by plan, refused requests by reason, and the gauges of the moment (runs in flight,
 //! requests queued). The registry owns the encoding, label escaping included, so this module
-//! only says what is counted and under which labels.
+//! only says what is counted and under which labels. Token counts come from model servers and
+//! cache rows, so they are added saturating: a server claiming 2^64 − 1 tokens pins the counter
+//! at its largest value rather than wrapping it or failing the run (the server's modules deny
+//! clippy's `arithmetic_side_effects`).
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, text};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{Atomic, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -32,6 +36,8 @@ pub enum Refusal {
     Forbidden,
     NotFound,
     TooLarge,
+    /// Its body did not arrive within the body timeout.
+    TooSlow,
     QueueFull,
 }
 
@@ -43,6 +49,7 @@ impl EncodeLabelValue for Refusal {
             Refusal::Forbidden => "forbidden",
             Refusal::NotFound => "not_found",
             Refusal::TooLarge => "too_large",
+            Refusal::TooSlow => "too_slow",
             Refusal::QueueFull => "queue_full",
         })
     }
@@ -120,6 +127,31 @@ struct RefusalLabels {
     reason: Refusal,
 }
 
+/// A count that stops at `u64::MAX` instead of wrapping.
+#[derive(Debug, Default)]
+struct Saturating(AtomicU64);
+
+impl Atomic<u64> for Saturating {
+    fn inc(&self) -> u64 {
+        self.inc_by(1)
+    }
+
+    fn inc_by(&self, by: u64) -> u64 {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                Some(now.saturating_add(by))
+            })
+            .unwrap_or_else(|now| now)
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A counter of tokens (see [`Saturating`]).
+type TokenCounter = Counter<u64, Saturating>;
+
 /// A histogram over [`BUCKETS`]: what the duration families make for each new label set.
 fn duration_histogram() -> Histogram {
     Histogram::new(BUCKETS)
@@ -135,18 +167,23 @@ pub struct Metrics {
     runs: Family<RunLabels, Counter>,
     run_seconds: DurationFamily<PlanLabels>,
     step_seconds: DurationFamily<StepLabels>,
-    tokens: Family<TokenLabels, Counter>,
+    tokens: Family<TokenLabels, TokenCounter>,
     model_calls: Family<PlanLabels, Counter>,
     cache_hits: Family<PlanLabels, Counter>,
     refused: Family<RefusalLabels, Counter>,
     runs_in_flight: Gauge,
     queue_depth: Gauge,
+    connections_open: Gauge,
+    connections_busy: Gauge,
 }
 
 /// The gauges, read when the metrics are written.
 pub struct Gauges {
     pub running: usize,
     pub queued: usize,
+    /// Connections open, and those of them answering a request.
+    pub connections: usize,
+    pub busy_connections: usize,
 }
 
 impl Default for Metrics {
@@ -210,6 +247,18 @@ impl Default for Metrics {
             "Requests waiting for a run slot",
             queue_depth.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "pagantic_connections_open",
+            "Client connections open",
+            connections_open.clone(),
+        );
+        let connections_busy = Gauge::default();
+        registry.register(
+            "pagantic_connections_busy",
+            "Client connections answering a request",
+            connections_busy.clone(),
+        );
         Metrics {
             registry,
             runs,
@@ -221,6 +270,8 @@ impl Default for Metrics {
             refused,
             runs_in_flight,
             queue_depth,
+            connections_open,
+            connections_busy,
         }
     }
 }
@@ -289,6 +340,9 @@ impl Metrics {
     pub fn render(&self, gauges: &Gauges) -> Result<String, std::fmt::Error> {
         self.runs_in_flight.set(gauge_value(gauges.running));
         self.queue_depth.set(gauge_value(gauges.queued));
+        self.connections_open.set(gauge_value(gauges.connections));
+        self.connections_busy
+            .set(gauge_value(gauges.busy_connections));
         let mut out = String::new();
         text::encode(&mut out, &self.registry)?;
         Ok(out)
@@ -330,7 +384,12 @@ mod tests {
 
     fn render(metrics: &Metrics, running: usize, queued: usize) -> String {
         metrics
-            .render(&Gauges { running, queued })
+            .render(&Gauges {
+                running,
+                queued,
+                connections: 0,
+                busy_connections: 0,
+            })
             .expect("the metrics are written")
     }
 
@@ -372,6 +431,26 @@ mod tests {
             "a step that never ran is not timed"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn token_counts_from_a_server_saturate_instead_of_wrapping() {
+        let metrics = Metrics::default();
+        let mut huge = record(RunStatus::Complete, 1.0);
+        huge.usage.prompt_tokens = u64::MAX;
+        metrics.record_run("qa", &huge);
+        metrics.record_run("qa", &huge);
+        let text = render(&metrics, 0, 0);
+        let line = format!(
+            "pagantic_tokens_total{{plan=\"qa\",kind=\"prompt\"}} {}",
+            u64::MAX
+        );
+        assert!(text.lines().any(|l| l == line), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l == "pagantic_runs_total{plan=\"qa\",status=\"complete\"} 2"),
+            "{text}"
+        );
     }
 
     #[test]

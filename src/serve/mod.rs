@@ -8,20 +8,27 @@
 //! when the client asked for it, a server-sent event stream.
 //!
 //! At most `max_concurrent` runs go at once and at most `queue` requests wait for a slot; beyond
-//! that a request gets 429 with `Retry-After`. SIGTERM or Ctrl-C stops accepting connections and
-//! lets the runs in flight finish for a grace period, then cancels what is left (at once, on a
-//! second signal); the server then returns.
+//! that a request gets 429 with `Retry-After`. Connections are bounded too (their number, how long
+//! one may sit idle or send a request; see [`connections`]). SIGTERM or Ctrl-C stops accepting
+//! connections, closes the idle ones and lets the runs in flight finish for a grace period, then
+//! cancels what is left (at once, on a second signal) and gives their answers a moment to go out;
+//! the server then returns, whatever its clients still hold open.
 //!
 //! The status rule, the same for every endpoint that runs a plan: 200 with the record when the
 //! run completes, 422 with the record when it fails or is cancelled, 400 when the request or its
 //! inputs are invalid (nothing ran), 404 for an unknown plan, 401 without the bearer token,
 //! 413 for a body over the limit, 429 when full. Errors are `{"error": FAILURE}` with the
 //! failure's stable code, message and help, as the command line prints them.
+//!
+//! Numbers here come from clients, model servers and cache rows: no arithmetic on them may
+//! overflow, which clippy's `arithmetic_side_effects` holds every module of the server to.
+#![deny(clippy::arithmetic_side_effects)]
 
 mod admission;
 mod app;
 mod auth;
 mod catalog;
+mod connections;
 mod metrics;
 mod openai;
 mod origin;
@@ -33,7 +40,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use futures_util::FutureExt as _;
+use tokio::sync::{oneshot, watch};
 
 use crate::cache::CallCache;
 use crate::core::{Failure, FailureCode};
@@ -42,7 +50,12 @@ use crate::orchestrate::Runner;
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
 
-pub use catalog::{Catalog, Rejected, Served, expand, load};
+pub use catalog::{Catalog, Expanded, Rejected, Served, expand, load};
+pub use connections::Limits;
+
+/// How long the answers of the runs cancelled at the end of a drain have to go out before the
+/// server returns anyway.
+const LAST_ANSWERS: Duration = Duration::from_secs(1);
 
 /// How to serve.
 pub struct ServeOptions {
@@ -65,6 +78,8 @@ pub struct ServeOptions {
     pub allowed_origins: Vec<String>,
     /// Host names requests may be addressed to besides loopback ones (see [`origin`]).
     pub allowed_hosts: Vec<String>,
+    /// The bounds on connections: how many, how long idle, how long to send a request.
+    pub limits: Limits,
 }
 
 /// What the server tells its operator; the command prints it.
@@ -112,7 +127,14 @@ where
     })?;
     let catalog = Arc::new(catalog);
     let (stop_runs, stop_runs_seen) = watch::channel(false);
-    let app = app::App::new(runner, Arc::clone(&catalog), &options, stop_runs_seen);
+    let connections = Arc::new(connections::Connections::new(options.limits));
+    let app = app::App::new(
+        runner,
+        Arc::clone(&catalog),
+        &options,
+        Arc::clone(&connections),
+        stop_runs_seen,
+    );
     let in_flight = app.admission();
     if let Some(every) = options.watch {
         tokio::spawn(watch_files(
@@ -127,47 +149,62 @@ where
         "listening on http://{bound} — serving {}",
         names.join(", ")
     ));
-    let (draining, drained) = watch::channel(false);
+    let (drain, drained) = oneshot::channel::<()>();
+    let serving =
+        tokio::spawn(
+            Arc::clone(&connections).serve(listener, routes::router(app), async move {
+                let _ = drained.await;
+            }),
+        );
+    // Dropping a task's handle does not stop it: the connections are closed on every way out.
+    let _close_all = AbortOnDrop(serving.abort_handle());
+    let ended = async move {
+        let _ = serving.await;
+    }
+    .fuse();
+    tokio::pin!(ended);
+    shutdown.first.await;
     let grace = options.grace;
-    let drain_reporter = Arc::clone(&reporter);
-    tokio::spawn(async move {
-        shutdown.first.await;
-        drain_reporter.line(&format!(
-            "shutting down: no new connections; {} runs in flight get {} s to finish \
-             (a second Ctrl-C or SIGTERM cancels them now)",
-            in_flight.running(),
-            grace.as_secs_f64()
-        ));
-        draining.send_replace(true);
-        let insisted = tokio::select! {
-            () = tokio::time::sleep(grace) => false,
-            () = shutdown.second => true,
-        };
+    reporter.line(&format!(
+        "shutting down: no new connections; {} runs in flight get {} s to finish \
+         (a second Ctrl-C or SIGTERM cancels them now)",
+        in_flight.running(),
+        grace.as_secs_f64()
+    ));
+    let _ = drain.send(());
+    let second = shutdown.second;
+    tokio::pin!(second);
+    let insisted = tokio::select! {
+        () = &mut ended => false,
+        () = tokio::time::sleep(grace) => false,
+        () = &mut second => true,
+    };
+    if connections.count() > 0 {
         if in_flight.running() > 0 {
-            drain_reporter.line(if insisted {
+            reporter.line(if insisted {
                 "signalled again: cancelling the runs still in flight"
             } else {
                 "grace period over: cancelling the runs still in flight"
             });
         }
         stop_runs.send_replace(true);
-        // Keep the sender until the server is gone, so runs never see it dropped.
-        stop_runs.closed().await;
-    });
-    let mut drained = drained;
-    axum::serve(listener, routes::router(app))
-        .with_graceful_shutdown(async move {
-            let _ = drained.wait_for(|draining| *draining).await;
-        })
-        .await
-        .map_err(|e| {
-            Failure::new(
-                FailureCode::ConfigInvalidInput,
-                format!("the server stopped: {e}"),
-            )
-        })?;
+        tokio::select! {
+            () = &mut ended => {}
+            () = tokio::time::sleep(LAST_ANSWERS) => {}
+            () = &mut second, if !insisted => {}
+        }
+    }
     reporter.line("stopped");
     Ok(())
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Looks at the served plans' files every `every`, swapping in the plans that changed and pass
@@ -204,6 +241,12 @@ async fn watch_files(
                 }
                 catalog::Change::Swapped { name, path } => {
                     reporter.line(&format!("reloaded {} (serving as {name})", path.display()));
+                }
+                catalog::Change::Skipped { path } => {
+                    reporter.line(&format!(
+                        "warning: skipping {}: not a regular file",
+                        path.display()
+                    ));
                 }
                 catalog::Change::Kept { path, why } => match why {
                     Rejected::Invalid(diagnostics) => reporter.rejected(&path, &diagnostics, None),

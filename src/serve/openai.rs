@@ -1,6 +1,8 @@
 //! `POST /v1/chat/completions`, OpenAI-compatible, so any OpenAI client can call a plan as if it
 //! were a model: `model` names the plan, the last message is bound to the plan's first string
 //! input, and the messages before it reach the plan's templates (and an agent step) as `history`.
+//! Only `user` and `assistant` messages are taken (as `chat --load` takes them): a `system` or
+//! `tool` message would speak for the plan's own prompts or tools, and is refused with 422.
 //! The answer is a `chat.completion` whose message is the plan's output; with `"stream": true`,
 //! `chat.completion.chunk` events and `data: [DONE]`: the text as the model writes it when the
 //! plan's final step streams (an `infer` step whose answer is the plan's output), else the whole
@@ -23,6 +25,7 @@ use tokio::sync::mpsc;
 use super::app::{
     App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
 };
+use super::metrics::Refusal;
 use crate::core::{Failure, FailureCode, Message, Role};
 use crate::orchestrate::inputs::InputType;
 use crate::orchestrate::{RunRecord, new_run_id};
@@ -88,6 +91,7 @@ pub async fn completions(State(app): State<App>, body: Result<Bytes, BytesReject
         let Some((last, earlier)) = request.messages.split_last() else {
             return Err(invalid("`messages` is empty", "send at least one message"));
         };
+        refuse_foreign_roles(&request.messages)?;
         let message = Map::from_iter([(message_input, Value::String(last.text()))]);
         let inputs = served
             .pipeline
@@ -147,6 +151,37 @@ pub async fn completions(State(app): State<App>, body: Result<Bytes, BytesReject
             },
         }),
     )
+}
+
+/// Refuses (422) a `system` or `tool` message: the plan writes its agents' instructions and
+/// runs their tools itself, so a client may only say what a user or an assistant said — the
+/// rule `chat --load` holds transcripts to.
+fn refuse_foreign_roles(messages: &[ChatMessage]) -> Result<(), Refused> {
+    let Some((position, message)) = messages
+        .iter()
+        .enumerate()
+        .find(|(_, message)| matches!(message.role, Role::System | Role::Tool))
+    else {
+        return Ok(());
+    };
+    let role = match message.role {
+        Role::System => "system",
+        _ => "tool",
+    };
+    Err(Refused {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        why: Refusal::BadRequest,
+        failure: Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!(
+                "message {} has the role `{role}`: a client may send only `user` and `assistant` messages",
+                position.saturating_add(1)
+            ),
+        )
+        .with_help(
+            "the plan's own prompts instruct its model; send the conversation as user and assistant turns",
+        ),
+    })
 }
 
 /// The answer's text: the plan's output as it is when text, else as JSON.

@@ -119,6 +119,8 @@ async fn metrics(State(app): State<App>) -> Response {
     let rendered = app.metrics.render(&Gauges {
         running: app.admission.running(),
         queued: app.admission.waiting(),
+        connections: app.connections.count(),
+        busy_connections: app.connections.busy(),
     });
     match rendered {
         Ok(text) => (

@@ -4,21 +4,26 @@
 //!
 //! | file | owns |
 //! | --- | --- |
+//! | `baseline.rs` | reading an earlier run's JSON report and comparing this run with it |
 //! | `cases.rs` | the cases: inline ones and one per dataset row; rendering templates |
 //! | `score.rs` | scoring one assertion against a run record |
 //! | `paths.rs` | the small JSON path of `json_path` |
 //! | `graders.rs` | what `similar` embeds with and the judges `judge` runs |
+//! | `repeats.rs` | a case run K times as one result: pass@k, pass^k, flakiness, spread |
 //! | `report/` | the results as a terminal table, JSON, JUnit XML, GitHub annotations, one HTML file |
 //!
 //! A case's weighted score is the weighted mean of its assertions' scores (weight 1 unless set);
 //! it passes when that reaches its `threshold`, or, without one, when every assertion of weight
 //! above 0 passes — and
 //! its run completed, unless an assertion expects the failure (`fails_with`, `status`). A suite
-//! passes when under every variant the share of passing cases reaches its `min_pass_rate`.
+//! passes when under every variant the share of passing cases reaches its `min_pass_rate`; with
+//! repeats, the share of passing runs of all its cases.
 
+pub mod baseline;
 pub mod cases;
 pub mod graders;
 pub mod paths;
+pub mod repeats;
 pub mod report;
 pub mod score;
 
@@ -48,6 +53,8 @@ pub struct SuiteOptions {
     pub filter: Option<String>,
     /// Only this variant.
     pub variant: Option<String>,
+    /// Run each case this many times (0 counts as 1).
+    pub repeat: u32,
     /// Models, ONNX scorers and side-effecting tools replaced by stand-ins (`--dry-run`).
     pub dry_run: bool,
     /// Where one-time work (pulling, loading a model) is told.
@@ -86,7 +93,8 @@ pub struct StepResult {
     pub error: Option<Failure>,
 }
 
-/// One case under one variant.
+/// One case under one variant: one run, or (with repeats) every run of it combined (see
+/// [`repeats::combine`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
     pub name: String,
@@ -106,6 +114,13 @@ pub struct CaseResult {
     pub duration_ms: f64,
     pub tokens: u64,
     pub cost: Option<f64>,
+    /// How it did over its repeats (only when it ran more than once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<repeats::Repeats>,
+    /// Every assertion's score in every run, by metric name (`rerank hit_at_k`): what the
+    /// variant's metrics average.
+    #[serde(skip)]
+    pub metric_scores: Vec<(String, f64)>,
 }
 
 /// Every case under one variant.
@@ -121,16 +136,26 @@ pub struct VariantResult {
 }
 
 impl VariantResult {
+    /// The cases that passed (every time, with repeats).
     pub fn passed_cases(&self) -> usize {
         self.cases.iter().filter(|c| c.passed).count()
     }
 
-    /// The share of passing cases (0 when none ran).
+    /// The runs of all its cases (the cases, without repeats).
+    pub fn runs(&self) -> usize {
+        self.cases.iter().map(CaseResult::runs).sum()
+    }
+
+    /// The runs that passed (the passing cases, without repeats).
+    pub fn passed_runs(&self) -> usize {
+        self.cases.iter().map(CaseResult::passed_runs).sum()
+    }
+
+    /// The share of passing runs: of passing cases without repeats (0 when none ran).
     pub fn pass_rate(&self) -> f64 {
-        if self.cases.is_empty() {
-            0.0
-        } else {
-            self.passed_cases() as f64 / self.cases.len() as f64
+        match self.runs() {
+            0 => 0.0,
+            runs => self.passed_runs() as f64 / runs as f64,
         }
     }
 
@@ -147,16 +172,12 @@ impl VariantResult {
     }
 
     /// The mean score of each kind of assertion (per step), e.g. `rerank hit_at_k` → 0.92:
-    /// retrieval metrics, similarity, and the pass rate of every other kind.
+    /// retrieval metrics, similarity, and the pass rate of every other kind; over every run.
     pub fn metrics(&self) -> BTreeMap<String, f64> {
         let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-        for assertion in self.cases.iter().flat_map(|c| &c.assertions) {
-            let key = match &assertion.step {
-                Some(step) => format!("{step} {}", assertion.kind),
-                None => assertion.kind.to_string(),
-            };
-            let entry = sums.entry(key).or_default();
-            entry.0 += assertion.score;
+        for (key, score) in self.cases.iter().flat_map(|c| &c.metric_scores) {
+            let entry = sums.entry(key.clone()).or_default();
+            entry.0 += score;
             entry.1 += 1;
         }
         sums.into_iter()
@@ -175,6 +196,8 @@ pub struct SuiteResult {
     pub variants: Vec<VariantResult>,
     /// Ctrl-C or SIGTERM stopped it.
     pub cancelled: bool,
+    /// How it compares with the baseline (`--baseline`), once compared.
+    pub comparison: Option<baseline::Comparison>,
 }
 
 impl SuiteResult {
@@ -189,6 +212,9 @@ impl SuiteResult {
     }
 }
 
+/// Hears of each run of a case as it is scored: the variant, the repeat (from 0), the result.
+pub type Done<'a> = dyn Fn(&str, usize, &CaseResult) + Sync + 'a;
+
 /// Runs every suite in `session`, in order, each through [`run_suite`]; stops after a suite
 /// that a cancellation stopped. `starting` hears of each suite before it runs. An unknown
 /// `--variant` or a `--filter` that keeps no case of any suite is invalid input: nothing runs.
@@ -198,7 +224,7 @@ pub async fn run_suites(
     suites: &[Suite],
     options: &SuiteOptions,
     starting: &dyn Fn(&Suite),
-    done: &(dyn Fn(&str, &CaseResult) + Sync),
+    done: &Done<'_>,
 ) -> Result<Vec<SuiteResult>, Failure> {
     check_variant(suites, options)?;
     let cases = suites
@@ -257,7 +283,7 @@ async fn run_suite(
     suite: &Suite,
     cases: &[Case<'_>],
     options: &SuiteOptions,
-    done: &(dyn Fn(&str, &CaseResult) + Sync),
+    done: &Done<'_>,
 ) -> Result<SuiteResult, Failure> {
     let mut result = SuiteResult {
         file: suite.path.clone(),
@@ -266,6 +292,7 @@ async fn run_suite(
         min_pass_rate: suite.min_pass_rate,
         variants: Vec::new(),
         cancelled: false,
+        comparison: None,
     };
     let chosen = suite
         .variants
@@ -288,7 +315,7 @@ async fn run_variant(
     variant: &VariantSpec,
     cases: &[Case<'_>],
     options: &SuiteOptions,
-    done: &(dyn Fn(&str, &CaseResult) + Sync),
+    done: &Done<'_>,
 ) -> Result<(VariantResult, bool), Failure> {
     let build_options = BuildOptions {
         dry_run: options.dry_run,
@@ -313,11 +340,13 @@ async fn run_variant(
     };
     let runner = session.runner();
     let graders = Graders::new(runner.clone(), &variant.plan, build_options);
+    let repeat = options.repeat.max(1) as usize;
     let mut work = CaseRuns {
         pipeline,
         cases,
+        repeat,
         next: 0,
-        results: vec![None; cases.len()],
+        runs: vec![vec![None; repeat]; cases.len()],
         graders: &graders,
         variant: &variant.name,
         done,
@@ -325,36 +354,37 @@ async fn run_variant(
     let cancelled = runner
         .run_many(&mut work, options.concurrency, runner.cancellation())
         .await?;
-    outcome.cases = work.results.into_iter().flatten().collect();
+    outcome.cases = work
+        .runs
+        .into_iter()
+        .filter_map(|runs| repeats::combine(runs.into_iter().flatten().collect()))
+        .collect();
     Ok((outcome, cancelled))
 }
 
-/// A variant's cases as the fan-out sees them: handed out as runs, scored as they end.
+/// A variant's cases as the fan-out sees them: each case's repeats handed out as runs (a case's
+/// runs one after another), scored as they end.
 struct CaseRuns<'a, 'c> {
     pipeline: Arc<Pipeline>,
     cases: &'a [Case<'c>],
+    /// How many times each case runs.
+    repeat: usize,
+    /// The next run: case `next / repeat`, repeat `next % repeat`.
     next: usize,
-    /// By case, in the test file's order.
-    results: Vec<Option<CaseResult>>,
+    /// By case, in the test file's order, then by repeat.
+    runs: Vec<Vec<Option<CaseResult>>>,
     graders: &'a Graders,
     variant: &'a str,
-    done: &'a (dyn Fn(&str, &CaseResult) + Sync),
-}
-
-impl CaseRuns<'_, '_> {
-    fn settle(&mut self, index: usize, result: CaseResult) {
-        (self.done)(self.variant, &result);
-        self.results[index] = Some(result);
-    }
+    done: &'a Done<'a>,
 }
 
 impl FanOut for CaseRuns<'_, '_> {
-    /// The case's number and its bound inputs.
-    type Tag = (usize, Value);
+    /// The case's number, the repeat's, and the case's bound inputs.
+    type Tag = (usize, usize, Value);
 
     fn next(&mut self) -> Result<Option<Job<Self::Tag>>, Failure> {
-        while self.next < self.cases.len() {
-            let index = self.next;
+        while self.next < self.cases.len() * self.repeat {
+            let (index, repeat) = (self.next / self.repeat, self.next % self.repeat);
             self.next += 1;
             let case = &self.cases[index];
             match bind(&self.pipeline, case) {
@@ -368,12 +398,17 @@ impl FanOut for CaseRuns<'_, '_> {
                         pipeline: Arc::clone(&self.pipeline),
                         inputs: inputs.clone(),
                         globals,
-                        tag: (index, inputs),
+                        // The first repeat shares its cache entries with a run without repeats.
+                        sample: u32::try_from(repeat).ok().filter(|r| *r > 0),
+                        tag: (index, repeat, inputs),
                     }));
                 }
+                // Inputs that do not bind fail every repeat, without running.
                 Err(failure) => {
                     let result = unbound(case, failure);
-                    self.settle(index, result);
+                    (self.done)(self.variant, repeat, &result);
+                    self.runs[index] = vec![Some(result); self.repeat];
+                    self.next = (index + 1) * self.repeat;
                 }
             }
         }
@@ -382,11 +417,12 @@ impl FanOut for CaseRuns<'_, '_> {
 
     async fn finished(
         &mut self,
-        (index, inputs): Self::Tag,
+        (index, repeat, inputs): Self::Tag,
         record: RunRecord,
     ) -> Result<(), Failure> {
         let result = score_case(&self.cases[index], inputs, &record, self.graders).await;
-        self.settle(index, result);
+        (self.done)(self.variant, repeat, &result);
+        self.runs[index][repeat] = Some(result);
         Ok(())
     }
 }
@@ -423,7 +459,29 @@ fn unbound(case: &Case<'_>, failure: Failure) -> CaseResult {
         duration_ms: 0.0,
         tokens: 0,
         cost: None,
+        repeats: None,
+        metric_scores: Vec::new(),
     }
+}
+
+/// Each step of `record`, as the report shows it.
+fn step_results(record: &RunRecord) -> Vec<StepResult> {
+    record
+        .steps
+        .iter()
+        .map(|step| {
+            let view = Subject::of(record, Some(&step.name));
+            StepResult {
+                name: step.name.clone(),
+                kind: step.kind,
+                status: view.as_ref().map_or("not_run", |s| s.status),
+                duration_ms: step.duration_ms,
+                tokens: step.total_usage().total(),
+                output: step.output.clone(),
+                error: step.error.clone(),
+            }
+        })
+        .collect()
 }
 
 /// Scores every assertion of `case` against its run's `record`.
@@ -502,6 +560,13 @@ async fn score_case(
             .all(|a| a.passed),
     };
     let subject = Subject::of(record, None);
+    let metric_scores = assertions
+        .iter()
+        .map(|a| match &a.step {
+            Some(step) => (format!("{step} {}", a.kind), a.score),
+            None => (a.kind.to_string(), a.score),
+        })
+        .collect();
     CaseResult {
         name: case.name.clone(),
         line: case.line,
@@ -512,25 +577,36 @@ async fn score_case(
         status: subject.as_ref().map_or("error", |s| s.status),
         error: record.error.clone(),
         output: record.output.clone(),
-        steps: record
-            .steps
-            .iter()
-            .map(|step| {
-                let view = Subject::of(record, Some(&step.name));
-                StepResult {
-                    name: step.name.clone(),
-                    kind: step.kind,
-                    status: view.as_ref().map_or("not_run", |s| s.status),
-                    duration_ms: step.duration_ms,
-                    tokens: step.total_usage().total(),
-                    output: step.output.clone(),
-                    error: step.error.clone(),
-                }
-            })
-            .collect(),
+        steps: step_results(record),
         assertions,
         duration_ms: record.duration_ms,
         tokens: record.usage.total(),
         cost: record.cost.map(|c| c.amount()),
+        repeats: None,
+        metric_scores,
+    }
+}
+
+/// A case's result for unit tests: one run of `name`, passed or not, with `score` (also its one
+/// `contains` metric) and `output` as its output.
+#[cfg(test)]
+pub(crate) fn case_result(name: &str, passed: bool, score: f64) -> CaseResult {
+    CaseResult {
+        name: name.into(),
+        line: 3,
+        inputs: Value::Null,
+        passed,
+        score,
+        threshold: None,
+        status: "complete",
+        error: None,
+        output: Some(Value::String(format!("{name} {passed}"))),
+        steps: Vec::new(),
+        assertions: Vec::new(),
+        duration_ms: 10.0,
+        tokens: 5,
+        cost: Some(0.5),
+        repeats: None,
+        metric_scores: vec![("contains".into(), score)],
     }
 }

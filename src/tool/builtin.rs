@@ -101,6 +101,25 @@ impl Builtin {
         }
     }
 
+    /// The directory a call works in and the files it reads, resolved, for keying a kept result
+    /// on what it read rather than on how it was named: `read_file`'s canonical root and the
+    /// file `args` names inside it (none when it resolves to nothing: that call fails, and a
+    /// failure is never kept). The other builtins read nothing.
+    pub fn reads(&self, args: &Value) -> (Option<PathBuf>, Vec<PathBuf>) {
+        let Builtin::ReadFile { root } = self else {
+            return (None, Vec::new());
+        };
+        let Ok(root) = root.canonicalize() else {
+            return (None, Vec::new());
+        };
+        let file = args
+            .get("path")
+            .and_then(Value::as_str)
+            .and_then(|requested| root.join(requested).canonicalize().ok())
+            .filter(|file| file.starts_with(&root) && file.is_file());
+        (Some(root), file.into_iter().collect())
+    }
+
     /// The name plans use for the tool.
     fn name(&self) -> &'static str {
         match self {
@@ -524,6 +543,30 @@ mod tests {
             gone.call(&json!({ "path": "inside.txt" })),
             FailureCode::ConfigFileError,
             "no-such-root` of `read_file` does not exist",
+        );
+    }
+
+    #[test]
+    fn read_file_reads_name_the_canonical_root_and_the_file_inside_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let root = dir.path().join("docs");
+        std::fs::create_dir(&root).expect("root");
+        std::fs::write(root.join("notes.txt"), "notes").expect("written");
+        let canonical = root.canonicalize().expect("canonical");
+        let tool = Builtin::ReadFile {
+            root: dir.path().join("docs/../docs"),
+        };
+        assert_eq!(
+            tool.reads(&json!({ "path": "./notes.txt" })),
+            (Some(canonical.clone()), vec![canonical.join("notes.txt")])
+        );
+        assert_eq!(
+            tool.reads(&json!({ "path": "missing.txt" })),
+            (Some(canonical), Vec::new())
+        );
+        assert_eq!(
+            Builtin::Calculator.reads(&json!({ "expression": "1" })),
+            (None, Vec::new())
         );
     }
 

@@ -144,6 +144,28 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutput, Failure> {
     }
 }
 
+/// The regular files a rendered `argv` names, resolved against `dir` (where the program runs) and
+/// canonical: each element that is a path to one, or whose value after the first `=` is
+/// (`--input=notes.txt`). What a program reads beyond the files its arguments name is unknown.
+pub fn files_named(argv: &[String], dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = argv
+        .iter()
+        .flat_map(|arg| {
+            [
+                Some(arg.as_str()),
+                arg.split_once('=').map(|(_, value)| value),
+            ]
+        })
+        .flatten()
+        .filter(|name| !name.is_empty())
+        .filter_map(|name| dir.join(name).canonicalize().ok())
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
 /// Kills a process group with `SIGKILL`, once: explicitly, or when dropped.
 struct GroupKiller(Option<Pid>);
 
@@ -315,6 +337,22 @@ fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_files_an_argv_names_are_found_where_the_program_runs() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join("notes.txt"), "a").expect("written");
+        std::fs::write(dir.path().join("rows.csv"), "b").expect("written");
+        std::fs::create_dir(dir.path().join("sub")).expect("dir");
+        let argv: Vec<String> = ["cat", "notes.txt", "--input=rows.csv", "sub", "absent", ""]
+            .map(String::from)
+            .to_vec();
+        let base = dir.path().canonicalize().expect("canonical");
+        assert_eq!(
+            files_named(&argv, dir.path()),
+            [base.join("notes.txt"), base.join("rows.csv")]
+        );
+    }
+
     fn spec(argv: &[&str]) -> CommandSpec {
         CommandSpec {
             argv: argv.iter().map(|a| a.to_string()).collect(),
@@ -333,23 +371,39 @@ mod tests {
         })
     }
 
-    async fn assert_dies(pid: &str) {
-        for _ in 0..100 {
-            if !alive(pid) {
-                return;
+    /// How long a test waits for an event before it fails: generous, so a starved machine
+    /// passes and a regression fails instead of hanging.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    /// Polls `ready` every 20 ms until it gives a value, for at most [`PATIENCE`].
+    async fn wait_for<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(value) = ready() {
+                return value;
             }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what} after {PATIENCE:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        panic!("process {pid} is still running");
     }
 
-    /// A shell that starts `sleep 30` in the background, writes "shell-pid sleep-pid" to a file
+    async fn assert_dies(pid: &str) {
+        wait_for(&format!("process {pid} is still running"), || {
+            (!alive(pid)).then_some(())
+        })
+        .await;
+    }
+
+    /// A shell that starts `sleep 300` (longer than [`PATIENCE`]) in the background, writes "shell-pid sleep-pid" to a file
     /// and waits: the background sleep is the grandchild that must die with the call.
     fn with_grandchild(pids: &Path, timeout: Duration) -> CommandSpec {
         let mut spec = spec(&[
             "sh",
             "-c",
-            r#"sleep 30 & echo $$ $! > "$1"; wait"#,
+            r#"sleep 300 & echo $$ $! > "$1"; wait"#,
             "sh",
             &pids.display().to_string(),
         ]);
@@ -357,16 +411,18 @@ mod tests {
         spec
     }
 
+    /// The two pids once the shell has written the whole line (a file it has only truncated
+    /// is empty, and a kill between truncating and writing would leave it so).
     async fn read_pids(pids: &Path) -> Vec<String> {
-        for _ in 0..100 {
-            if let Ok(text) = std::fs::read_to_string(pids)
-                && text.ends_with('\n')
-            {
-                return text.split_whitespace().map(str::to_string).collect();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the shell never wrote {}", pids.display());
+        let read = wait_for(&format!("the shell never wrote {}", pids.display()), || {
+            std::fs::read_to_string(pids)
+                .ok()
+                .filter(|text| text.ends_with('\n'))
+        })
+        .await;
+        let pids: Vec<String> = read.split_whitespace().map(str::to_string).collect();
+        assert_eq!(pids.len(), 2, "{read:?}");
+        pids
     }
 
     #[tokio::test]
@@ -396,15 +452,22 @@ mod tests {
     async fn a_timeout_kills_the_whole_process_group() {
         let dir = tempfile::tempdir().expect("temp dir");
         let pids = dir.path().join("pids");
-        let spec = with_grandchild(&pids, Duration::from_millis(400));
+        // Long enough that the shell has written its pids before the timeout kills it, on a
+        // machine as busy as a parallel build; the test waits for them before the timeout.
+        let spec = with_grandchild(&pids, Duration::from_secs(5));
+        let call = tokio::spawn(async move { run_command(&spec).await });
 
-        let failure = run_command(&spec).await.unwrap_err();
+        let started = read_pids(&pids).await;
+        for pid in &started {
+            assert!(alive(pid), "process {pid} died before the timeout");
+        }
+        let failure = call.await.expect("the call ends").unwrap_err();
 
         assert_eq!(failure.code, FailureCode::ToolTimeout);
         assert!(failure.message.contains("`sh`"), "{}", failure.message);
-        assert!(failure.message.contains("400ms"), "{}", failure.message);
+        assert!(failure.message.contains("5s"), "{}", failure.message);
         assert!(failure.retryable);
-        for pid in read_pids(&pids).await {
+        for pid in started {
             assert_dies(&pid).await;
         }
     }
@@ -413,12 +476,18 @@ mod tests {
     async fn dropping_the_call_kills_the_whole_process_group() {
         let dir = tempfile::tempdir().expect("temp dir");
         let pids = dir.path().join("pids");
-        let spec = with_grandchild(&pids, Duration::from_secs(30));
+        let spec = with_grandchild(&pids, PATIENCE);
+        let call = tokio::spawn(async move { run_command(&spec).await });
 
-        let call = tokio::time::timeout(Duration::from_millis(400), run_command(&spec)).await;
+        let started = read_pids(&pids).await;
+        for pid in &started {
+            assert!(alive(pid), "process {pid} died before the call was dropped");
+        }
+        assert!(!call.is_finished(), "the call should still be running");
+        call.abort();
+        assert!(call.await.is_err_and(|e| e.is_cancelled()));
 
-        assert!(call.is_err(), "the call should still be running: {call:?}");
-        for pid in read_pids(&pids).await {
+        for pid in started {
             assert_dies(&pid).await;
         }
     }

@@ -16,4 +16,4 @@ mod calculator;
 mod command;
 
 pub use builtin::Builtin;
-pub use command::{CommandOutput, CommandSpec, run_command};
+pub use command::{CommandOutput, CommandSpec, files_named, run_command};

@@ -247,8 +247,8 @@ fn no_two_source_files_import_each_other() {
         let module = module_of(&src, file);
         let text = std::fs::read_to_string(file).expect("readable");
         // Tests may reach anywhere; only the code itself must not go round in circles.
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        for path in named_paths(code, &module) {
+        let code = without_tests(&without_literals(&text));
+        for path in named_paths(&code, &module) {
             let Some(target) = target_file(&src, &path) else {
                 continue;
             };
@@ -418,6 +418,41 @@ fn without_literals(code: &str) -> String {
     out
 }
 
+/// `code` (with literals blanked) without the items marked `#[cfg(test)]` — a `mod tests { … }`,
+/// a `mod tests;`, a test-only `use` or function — wherever they are in the file; each removed
+/// item's line breaks are kept, so line numbers still point into the file.
+fn without_tests(code: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        // The item ends at its first `;` outside braces, or at the brace closing its body.
+        let mut depth = 0usize;
+        let mut end = item.len();
+        for (i, c) in item.char_indices().skip(MARK.len()) {
+            match c {
+                '{' => depth += 1,
+                '}' if depth <= 1 => {
+                    end = i + 1;
+                    break;
+                }
+                '}' => depth -= 1,
+                ';' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        out.extend(item[..end].chars().filter(|&c| c == '\n'));
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Each function in `code` (by the line its `fn` is on) with how many lines it spans.
 fn function_lengths(code: &str) -> Vec<(usize, usize)> {
     let lines: Vec<&str> = code.lines().collect();
@@ -465,8 +500,9 @@ fn no_function_is_longer_than_the_limit() {
     );
 }
 
-/// Every file of `src/` but a `tests.rs` — its path from `src/`, and its code before its unit
-/// tests with the contents of literals and comments blanked (see [`without_literals`]).
+/// Every file of `src/` but a `tests.rs` — its path from `src/`, and its code without its unit
+/// tests, with the contents of literals and comments blanked (see [`without_literals`] and
+/// [`without_tests`]).
 fn src_code() -> Vec<(String, String)> {
     let src = crate::root().join("src");
     let mut files = Vec::new();
@@ -481,13 +517,21 @@ fn src_code() -> Vec<(String, String)> {
                 .display()
                 .to_string();
             let text = std::fs::read_to_string(file).expect("readable");
-            let code = text
-                .split("#[cfg(test)]\nmod tests")
-                .next()
-                .unwrap_or_default();
-            (relative, without_literals(code))
+            (relative, without_tests(&without_literals(&text)))
         })
         .collect()
+}
+
+#[test]
+fn test_items_are_left_out_wherever_they_are() {
+    let code = "use a;\n#[cfg(test)]\nuse crate::b;\nfn c() {}\n#[cfg(test)]\nmod tests {\n    \
+                fn d() { crate::e(); }\n}\nfn f() { crate::g(); }\n#[cfg(test)]\nmod more;\n";
+    let kept = without_tests(code);
+    assert_eq!(
+        kept,
+        "use a;\n\n\nfn c() {}\n\n\n\n\nfn f() { crate::g(); }\n\n\n"
+    );
+    assert_eq!(kept.lines().count(), code.lines().count());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::{Run, events_in, pagantic_in, step};
 
-const PLAN: &str = r#"version: 1
+pub const PLAN: &str = r#"version: 1
 name: three-calls
 inputs:
   text: { type: string }
@@ -29,11 +29,11 @@ steps:
     template: "third: {{ steps.second.output }}"
 "#;
 
-const ROWS: usize = 12;
+pub const ROWS: usize = 12;
 
 /// A directory with the plan (as `plan.yaml`, `third` step's template edited by `edit`) and
 /// `rows.jsonl`.
-fn workspace(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
+pub fn workspace(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("plan.yaml"), edit(PLAN)).expect("plan");
     let rows: String = (0..ROWS)
@@ -45,6 +45,12 @@ fn workspace(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
 
 /// Runs the batch with the cache in `dir/cache` and `extra` flags; the summary and the output.
 fn batch(dir: &Path, extra: &[&str]) -> (Run, Value, String) {
+    batch_with(dir, &[&["--cache", "cache"], extra].concat())
+}
+
+/// Runs the batch over `rows.jsonl` with `flags` (which say where answers come from); the
+/// summary and the output.
+pub fn batch_with(dir: &Path, flags: &[&str]) -> (Run, Value, String) {
     let mut args = vec![
         "run",
         "plan.yaml",
@@ -59,10 +65,8 @@ fn batch(dir: &Path, extra: &[&str]) -> (Run, Value, String) {
         "out.jsonl",
         "--summary",
         "summary.json",
-        "--cache",
-        "cache",
     ];
-    args.extend_from_slice(extra);
+    args.extend_from_slice(flags);
     let _ = std::fs::remove_file(dir.join("out.jsonl"));
     let run = pagantic_in(dir, &args);
     let summary = std::fs::read_to_string(dir.join("summary.json"))
@@ -74,7 +78,7 @@ fn batch(dir: &Path, extra: &[&str]) -> (Run, Value, String) {
 }
 
 /// The output lines without what differs between two runs of the same rows (timings, run ids).
-fn outputs(out: &str) -> Vec<Value> {
+pub fn outputs(out: &str) -> Vec<Value> {
     out.lines()
         .map(|line| {
             let line: Value = serde_json::from_str(line).expect("a JSON line");
@@ -83,7 +87,7 @@ fn outputs(out: &str) -> Vec<Value> {
         .collect()
 }
 
-fn calls_and_hits(summary: &Value) -> (u64, u64, u64) {
+pub fn calls_and_hits(summary: &Value) -> (u64, u64, u64) {
     (
         summary["model_calls"].as_u64().expect("model_calls"),
         summary["cache"]["hits"].as_u64().expect("hits"),
@@ -180,8 +184,13 @@ fn no_cache_neither_reads_nor_writes_it() {
 
 /// `run plan.yaml -i text=hi --cache cache` and `extra`.
 fn one_run(dir: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["run", "plan.yaml", "-i", "text=hi", "--cache", "cache"];
-    args.extend_from_slice(extra);
+    one_run_with(dir, &[&["--cache", "cache"], extra].concat())
+}
+
+/// `run plan.yaml -i text=hi` and `flags`.
+pub fn one_run_with(dir: &Path, flags: &[&str]) -> Run {
+    let mut args = vec!["run", "plan.yaml", "-i", "text=hi"];
+    args.extend_from_slice(flags);
     pagantic_in(dir, &args)
 }
 
@@ -192,7 +201,7 @@ fn cache_only_fails_a_call_the_cache_does_not_hold() {
     assert_eq!(miss.code, 1, "{}", miss.stderr);
     assert!(
         miss.stderr.contains(
-            "error[CACHE_MISS]: --cache-only: a call of model `scripted` must come from the cache, but it is not in the cache"
+            "error[CACHE_MISS]: step `first`: --cache-only: the call of model `scripted` is not in the cache"
         ),
         "{}",
         miss.stderr

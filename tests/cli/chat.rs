@@ -1,9 +1,32 @@
 //! `pagantic chat`: each line is one turn, earlier turns reach the agent as history, tool calls
-//! show on stderr as they happen, a failed turn does not end the conversation, /exit does.
+//! show on stderr as they happen, a failed turn does not end the conversation, /exit and Ctrl-C at
+//! the prompt do, and each turn is saved as soon as it is answered.
 
-use std::io::Write;
+use std::io::{BufRead, Write};
+use std::process::{Child, Output};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use crate::spawn;
+
+/// How long a test waits for the chat before it fails: generous, so a starved machine passes
+/// and a chat that hangs fails instead of hanging the suite.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits for `child` to end and takes what it printed, for at most [`PATIENCE`]; a chat still
+/// running then is killed and the test fails.
+fn finish(child: Child) -> Output {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    let (sender, ended) = mpsc::channel();
+    std::thread::spawn(move || sender.send(child.wait_with_output()));
+    match ended.recv_timeout(PATIENCE) {
+        Ok(output) => output.expect("pagantic ends"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("the chat did not end within {PATIENCE:?}");
+        }
+    }
+}
 
 fn chat(lines: &str) -> (i32, String, String) {
     chat_with(&[], lines)
@@ -31,7 +54,7 @@ fn chat_plan(plan: &str, flags: &[&str], lines: &str) -> (i32, String, String) {
             "write the conversation: {error}"
         );
     }
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = finish(child);
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -158,11 +181,12 @@ fn message_input_names_the_input_each_line_goes_to() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "pirate hears: ahoy\n");
     // Without it, the line goes to the first string input (`persona`) and `message` is missing:
-    // the turn fails, the conversation does not.
-    let (code, stdout, stderr) = chat_plan(plan, &[], "ahoy\n");
+    // each turn fails, the conversation does not (the second line gets its turn too).
+    let (code, stdout, stderr) = chat_plan(plan, &[], "ahoy\nagain\n");
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
-    assert!(stderr.contains("message"), "{stderr}");
+    let missing = "error[CONFIG_INVALID_INPUT]: missing input `message`: give it with -i message=…";
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), [missing, missing]);
     let (code, _, stderr) = chat_plan(plan, &["--message-input", "nope"], "ahoy\n");
     assert_eq!(code, 2);
     assert!(stderr.contains("no input `nope`"), "{stderr}");
@@ -187,4 +211,105 @@ fn a_long_chat_is_trimmed_to_memory_and_keeps_the_system_prompt_and_the_message(
         .map(|e| e["data"]["messages"].as_u64().expect("a message count"))
         .collect();
     assert_eq!(sent, [2, 4, 6, 6, 6]);
+}
+
+#[test]
+fn escape_sequences_in_answers_are_shown_not_obeyed() {
+    let (code, stdout, stderr) = chat("\u{1b}]0;owned\u{7}\u{1b}[2Jhi\r\n");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout, "0 earlier: \\u{1b}]0;owned\\u{7}\\u{1b}[2Jhi\n",
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_device_or_fifo_is_refused_as_a_transcript_at_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let fifo = dir.path().join("chat.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    for path in ["/dev/zero".to_string(), fifo.display().to_string()] {
+        let (code, stdout, stderr) = chat_with(&["--load", &path], "hello\n");
+        assert_eq!(code, 2, "{path}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains(&format!("{path}:0: cannot read it: not a regular file")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn saving_replaces_a_symbolic_link_instead_of_writing_through_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "keep me\n").expect("victim");
+    let transcript = dir.path().join("chat.jsonl");
+    std::os::unix::fs::symlink(&victim, &transcript).expect("linked");
+    let t = transcript.display().to_string();
+    let (code, _, stderr) = chat_with(&["--save", &t], "hello\n");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "keep me\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(&transcript)
+            .expect("meta")
+            .is_file()
+    );
+    assert_eq!(json_lines(&transcript).len(), 2);
+}
+
+/// Each turn is saved as soon as it is answered, while the chat waits for the next line; Ctrl-C
+/// at the prompt then ends the chat like /exit.
+#[test]
+fn each_turn_is_saved_at_once_and_ctrl_c_at_the_prompt_ends_the_chat() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let transcript = dir.path().join("chat.jsonl");
+    let t = transcript.display().to_string();
+    let mut child = spawn(&["chat", "tests/plans/chat.yaml", "--save", &t]);
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "hello").expect("a line typed");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let (sender, answers) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            let _ = sender.send(line);
+        }
+    });
+    let answer = answers
+        .recv_timeout(PATIENCE)
+        .expect("an answer")
+        .expect("a line");
+    assert_eq!(answer, "0 earlier: hello");
+    // At the prompt, stdin still open: the turn reaches the transcript (written after the
+    // answer is shown), not only when the chat ends.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let saved = loop {
+        let saved: Vec<String> = std::fs::read_to_string(&transcript)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let line: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+                line["content"].as_str().unwrap_or_default().to_string()
+            })
+            .collect();
+        if saved.len() >= 2 || std::time::Instant::now() > deadline {
+            break saved;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(saved, ["hello", "0 earlier: hello"]);
+
+    crate::send_signal(&child, nix::sys::signal::Signal::SIGINT);
+    let output = finish(child);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(answers.try_recv().is_err(), "no answer after Ctrl-C");
+    drop(stdin);
 }

@@ -1,6 +1,6 @@
 //! Engines reached from the CLI: a `kind: openai` model against a stub server on loopback (an
-//! axum router answering from a list of canned replies), an `hf:` source whose hub cannot be
-//! reached, and a local model with its decoder constraints off.
+//! axum router answering from a list of canned replies), streamed or not, an `hf:` source whose
+//! hub cannot be reached, and a local model with its decoder constraints off.
 
 use std::collections::VecDeque;
 use std::future::IntoFuture;
@@ -37,7 +37,8 @@ struct StubState {
 }
 
 /// A server on a loopback port that answers one request per reply, in turn, with its status and
-/// JSON body (418 once they are used up), and records each request. It runs on a runtime of its
+/// body — JSON, or an event stream when it starts with `data:` — (418 once they are used up),
+/// and records each request. It runs on a runtime of its
 /// own, so the test can wait on `pagantic` as a blocking child process; it stops with the test.
 struct StubServer {
     port: u16,
@@ -47,22 +48,13 @@ struct StubServer {
 
 impl StubServer {
     fn start(replies: Vec<(u16, String)>) -> StubServer {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime for the stub server");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("a loopback port");
-        let port = listener.local_addr().expect("its address").port();
         let state = StubState {
             replies: Arc::new(Mutex::new(VecDeque::from(replies))),
             received: Arc::new(Mutex::new(Vec::new())),
         };
         let received = Arc::clone(&state.received);
         let router = Router::new().fallback(any(reply_in_turn)).with_state(state);
-        runtime.spawn(axum::serve(listener, router).into_future());
+        let (port, runtime) = serve_on_loopback(router);
         StubServer {
             port,
             received,
@@ -74,6 +66,22 @@ impl StubServer {
     fn requests(&self) -> Vec<Received> {
         std::mem::take(&mut *self.received.lock().expect("the request log"))
     }
+}
+
+/// Serves `router` on a loopback port from a runtime of its own (two worker threads), so a test
+/// can wait on `pagantic` as a blocking child process; it serves until the runtime drops.
+pub(crate) fn serve_on_loopback(router: Router) -> (u16, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime for the stub server");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    runtime.spawn(axum::serve(listener, router).into_future());
+    (port, runtime)
 }
 
 /// Records the request and answers it with the next canned reply.
@@ -97,7 +105,12 @@ async fn reply_in_turn(
     let next = stub.replies.lock().expect("the replies").pop_front();
     let (status, text) = next.unwrap_or_else(|| (418, "no canned reply left".into()));
     let status = StatusCode::from_u16(status).expect("a valid status");
-    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+    // A canned event stream goes out as one, every other reply as JSON.
+    let content_type = match text.starts_with("data:") {
+        true => "text/event-stream",
+        false => "application/json",
+    };
+    (status, [(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 /// A server that refuses a `json_schema` response format the way llama-cpp-python's does (HTTP 500
@@ -229,6 +242,49 @@ fn run_calls_an_openai_compatible_server() {
     assert_eq!(greet["usage"]["completion_tokens"], 2, "{record}");
 }
 
+/// `run --stream` asks the server for a streamed reply and prints its pieces as they come;
+/// `--no-stream`, and a run whose stdout is not a terminal, ask for the whole reply. Either way
+/// stdout is the answer.
+#[test]
+fn stream_and_no_stream_choose_how_the_answer_is_asked_for() {
+    let chunk = |text: &str| {
+        let chunk =
+            serde_json::json!({ "choices": [{ "index": 0, "delta": { "content": text } }] });
+        format!("data: {chunk}\n\n")
+    };
+    let streamed = format!("{}{}data: [DONE]\n\n", chunk("Bon"), chunk("jour"));
+    let whole = serde_json::json!({
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "Bonjour" }, "finish_reason": "stop" }],
+        "usage": { "prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9 }
+    })
+    .to_string();
+    let server = StubServer::start(vec![(200, streamed), (200, whole.clone()), (200, whole)]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("remote.yaml"),
+        format!(
+            "version: 1\nname: remote\nmodels:\n  remote: {{ kind: openai, base_url: \"http://127.0.0.1:{}/v1\", model: served }}\nsteps:\n  - {{ name: greet, type: infer, model: remote, template: Say hello in French. }}\n",
+            server.port
+        ),
+    )
+    .expect("plan written");
+    for flag in ["--stream", "--no-stream", "--quiet"] {
+        let run = pagantic_with(dir.path(), &["run", flag, "remote.yaml"], &[]);
+        assert_eq!(run.code, 0, "{flag}: {}", run.stderr);
+        assert_eq!(run.stdout, "Bonjour\n", "{flag}");
+    }
+    let asked: Vec<bool> = server
+        .requests()
+        .iter()
+        .map(|request| request.body["stream"] == true)
+        .collect();
+    assert_eq!(
+        asked,
+        [true, false, false],
+        "which requests asked for a stream"
+    );
+}
+
 /// An `hf:` source whose hub cannot be reached fails the run at once with
 /// INFERENCE_MODEL_UNAVAILABLE and the fix: a failure no retry can mend, so a step that allows
 /// three attempts makes one.
@@ -236,10 +292,11 @@ fn run_calls_an_openai_compatible_server() {
 #[cfg(feature = "local")]
 #[test]
 fn an_unreachable_hub_fails_an_hf_source_at_once() {
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-        listener.local_addr().expect("its address").port()
-    };
+    // A hub that hangs up on every connection: the port stays this test's while it runs (a
+    // port taken from a dropped listener could be bound by another process meanwhile).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let closed = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || listener.incoming().for_each(drop));
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("hub.yaml"),
@@ -279,17 +336,34 @@ fn an_unreachable_hub_fails_an_hf_source_at_once() {
     assert_eq!(calls, 1, "one attempt, no retries");
 }
 
-/// With `decoder_constraints: false` a local model is refused a grammar (the invalid corpus has
-/// that case) but still accepts a JSON Schema, which is then checked after decoding; `validate`
-/// loads no model to tell.
+/// With `decoder_constraints: false` a local model is refused a grammar but still takes a JSON
+/// Schema (checked after decoding: the real-model tests run that); `validate` tells the two
+/// apart without loading a model.
 #[test]
-fn a_local_model_without_decoder_constraints_accepts_a_json_schema() {
+fn validate_takes_a_json_schema_but_refuses_a_grammar_without_decoder_constraints() {
     let dir = tempfile::tempdir().expect("temp dir");
+    let plan = |constraint: &str| {
+        format!(
+            "version: 1\nname: plain\nmodels:\n  plain: {{ kind: mistralrs, decoder_constraints: false }}\nsteps:\n  - name: answer\n    type: infer\n    model: plain\n    template: Yes or no?\n    constraint: {constraint}\n"
+        )
+    };
     std::fs::write(
-        dir.path().join("plain.yaml"),
-        "version: 1\nname: plain\nmodels:\n  plain: { kind: mistralrs, decoder_constraints: false }\nsteps:\n  - name: answer\n    type: infer\n    model: plain\n    template: Yes or no?\n    constraint: { json_schema: { enum: [\"yes\", \"no\"] } }\n",
+        dir.path().join("schema.yaml"),
+        plan(r#"{ json_schema: { enum: ["yes", "no"] } }"#),
     )
     .expect("plan written");
-    let run = pagantic_with(dir.path(), &["validate", "plain.yaml"], &[]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    std::fs::write(
+        dir.path().join("grammar.yaml"),
+        plan(r#"{ lark: 'start: "yes" | "no"' }"#),
+    )
+    .expect("plan written");
+    let schema = pagantic_with(dir.path(), &["validate", "schema.yaml"], &[]);
+    assert_eq!(schema.code, 0, "{}", schema.stderr);
+    let grammar = pagantic_with(dir.path(), &["validate", "grammar.yaml"], &[]);
+    assert_eq!(grammar.code, 2, "{}", grammar.stderr);
+    assert!(
+        grammar.stderr.contains("decoder_constraints"),
+        "{}",
+        grammar.stderr
+    );
 }

@@ -1,6 +1,7 @@
-//! `pagantic lock`, and `run --locked` / `validate --locked` refusing a plan whose files drifted.
+//! `pagantic lock`, and `run --locked` / `validate --locked` refusing a plan whose models or files
+//! drifted, each named.
 
-use crate::{pagantic_in, pagantic_with};
+use crate::{Run, pagantic_in, pagantic_with};
 
 const PLAN: &str = r#"version: 1
 name: locked
@@ -31,6 +32,20 @@ fn workspace() -> tempfile::TempDir {
     )
     .expect("schema");
     dir
+}
+
+/// Asserts that `text` (what a command said) holds each of `expected`.
+fn says_all(text: &str, expected: &[&str]) {
+    for line in expected {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+}
+
+/// Asserts that `refused` stopped with exit 2 before anything ran, naming `drift`.
+fn refused_naming(refused: &Run, drift: &str) {
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stdout.is_empty(), "nothing ran: {}", refused.stdout);
+    says_all(&refused.stderr, &[drift]);
 }
 
 #[test]
@@ -78,18 +93,15 @@ fn a_changed_prompt_or_schema_is_refused_by_name_until_locked_again() {
     .expect("edit");
     let validate = pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]);
     assert_eq!(validate.code, 2, "{}", validate.stderr);
-    for expected in [
-        "error[CONFIG_INVALID_INPUT]: plan.yaml no longer matches plan.yaml.lock:",
-        "  - file `answer.schema.json`: locked \"",
-        "  - file `prompts/ask.j2`: locked \"",
-        "  help: if the changes are intended, run `pagantic lock plan.yaml` and commit the lockfile",
-    ] {
-        assert!(
-            validate.stderr.contains(expected),
-            "{expected}\n{}",
-            validate.stderr
-        );
-    }
+    says_all(
+        &validate.stderr,
+        &[
+            "error[CONFIG_INVALID_INPUT]: plan.yaml no longer matches plan.yaml.lock:",
+            "  - file `answer.schema.json`: locked \"",
+            "  - file `prompts/ask.j2`: locked \"",
+            "  help: if the changes are intended, run `pagantic lock plan.yaml` and commit the lockfile",
+        ],
+    );
     let run = pagantic_in(
         dir.path(),
         &[
@@ -166,15 +178,7 @@ fn an_edited_included_template_is_refused_by_name() {
     )
     .expect("edit");
     let refused = run(dir.path());
-    assert_eq!(refused.code, 2, "{}", refused.stderr);
-    assert!(refused.stdout.is_empty(), "nothing ran: {}", refused.stdout);
-    assert!(
-        refused
-            .stderr
-            .contains("  - file `prompts/macros.j2`: locked \""),
-        "{}",
-        refused.stderr
-    );
+    refused_naming(&refused, "  - file `prompts/macros.j2`: locked \"");
     assert!(
         !refused.stderr.contains("prompts/part.j2"),
         "{}",
@@ -242,16 +246,285 @@ fn tool_files_and_hub_revisions_are_pinned() {
     std::fs::write(dir.path().join("lookup.sh"), "grep -i \"$2\" \"$1\"\n").expect("edit");
     let refused = pagantic(&["validate", "--locked", "plan.yaml"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
-    for expected in [
-        "  - model `llm`: locked {",
-        "\"revision\":\"beef\"",
-        "  - file `lookup.sh`: locked \"",
+    says_all(
+        &refused.stderr,
+        &[
+            "  - model `llm`: locked {",
+            "\"revision\":\"beef\"",
+            "  - file `lookup.sh`: locked \"",
+        ],
+    );
+    assert!(!refused.stderr.contains("words.txt"), "{}", refused.stderr);
+}
+
+const CORPUS_PLAN: &str = r#"version: 1
+name: locked-corpus
+inputs:
+  question: { type: string }
+corpora:
+  docs:
+    files: ["docs/*.md"]
+  faq:
+    jsonl: { path: faq.jsonl }
+steps:
+  - name: retrieve
+    type: retrieve
+    corpus: docs
+    query: "{{ inputs.question }}"
+output: "{{ steps.retrieve.output[0].content }}"
+"#;
+
+fn corpus_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("docs")).expect("docs");
+    std::fs::write(dir.path().join("plan.yaml"), CORPUS_PLAN).expect("plan");
+    std::fs::write(dir.path().join("docs/a.md"), "Refunds take five days.").expect("a");
+    std::fs::write(dir.path().join("docs/b.md"), "Shipping is free.").expect("b");
+    std::fs::write(dir.path().join("faq.jsonl"), "{\"content\": \"Yes.\"}\n").expect("faq");
+    dir
+}
+
+/// The documents a retrieve step reads are pinned per corpus: an edited corpus file is drift,
+/// named, and `run --locked` refuses to run until the plan is locked again.
+#[test]
+fn corpus_files_are_pinned_and_an_edit_is_refused_by_name() {
+    let dir = corpus_workspace();
+    let locked = pagantic_in(dir.path(), &["lock", "plan.yaml"]);
+    assert_eq!(locked.code, 0, "{}", locked.stderr);
+    assert_eq!(
+        locked.stderr,
+        "wrote plan.yaml.lock (0 models, 0 files, 3 corpus files)\n"
+    );
+    let lock: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("plan.yaml.lock")).expect("lockfile"),
+    )
+    .expect("JSON");
+    let docs: Vec<&String> = lock["corpora"]["docs"]
+        .as_object()
+        .expect("docs")
+        .keys()
+        .collect();
+    assert_eq!(docs, ["docs/a.md", "docs/b.md"]);
+    assert_eq!(
+        lock["corpora"]["faq"]["faq.jsonl"].as_str().map(str::len),
+        Some(64)
+    );
+    let run = |dir: &std::path::Path| {
+        pagantic_in(
+            dir,
+            &["run", "--locked", "plan.yaml", "-i", "question=refunds"],
+        )
+    };
+    assert_eq!(run(dir.path()).code, 0);
+
+    std::fs::write(dir.path().join("docs/a.md"), "Refunds take ten days.").expect("edit");
+    let refused = run(dir.path());
+    refused_naming(&refused, "  - corpus `docs` file `docs/a.md`: locked \"");
+    assert!(!refused.stderr.contains("docs/b.md"), "{}", refused.stderr);
+
+    std::fs::write(dir.path().join("docs/c.md"), "New.").expect("added");
+    let added = pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]);
+    assert!(
+        added
+            .stderr
+            .contains("  - corpus `docs` file `docs/c.md`: not in the lockfile"),
+        "{}",
+        added.stderr
+    );
+    assert_eq!(pagantic_in(dir.path(), &["lock", "plan.yaml"]).code, 0);
+    assert_eq!(run(dir.path()).code, 0);
+}
+
+/// A lockfile written before corpora were pinned cannot vouch for them: refused, asking for a
+/// new lock.
+#[test]
+fn a_lockfile_without_corpus_pins_is_refused_for_a_plan_with_corpora() {
+    let dir = corpus_workspace();
+    assert_eq!(pagantic_in(dir.path(), &["lock", "plan.yaml"]).code, 0);
+    let path = dir.path().join("plan.yaml.lock");
+    let mut lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("lockfile")).expect("JSON");
+    lock.as_object_mut().expect("object").remove("corpora");
+    std::fs::write(&path, lock.to_string()).expect("old lockfile");
+    let refused = pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    says_all(
+        &refused.stderr,
+        &[
+            "  - corpora: the lockfile was written before pagantic pinned corpus files",
+            "run `pagantic lock plan.yaml`",
+        ],
+    );
+}
+
+/// `pagantic lock` replaces a symbolic link planted at PLAN.lock instead of writing through it.
+#[test]
+fn a_symlinked_lockfile_is_replaced_not_written_through() {
+    let dir = workspace();
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "keep me\n").expect("victim");
+    std::os::unix::fs::symlink(&victim, dir.path().join("plan.yaml.lock")).expect("link");
+    let locked = pagantic_in(dir.path(), &["lock", "plan.yaml"]);
+    assert_eq!(locked.code, 0, "{}", locked.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "keep me\n"
+    );
+    let lockfile = dir.path().join("plan.yaml.lock");
+    assert!(
+        std::fs::symlink_metadata(&lockfile)
+            .expect("meta")
+            .is_file()
+    );
+    assert_eq!(
+        pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]).code,
+        0
+    );
+}
+
+/// A lockfile that is a device is refused, not read forever.
+#[test]
+fn a_lockfile_that_is_not_a_regular_file_is_refused() {
+    let dir = workspace();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("plan.yaml.lock")).expect("link");
+    let refused = pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("plan.yaml.lock is not a regular file (it is a device)"),
+        "{}",
+        refused.stderr
+    );
+}
+
+const KINDS_PLAN: &str = r#"version: 1
+name: kinds
+inputs:
+  text: { type: string, default: x }
+models:
+  embedded: { kind: mistralrs }
+  file: { kind: mistralrs, source: local.gguf }
+  ranker: { kind: onnx, task: cross-encoder, source: ranker.onnx }
+  remote: { kind: openai, base_url: "http://127.0.0.1:9/v1", model: served }
+  router: { kind: scripted, echo: true }
+agents:
+  sum: { description: Sum up., plan: agents/sub.yaml }
+steps:
+  - { name: a, type: infer, model: embedded, prompt: ask.j2 }
+  - { name: b, type: infer, model: file, prompt: child.j2 }
+  - { name: c, type: infer, model: remote, template: hi }
+  - { name: route, type: route, model: router, template: hi, agents: [sum] }
+"#;
+
+/// Every kind of pin: the embedded model by its published SHA-256, a `.gguf` and an `.onnx`
+/// file by theirs, an `openai` model by its server and model name, a sub-plan's file, and the
+/// templates a prompt reaches with `{% from %}` and `{% extends %}`. A change to each is drift,
+/// named; what did not change is not.
+#[test]
+fn every_kind_of_model_and_file_is_pinned_and_its_drift_named() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
+        std::fs::write(path, text).expect("written");
+    };
+    write("plan.yaml", KINDS_PLAN);
+    write("local.gguf", "GGUF local");
+    write("ranker.onnx", "onnx bytes");
+    write(
+        "agents/sub.yaml",
+        "version: 1\nname: sub\nsteps:\n  - { name: s, type: template, template: sub }\n",
+    );
+    write(
+        "prompts/ask.j2",
+        r#"{% from "macros.j2" import answer %}{{ answer(inputs.text) }}"#,
+    );
+    write(
+        "prompts/macros.j2",
+        "{% macro answer(t) %}A: {{ t }}{% endmacro %}",
+    );
+    write(
+        "prompts/child.j2",
+        r#"{% extends "base.j2" %}{% block body %}hi{% endblock %}"#,
+    );
+    write("prompts/base.j2", "Base {% block body %}{% endblock %}");
+    let locked = pagantic_in(dir.path(), &["lock", "plan.yaml"]);
+    assert_eq!(locked.code, 0, "{}", locked.stderr);
+    let lockfile = dir.path().join("plan.yaml.lock");
+    let mut lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&lockfile).expect("lockfile")).expect("JSON");
+    let models = &lock["models"];
+    // The published SHA-256 of the embedded model (the manifest `models pull` checks).
+    let published = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
+    assert_eq!(models["embedded"]["sha256"], published, "{lock}");
+    for (model, pin) in [
+        ("file", &models["file"]["sha256"]),
+        ("ranker", &models["ranker"]["sha256"]["model"]),
     ] {
         assert!(
-            refused.stderr.contains(expected),
-            "{expected}\n{}",
+            pin.as_str().is_some_and(|h| h.len() == 64),
+            "{model}: {lock}"
+        );
+    }
+    assert_eq!(models["remote"]["base_url"], "http://127.0.0.1:9/v1");
+    assert_eq!(models["remote"]["model"], "served");
+    let files: Vec<&String> = lock["files"].as_object().expect("files").keys().collect();
+    assert_eq!(
+        files,
+        [
+            "agents/sub.yaml",
+            "prompts/ask.j2",
+            "prompts/base.j2",
+            "prompts/child.j2",
+            "prompts/macros.j2"
+        ]
+    );
+    assert_eq!(
+        pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]).code,
+        0
+    );
+
+    // A lock written by a build with another embedded model, and every other pin changed.
+    lock["models"]["embedded"]["sha256"] = "0".repeat(64).into();
+    std::fs::write(&lockfile, lock.to_string()).expect("lockfile");
+    write(
+        "plan.yaml",
+        &KINDS_PLAN.replace("model: served", "model: other"),
+    );
+    write("local.gguf", "GGUF local, edited");
+    write("ranker.onnx", "onnx bytes, edited");
+    write(
+        "agents/sub.yaml",
+        "version: 1\nname: sub\nsteps:\n  - { name: s, type: template, template: edited }\n",
+    );
+    write(
+        "prompts/macros.j2",
+        "{% macro answer(t) %}B: {{ t }}{% endmacro %}",
+    );
+    write("prompts/base.j2", "Edited {% block body %}{% endblock %}");
+    let refused = pagantic_in(dir.path(), &["validate", "--locked", "plan.yaml"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    says_all(
+        &refused.stderr,
+        &[
+            &format!(
+                "  - model `embedded`: locked {{\"kind\":\"mistralrs\",\"source\":\"default\",\"decoder_constraints\":true,\"sha256\":\"{}\"}}, now {{\"kind\":\"mistralrs\",\"source\":\"default\",\"decoder_constraints\":true,\"sha256\":\"{published}\"}}",
+                "0".repeat(64)
+            ),
+            "  - model `file`: locked {",
+            "  - model `ranker`: locked {",
+            "\"model\":\"served\"}, now {\"kind\":\"openai\",\"base_url\":\"http://127.0.0.1:9/v1\",\"model\":\"other\"}",
+            "  - file `agents/sub.yaml`: locked \"",
+            "  - file `prompts/base.j2`: locked \"",
+            "  - file `prompts/macros.j2`: locked \"",
+        ],
+    );
+    for unchanged in ["prompts/ask.j2", "prompts/child.j2", "model `router`"] {
+        assert!(
+            !refused.stderr.contains(unchanged),
+            "{unchanged}: {}",
             refused.stderr
         );
     }
-    assert!(!refused.stderr.contains("words.txt"), "{}", refused.stderr);
 }

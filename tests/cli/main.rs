@@ -8,19 +8,25 @@
 mod architecture;
 mod batch;
 mod cache;
+mod cassette;
 mod chat;
+mod cluster;
 mod cost;
 mod diff;
 mod docs;
 mod engines;
+mod gate;
 mod graph;
 mod invalid_corpus;
 #[cfg(not(feature = "local"))]
 mod light;
 mod lock;
 mod onnx;
+mod outside_numbers;
 mod patterns;
 mod policy;
+mod promises;
+mod rate_limit;
 #[cfg(feature = "local")]
 mod real_model;
 mod retrieval;
@@ -28,6 +34,7 @@ mod robustness;
 mod route;
 mod run;
 mod schema;
+mod semantics;
 mod serve;
 mod session;
 mod suite;
@@ -78,12 +85,31 @@ pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 /// the suite gets an empty cache of its own (from [`fresh_cache_dir`]) unless a test is about
 /// the cache and shares one on purpose (its own `PAGANTIC_CACHE_DIR` or `--cache`): scripted
 /// plans must not answer each other's calls, or the user's cache answer them.
+///
+/// The developer's settings that would change what a run loads or fetches are cleared, so every
+/// machine runs the same thing: the ONNX Runtime library, the hub address and offline switch,
+/// and the Python used for pulls. `PAGANTIC_HOME` is kept: the tests use the models the README's
+/// `models pull` stored there.
 pub fn command(cache: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_pagantic"));
     command
         .env("NO_COLOR", "1")
         .env("PAGANTIC_CACHE_DIR", cache);
+    for setting in [
+        "ORT_DYLIB_PATH",
+        "HF_ENDPOINT",
+        "HF_HUB_OFFLINE",
+        "PAGANTIC_PYTHON",
+    ] {
+        command.env_remove(setting);
+    }
     command
+}
+
+/// Sends `signal` to a running child (no `kill` binary needed).
+pub fn send_signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    nix::sys::signal::kill(pid, signal).expect("the signal is sent");
 }
 
 /// A call-cache directory no other invocation uses (not created: the cache creates it when a

@@ -42,7 +42,8 @@ fn the_tiny_cross_encoder_scores_as_the_python_onnxruntime_did() {
     let rerank = step(&record, "rerank");
     let reference = reference();
     // The plan's passages are the first two reference pairs' passages, for their query.
-    for pair in reference["pairs"].as_array().expect("pairs").iter().take(2) {
+    let pairs = &reference["pairs"].as_array().expect("pairs")[..2];
+    for pair in pairs {
         let candidate = rerank["output"]
             .as_array()
             .and_then(|c| c.iter().find(|c| c["content"] == pair["passage"]))
@@ -54,6 +55,7 @@ fn the_tiny_cross_encoder_scores_as_the_python_onnxruntime_did() {
         assert!((got - want).abs() < 1e-4, "{got} vs {want}");
     }
     assert_eq!(rerank["detail"]["scored"], 2);
+    assert_eq!(rerank["output"].as_array().map(Vec::len), Some(pairs.len()));
     assert!(
         rerank["detail"]["scorer"]
             .as_str()
@@ -65,7 +67,8 @@ fn the_tiny_cross_encoder_scores_as_the_python_onnxruntime_did() {
 #[test]
 fn minilm_ranks_the_relevant_passage_first_in_dense_retrieval_and_reranking() {
     require_onnx_models();
-    let out = std::env::temp_dir().join(format!("pagantic-relevance-{}.jsonl", std::process::id()));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("relevance.jsonl");
     let run = pagantic(&[
         "run",
         "tests/plans/minilm-relevance.yaml",
@@ -76,7 +79,6 @@ fn minilm_ranks_the_relevant_passage_first_in_dense_retrieval_and_reranking() {
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let rows = std::fs::read_to_string(&out).expect("output");
-    std::fs::remove_file(&out).expect("cleanup");
     assert_eq!(rows.lines().count(), 3, "{rows}");
     for line in rows.lines() {
         let row: Value = serde_json::from_str(line).expect("row");
@@ -217,9 +219,8 @@ fn a_missing_or_foreign_runtime_library_is_a_clear_failure_not_a_crash() {
 
 #[test]
 fn a_missing_onnx_model_file_is_a_clear_failure_and_validate_never_loads_it() {
-    let dir = std::env::temp_dir().join(format!("pagantic-onnx-missing-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let plan = dir.join("plan.yaml");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = dir.path().join("plan.yaml");
     std::fs::write(
         &plan,
         "version: 1\nname: missing\nmodels:\n  ranker: { kind: onnx, task: cross-encoder, source: nowhere.onnx }\n\
@@ -237,7 +238,6 @@ fn a_missing_onnx_model_file_is_a_clear_failure_and_validate_never_loads_it() {
         dry.stderr
     );
     let run = pagantic(&["run", plan]);
-    std::fs::remove_dir_all(&dir).expect("cleanup");
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
         run.stderr
@@ -253,9 +253,8 @@ fn a_missing_onnx_model_file_is_a_clear_failure_and_validate_never_loads_it() {
 /// linking anyway): ort refuses it, and pagantic explains the version it needs.
 #[test]
 fn an_old_onnx_runtime_is_refused_with_the_version_needed() {
-    let dir = std::env::temp_dir().join(format!("pagantic-old-ort-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let source = dir.join("fake.c");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("fake.c");
     std::fs::write(
         &source,
         "typedef struct { const void* (*get_api)(unsigned); const char* (*version)(void); } Base;\n\
@@ -265,20 +264,21 @@ fn an_old_onnx_runtime_is_refused_with_the_version_needed() {
          const Base* OrtGetApiBase(void) { return &base; }\n",
     )
     .expect("source");
-    let library = dir.join("libonnxruntime.so.1.20.0");
+    let library = dir.path().join("libonnxruntime.so.1.20.0");
     let built = std::process::Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&library)
         .arg(&source)
         .status()
-        .expect("cc runs");
+        .expect(
+            "this test builds a stand-in library with `cc`: install a C compiler (build-essential)",
+        );
     assert!(built.success());
     let run = pagantic_with(
         &root(),
         &["run", "tests/plans/tiny-cross-encoder.yaml"],
         &[("ORT_DYLIB_PATH", library.to_str().expect("utf-8 path"))],
     );
-    std::fs::remove_dir_all(&dir).expect("cleanup");
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
         run.stderr
@@ -292,8 +292,8 @@ fn an_old_onnx_runtime_is_refused_with_the_version_needed() {
 #[test]
 fn a_model_directory_is_found_by_its_model_onnx_and_tokenizer_json() {
     require_onnx_models();
-    let dir = std::env::temp_dir().join(format!("pagantic-onnx-dir-{}", std::process::id()));
-    let model_dir = dir.join("tiny");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model_dir = dir.path().join("tiny");
     std::fs::create_dir_all(&model_dir).expect("dir");
     for (from, to) in [
         ("tiny-cross-encoder.onnx", "model.onnx"),
@@ -301,7 +301,7 @@ fn a_model_directory_is_found_by_its_model_onnx_and_tokenizer_json() {
     ] {
         std::fs::copy(root().join("tests/onnx").join(from), model_dir.join(to)).expect("copy");
     }
-    let plan = dir.join("plan.yaml");
+    let plan = dir.path().join("plan.yaml");
     std::fs::write(
         &plan,
         "version: 1\nname: directory\nmodels:\n  tiny: { kind: onnx, task: cross-encoder, source: tiny, max_length: 24 }\n\
@@ -311,7 +311,6 @@ fn a_model_directory_is_found_by_its_model_onnx_and_tokenizer_json() {
     )
     .expect("plan");
     let run = pagantic(&["run", "--format", "json", plan.to_str().expect("utf-8")]);
-    std::fs::remove_dir_all(&dir).expect("cleanup");
     assert_eq!(run.code, 0, "{}", run.stderr);
     let record: Value = serde_json::from_str(&run.stdout).expect("json record");
     let score = step(&record, "rerank")["output"][0]["score"]

@@ -105,14 +105,15 @@ fn a_vote_goes_on_without_failed_and_invalid_candidates() {
     assert_eq!(detail["rejected"][0]["candidate"], 2, "{detail}");
     assert_eq!(
         replicas["vote"],
-        serde_json::json!({ "confidence": 1.0, "winner": 3, "answered_by": "vote", "asked": 4, "voted": 2 })
+        serde_json::json!({ "confidence": 1.0, "winner": 3, "answered_by": "vote", "asked": 4, "voted": 2, "agreement": 0.5 })
     );
 }
 
 #[test]
 fn a_vote_below_its_quorum_fails_with_the_candidates_failure() {
     let (code, record, _) = run("quorum");
-    assert_eq!(code, 1);
+    // An engine error may pass: exit 75, so a scheduler runs it again.
+    assert_eq!(code, 75);
     assert_eq!(record["error"]["code"], "INFERENCE_ENGINE_ERROR");
     let message = record["error"]["message"].as_str().unwrap_or_default();
     assert!(

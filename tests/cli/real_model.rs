@@ -8,6 +8,10 @@ use serde_json::{Value, json};
 use crate::serve::{Server, post};
 use crate::{events_in, pagantic, step};
 
+/// How long a run on the real model may take before the test fails: minutes, as cargo runs a
+/// model process per core.
+const RUN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Fails with the fix when the model has not been pulled.
 fn require_model() {
     let listed = pagantic(&["models", "list"]);
@@ -48,8 +52,9 @@ fn the_quickstart_plan_answers_paris() {
     require_model();
     let run = pagantic(&["run", "--no-stream", "plans/quickstart.yaml"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // Greedy decoding on another CPU's SIMD path may word it differently; the city stays.
     assert!(
-        run.stdout.contains("Paris"),
+        run.stdout.to_lowercase().contains("paris"),
         "answer: {}\n{}",
         run.stdout,
         run.stderr
@@ -162,8 +167,13 @@ async fn the_example_plans_share_one_loaded_model_through_serve() {
         &["plans/agent.yaml", "plans/classify.yaml", "plans/rag.yaml"],
         &[],
     );
+    // Bounded, so a server that stops answering fails the test instead of hanging it.
     let run = async |plan: &str, inputs: Value| {
-        let (status, record) = post(&server, &format!("/v1/plans/{plan}/runs"), &inputs).await;
+        let path = format!("/v1/plans/{plan}/runs");
+        let request = post(&server, &path, &inputs);
+        let (status, record) = tokio::time::timeout(RUN_PATIENCE, request)
+            .await
+            .unwrap_or_else(|_| panic!("{plan} did not answer within {RUN_PATIENCE:?}"));
         assert_eq!(status, reqwest::StatusCode::OK, "{plan}: {record}");
         record
     };
@@ -189,9 +199,14 @@ async fn the_example_plans_share_one_loaded_model_through_serve() {
 /// The agent plan's answer has the product, and the calculator was called.
 fn the_agent_called_the_calculator(record: &Value) {
     assert!(
-        record["output"]
-            .as_str()
-            .is_some_and(|answer| answer.replace(',', "").contains("7006652")),
+        record["output"].as_str().is_some_and(|answer| {
+            // Grouped as the model likes: 7,006,652 or 7 006 652.
+            let digits: String = answer
+                .chars()
+                .filter(|c| !matches!(c, ',' | ' ' | '\u{202f}'))
+                .collect();
+            digits.contains("7006652")
+        }),
         "{record}"
     );
     let calls = record["steps"][0]["detail"]["tool_calls"]
@@ -282,4 +297,53 @@ fn batch_rows_sharing_a_prompt_prefix_get_the_answers_they_get_alone() {
             .unwrap_or_else(|| panic!("no row {id} in {batched:?}"));
         assert_eq!(row["output"], alone["output"], "{question}");
     }
+}
+
+/// Ctrl-C while the model loads cancels the run at once (exit 75, CANCELLED), without waiting
+/// for the load to finish or answering.
+#[test]
+fn a_signal_during_the_model_load_cancels_the_run() {
+    require_model();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events_file = dir.path().join("events.jsonl");
+    let mut child = crate::spawn(&[
+        "run",
+        "--no-stream",
+        "--no-cache",
+        "--events",
+        events_file.to_str().expect("utf-8 path"),
+        "plans/quickstart.yaml",
+    ]);
+    let stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let loading = lines
+        .iter()
+        .find(|line| line.contains("loading "))
+        .expect("the load starts");
+    crate::send_signal(&child, nix::sys::signal::Signal::SIGINT);
+    let output = child.wait_with_output().expect("pagantic ends");
+    let said: Vec<String> = lines.iter().collect();
+    assert_eq!(output.status.code(), Some(75), "{loading}\n{said:#?}");
+    assert!(
+        said.iter()
+            .any(|l| l == "error[CANCELLED_SIGNAL]: the run was cancelled"),
+        "{said:#?}"
+    );
+    assert!(output.stdout.is_empty(), "no answer");
+    let events = events_in(&events_file);
+    let ends: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "step_end")
+        .map(|e| &e["data"]["status"])
+        .collect();
+    assert_eq!(ends, ["cancelled"]);
+    assert_eq!(
+        events.last().map(|e| &e["data"]["state"]),
+        Some(&json!("CANCELLED"))
+    );
 }

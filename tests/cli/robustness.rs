@@ -1,9 +1,11 @@
 //! No input makes `validate` panic: junk, empty files, deep nesting, huge numbers, alias bombs,
 //! duplicate keys. Each must end in exit 2 with a coded diagnostic (or exit 0 when it is valid).
+//! Files read whole are bounded and must be regular files (a device or FIFO is refused at once),
+//! and `models list` gives every stored file, the derived Q8_0 one included, a verdict.
 
 use std::path::PathBuf;
 
-use crate::pagantic;
+use crate::{pagantic, pagantic_with};
 
 /// A file named `name` holding `bytes`, in a directory removed with the returned guard.
 fn scratch(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
@@ -183,4 +185,99 @@ fn windows_line_endings_and_a_byte_order_mark_are_fine() {
 fn non_ascii_text_is_located_by_character() {
     let text = "version: 1\nname: café\nsteps:\n  - { name: a, type: template, template: \"héllo {{ inptus.x }}\" }\n";
     check("unicode.yaml", text.as_bytes(), 2, "\"line\":4,");
+}
+
+/// A plan, policy, inputs file or lockfile named by a device or a FIFO is refused at once, with
+/// exit 2 and the reason, never read without end.
+#[test]
+fn devices_and_fifos_are_refused_where_a_file_is_meant() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("plan.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let fifo = fifo.to_str().expect("utf-8");
+    let cases: [&[&str]; 4] = [
+        &["validate", "/dev/zero"],
+        &["validate", fifo],
+        &[
+            "run",
+            "plans/quickstart.yaml",
+            "--dry-run",
+            "--inputs-file",
+            "/dev/zero",
+        ],
+        &[
+            "run",
+            "plans/quickstart.yaml",
+            "--dry-run",
+            "--policy",
+            fifo,
+        ],
+    ];
+    for args in cases {
+        let run = pagantic(args);
+        assert_eq!(run.code, 2, "{args:?}: {}{}", run.stdout, run.stderr);
+        let said = format!("{}{}", run.stdout, run.stderr);
+        assert!(said.contains("not a regular file"), "{args:?}: {said}");
+    }
+}
+
+/// A store holding the default LLM and its derived Q8_0 file: `models list` gives the derived
+/// file a verdict of its own (here a wrong size), says why, and how to repair it.
+#[test]
+fn models_list_gives_the_derived_file_a_verdict_and_the_repair() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let models = home.path().join("models");
+    std::fs::create_dir(&models).expect("models dir");
+    let original = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+    let derived = "qwen2.5-coder-0.5b-instruct-q4_k_m.q8_0-derived.gguf";
+    std::fs::write(models.join(original), "GGUF original").expect("original");
+    std::fs::write(models.join(derived), "GGUF derived").expect("derived");
+    let manifest = serde_json::json!({
+        "name": "qwen2.5-coder-0.5b-instruct", "file": original, "size": 13,
+        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "derived": { "file": derived, "size": 12, "sha256": "0", "note": "" },
+    });
+    std::fs::write(
+        models.join("qwen2.5-coder-0.5b-instruct.json"),
+        manifest.to_string(),
+    )
+    .expect("manifest");
+    let home = home.path().to_str().expect("utf-8");
+    let listed = pagantic_with(
+        &crate::root(),
+        &["models", "list"],
+        &[("PAGANTIC_HOME", home)],
+    );
+    assert_eq!(listed.code, 1, "{}{}", listed.stdout, listed.stderr);
+    let row = listed
+        .stdout
+        .lines()
+        .find(|line| line.contains("(derived Q8_0)"))
+        .unwrap_or_default();
+    assert!(
+        row.contains(" NO ") && row.ends_with(derived),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed
+            .stdout
+            .contains("sizes compared, contents not re-hashed"),
+        "{}",
+        listed.stdout
+    );
+    for expected in [
+        &format!("{derived} does not verify: 12 bytes, expected 675710848"),
+        "help: `pagantic models pull qwen2.5-coder-0.5b-instruct --force`",
+    ] {
+        assert!(
+            listed.stderr.contains(expected),
+            "{expected}\n{}",
+            listed.stderr
+        );
+    }
 }

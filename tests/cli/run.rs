@@ -9,6 +9,10 @@ use serde_json::Value;
 
 use crate::{events_in, pagantic, root, step};
 
+/// How long a test waits for an event before it fails: generous, so a starved machine passes
+/// and a regression fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(60);
+
 fn record(stdout: &str) -> Value {
     serde_json::from_str(stdout)
         .unwrap_or_else(|e| panic!("not a JSON run record ({e}):\n{stdout}"))
@@ -336,8 +340,14 @@ fn tool_output_is_capped_and_timeouts_kill_the_process_tree() {
         "{}",
         hang.stderr
     );
-    // The `sleep 30` that `sh` started is killed with it: the whole process group goes.
+    // The `sleep 300` that `sh` started is killed with it: the whole process group goes. The
+    // pid is a whole line: an empty file (the shell killed before it wrote) is a failure, not
+    // a dead process.
     let pid = std::fs::read_to_string(&pidfile).expect("the grandchild's pid");
+    assert!(
+        pid.ends_with('\n') && pid.trim().parse::<u32>().is_ok(),
+        "the shell did not write a whole pid before the timeout: {pid:?}"
+    );
     let stat = format!("/proc/{}/stat", pid.trim());
     let alive = || {
         std::fs::read_to_string(&stat)
@@ -347,12 +357,11 @@ fn tool_output_is_capped_and_timeouts_kill_the_process_tree() {
                     .next()
                     .map(|rest| rest.trim_start().to_string())
             })
-            .is_some_and(|rest| !rest.starts_with('Z'))
+            .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
     };
-    let mut waited = 0;
-    while alive() && waited < 50 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while alive() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
-        waited += 1;
     }
     assert!(
         !alive(),
@@ -412,21 +421,6 @@ fn missing_and_unknown_inputs_exit_2_before_anything_runs() {
     );
 }
 
-// The local engine's own path: a build without it refuses the plan before that.
-#[cfg(feature = "local")]
-#[test]
-fn a_missing_model_file_fails_with_its_code_and_a_fix() {
-    let run = pagantic(&["run", "tests/plans/missing-model.yaml"]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("error[INFERENCE_MODEL_UNAVAILABLE]: cannot open"),
-        "{}",
-        run.stderr
-    );
-    assert!(run.stderr.contains("help:"), "{}", run.stderr);
-}
-
 #[test]
 fn render_shows_the_exact_messages_of_a_step() {
     let run = pagantic(&[
@@ -440,21 +434,17 @@ fn render_shows_the_exact_messages_of_a_step() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stdout
-            .starts_with("--- user ---\nAnswer the question using only the passages below."),
+            .starts_with("--- user ---\nQuestion: How do I validate plans in CI?\n"),
         "{}",
         run.stdout
     );
     assert!(
-        run.stdout.contains("[../corpus/docs/validation.md]"),
+        run.stdout
+            .contains("--- from ../corpus/docs/validation.md\n"),
         "the reranked passages are in the prompt:\n{}",
         run.stdout
     );
-    assert!(
-        run.stdout
-            .contains("Question: How do I validate plans in CI?"),
-        "{}",
-        run.stdout
-    );
+    assert!(run.stdout.trim_end().ends_with("Answer:"), "{}", run.stdout);
 }
 
 #[test]
@@ -503,7 +493,11 @@ fn render_a_prompt_file_alone() {
         "input=[{\"source\": \"a.md\", \"content\": \"Because.\"}]",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stdout.contains("[a.md] Because."), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("--- from a.md\nBecause.\n"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("Question: Why?"), "{}", run.stdout);
 }
 
@@ -625,14 +619,17 @@ fn a_changed_derived_model_file_is_refused_at_load() {
 
 #[test]
 fn a_reader_that_stops_reading_is_not_an_error() {
-    // `pagantic run … | head -0`: stdout is closed before the result is written.
+    // `pagantic run … | head -0`: stdout is closed while the result is written. The record
+    // holds the 100 KB text three times (input, step output, plan output), more than a pipe's
+    // 64 KiB buffer, so the write meets the closed pipe whichever comes first.
+    let text = "x".repeat(100_000);
     let mut child = crate::spawn(&[
         "run",
-        "-q",
-        "--dry-run",
+        "--format",
+        "json",
         "-i",
-        "question=Is a closed pipe an error?",
-        "plans/quickstart.yaml",
+        &format!("text={text}"),
+        "tests/plans/tools.yaml",
     ]);
     drop(child.stdout.take());
     drop(child.stdin.take());
@@ -640,6 +637,7 @@ fn a_reader_that_stops_reading_is_not_an_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
 }
 
 /// Whether the tests run as root: the `Uid:` line of `/proc/self/status` (real, effective, …).

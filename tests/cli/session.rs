@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -38,11 +38,12 @@ fn is_step(event: &Value, kind: &str, step: &str) -> bool {
 }
 
 fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
+    let signal = match name {
+        "INT" => nix::sys::signal::Signal::SIGINT,
+        "TERM" => nix::sys::signal::Signal::SIGTERM,
+        other => panic!("no such signal in these tests: {other}"),
+    };
+    crate::send_signal(child, signal);
 }
 
 /// Runs `tests/plans/cancel.yaml` (a quick step, then one that stalls) with `extra` arguments,
@@ -67,13 +68,13 @@ fn interrupted_run(extra: &[&str], name: &str) -> (Output, Vec<Value>) {
 
 /// Ctrl-C and SIGTERM (what Kubernetes and Slurm send) take the same path: the step in flight is
 /// cancelled, the record says CANCELLED, and what completed is still reported — not exit 143
-/// with nothing.
+/// with nothing, but 75 (`EX_TEMPFAIL`: a scheduler runs it again).
 #[test]
 fn ctrl_c_and_sigterm_cancel_the_run_and_keep_what_completed() {
     for name in ["INT", "TERM"] {
         let (output, events) = interrupted_run(&["--format", "json"], name);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "SIG{name}: {stderr}");
+        assert_eq!(output.status.code(), Some(75), "SIG{name}: {stderr}");
         let record: Value = serde_json::from_slice(&output.stdout).expect("a JSON record");
         assert_eq!(record["status"], "cancelled", "SIG{name}");
         assert_eq!(record["error"]["code"], "CANCELLED_SIGNAL", "SIG{name}");
@@ -114,7 +115,7 @@ fn cancelled_tool_calls_and_steps_get_their_end_events() {
     wait_for_event(&events_file, |e| is_step(e, "tool_start", "nap"));
     signal(&child, "INT");
     let output = child.wait_with_output().expect("pagantic ends");
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(75));
     let status_of = |events: &[Value], kind: &str, step: &str| -> Vec<Value> {
         events
             .iter()
@@ -167,7 +168,7 @@ fn an_invalid_plan_ends_the_lifecycle_with_error() {
 fn a_cancelled_run_in_text_form_lists_the_completed_steps() {
     let (output, _) = interrupted_run(&[], "INT");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(output.status.code(), Some(75), "{stderr}");
     assert!(stderr.contains("error[CANCELLED_SIGNAL]"), "{stderr}");
     assert!(stderr.contains("quick: done quickly"), "{stderr}");
 }

@@ -47,18 +47,23 @@ fn workspace() -> tempfile::TempDir {
 /// Runs the plan for `word` with the cache in `dir/cache`; the run, its record, and the
 /// `cached` flags of its `tool_end` events.
 fn run(dir: &Path, word: &str, extra: &[&str]) -> (Run, Value, Vec<Value>) {
-    let input = format!("word={word}");
+    run_plan(dir, &format!("word={word}"), "cache", extra)
+}
+
+/// Runs `dir/plan.yaml` with the input `input` (NAME=VALUE) and the cache `cache`; the run, its
+/// record, and the `cached` flags of its `tool_end` events.
+fn run_plan(dir: &Path, input: &str, cache: &str, extra: &[&str]) -> (Run, Value, Vec<Value>) {
     let mut args = vec![
         "run",
         "plan.yaml",
         "-i",
-        &input,
+        input,
         "--format",
         "json",
         "--events",
         "events.jsonl",
         "--cache",
-        "cache",
+        cache,
     ];
     args.extend(extra);
     let run = pagantic_in(dir, &args);
@@ -125,4 +130,73 @@ fn a_cached_tool_runs_once_for_the_same_arguments() {
     assert_eq!(edited.code, 0, "{}", edited.stderr);
     assert_eq!(flags, [false, true], "an edited script is a new tool");
     assert_eq!(runs_of_the_script(dir.path()), 5);
+}
+
+const READER: &str = r#"version: 1
+name: reader
+inputs:
+  path: { type: string }
+tools:
+  read: { kind: builtin, builtin: read_file, root: docs, cache: true }
+  cat:
+    kind: command
+    description: Prints a file.
+    argv: [cat, "{{ args.path }}"]
+    working_dir: docs
+    parameters: { type: object, required: [path], properties: { path: { type: string } } }
+    side_effects: read
+    idempotent: true
+    cache: true
+steps:
+  - name: read
+    type: tool
+    tool: read
+    args: { path: "{{ inputs.path }}" }
+  - name: cat
+    type: tool
+    tool: cat
+    args: { path: "{{ inputs.path }}" }
+output: "{{ steps.read.output.content }}|{{ steps.cat.output }}"
+"#;
+
+/// A project folder holding the reader plan and `docs/notes.txt` with `notes`.
+fn project(parent: &Path, name: &str, notes: &str) -> std::path::PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir_all(dir.join("docs")).expect("project dir");
+    std::fs::write(dir.join("plan.yaml"), READER).expect("plan");
+    std::fs::write(dir.join("docs/notes.txt"), notes).expect("notes");
+    dir
+}
+
+/// Runs the reader plan in `dir` with the cache `cache`; its output and the `cached` flags.
+fn read_notes(dir: &Path, cache: &Path) -> (String, Vec<Value>) {
+    let cache = cache.to_str().expect("utf-8");
+    let (run, record, flags) = run_plan(dir, "path=notes.txt", cache, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    (
+        record["output"].as_str().unwrap_or_default().to_string(),
+        flags,
+    )
+}
+
+#[test]
+fn cached_file_reads_never_answer_for_another_project_or_an_edited_file() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let cache = parent.path().join("cache");
+    let a = project(parent.path(), "a", "notes of A\n");
+    let b = project(parent.path(), "b", "notes of B\n");
+
+    assert_eq!(read_notes(&a, &cache).0, "notes of A\n|notes of A\n");
+    let (again, flags) = read_notes(&a, &cache);
+    assert_eq!(again, "notes of A\n|notes of A\n");
+    assert_eq!(flags, [true, true], "the same project reads from the cache");
+
+    let (other, flags) = read_notes(&b, &cache);
+    assert_eq!(other, "notes of B\n|notes of B\n", "B's file, not A's");
+    assert_eq!(flags, [false, false]);
+
+    std::fs::write(a.join("docs/notes.txt"), "notes of A, edited\n").expect("edited");
+    let (edited, flags) = read_notes(&a, &cache);
+    assert_eq!(edited, "notes of A, edited\n|notes of A, edited\n");
+    assert_eq!(flags, [false, false], "an edited file is read again");
 }

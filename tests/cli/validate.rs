@@ -196,3 +196,58 @@ fn an_invalid_policy_file_is_reported_in_that_file() {
         run.stderr
     );
 }
+
+/// Each place a template runs sees the same variables under `validate` and under `run`: the
+/// plan's `output` has no `input` (refused when the plan is checked, not left to fail at run
+/// time), and it sees the run's `row` (in a batch) and `history` as every step does.
+#[test]
+fn the_output_template_reads_what_validate_allows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = |output: &str| {
+        format!(
+            "version: 1\nname: roots\ninputs: {{ x: {{ type: string }} }}\nsteps:\n  - \
+             {{ name: s, type: template, template: \"{{{{ inputs.x }}}}!\" }}\noutput: \"{output}\"\n"
+        )
+    };
+    std::fs::write(dir.path().join("input.yaml"), plan("{{ input.x }}")).expect("write");
+    let refused = crate::pagantic_in(dir.path(), &["validate", "input.yaml"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("`input`") && refused.stderr.contains("input.yaml:6"),
+        "{}",
+        refused.stderr
+    );
+
+    let output = "{{ row.id }} {{ history | length }} {{ steps.s.output }} {{ inputs.x }}";
+    std::fs::write(dir.path().join("globals.yaml"), plan(output)).expect("write");
+    std::fs::write(
+        dir.path().join("rows.jsonl"),
+        "{\"id\": \"r1\", \"x\": \"a\"}\n{\"id\": \"r2\", \"x\": \"b\"}\n",
+    )
+    .expect("write");
+    let checked = crate::pagantic_in(dir.path(), &["validate", "globals.yaml"]);
+    assert_eq!(checked.code, 0, "{}", checked.stderr);
+    let ran = crate::pagantic_in(
+        dir.path(),
+        &[
+            "run",
+            "globals.yaml",
+            "--batch",
+            "rows.jsonl",
+            "--out",
+            "out.jsonl",
+            "-q",
+        ],
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let written = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("output");
+    let mut outputs: Vec<String> = written
+        .lines()
+        .map(|line| {
+            let row: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            row["output"].as_str().expect("text output").to_string()
+        })
+        .collect();
+    outputs.sort();
+    assert_eq!(outputs, ["r1 0 a! a", "r2 0 b! b"]);
+}

@@ -27,7 +27,16 @@ if ! "$venv/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
 fi
 
 server=
-stop_server() { [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; true; }
+# Stops the server, keeping the script's own exit status: the server's (143, killed by TERM) is
+# not the script's result.
+stop_server() {
+  local status=$?
+  if [ -n "$server" ]; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+  fi
+  exit "$status"
+}
 trap stop_server EXIT
 trap 'exit 130' INT TERM
 "$venv/bin/python" -m llama_cpp.server --model "$model" --chat_format chatml-function-calling \

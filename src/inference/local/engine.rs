@@ -101,8 +101,11 @@ impl Turn<'_> {
     /// Counts what the finished request left in the prefix cache.
     fn finished(&mut self, usage: &TokenUsage) {
         if let Turn::Exclusive(runner) = self {
-            let tokens = (usage.prompt_tokens + usage.completion_tokens) as usize;
-            runner.cached_tokens += tokens.div_ceil(KV_BLOCK_TOKENS).max(1) * KV_BLOCK_TOKENS;
+            let tokens = usize::try_from(usage.total()).unwrap_or(usize::MAX);
+            let blocks = tokens.div_ceil(KV_BLOCK_TOKENS).max(1);
+            runner.cached_tokens = runner
+                .cached_tokens
+                .saturating_add(blocks.saturating_mul(KV_BLOCK_TOKENS));
         }
     }
 }

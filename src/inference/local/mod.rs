@@ -90,7 +90,7 @@ pub fn no_local_engine(model: &str) -> Failure {
         format!("model `{model}`: this pagantic was built without its local engine (mistral.rs)"),
     )
     .with_help(
-        "install the default build (`cargo install --locked --path .`), run with --dry-run for stand-ins or --cache-only to replay cached calls, or use a `kind: openai` model",
+        "install the default build (`cargo install --locked --path .`), run with --dry-run for stand-ins, --cache-only or --cassette FILE to replay recorded calls, or use a `kind: openai` model",
     )
 }
 

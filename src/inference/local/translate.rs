@@ -127,8 +127,8 @@ fn usage_and_timings(usage: &mistralrs::Usage) -> (TokenUsage, Timings) {
         completion_tokens: usage.completion_tokens as u64,
     };
     let timings = Timings {
-        prompt: Duration::from_secs_f32(usage.total_prompt_time_sec.max(0.0)),
-        completion: Duration::from_secs_f32(usage.total_completion_time_sec.max(0.0)),
+        prompt: engine_seconds(usage.total_prompt_time_sec),
+        completion: engine_seconds(usage.total_completion_time_sec),
     };
     (usage_tokens, timings)
 }
@@ -179,4 +179,10 @@ pub(super) async fn stream_answer(
         timings,
         ..Response::default()
     })
+}
+
+/// A time the engine reports, in seconds: a negative, infinite or absurd one reads as zero
+/// rather than panicking.
+fn engine_seconds(seconds: f32) -> Duration {
+    Duration::try_from_secs_f32(seconds.max(0.0)).unwrap_or_default()
 }

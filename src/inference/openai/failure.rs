@@ -30,6 +30,8 @@ impl OpenAiEngine {
                 FailureCode::InferenceModelUnavailable,
                 format!("cannot connect to {}: {cause}", self.url),
             )
+            // A server that is restarting or not up yet: a scheduler should try again later.
+            .retryable(true)
             .with_help("check that the server is running and that `base_url` points at it")
         } else {
             Failure::new(

@@ -12,10 +12,15 @@
 //! `max_retries` times, waiting as the server asks (`Retry-After`, capped at a minute) or with an
 //! exponential backoff from 200 ms — except an error that names a part of the request, which no
 //! retry can fix; every other failure is returned at once with the code the executor's retry
-//! rules expect. Streaming reads the server-sent events of `stream: true` ([`stream`]); the wire
-//! format is in [`wire`], failures and waits in [`failure`]. Replies are read defensively: a
+//! rules expect. Streaming reads the server-sent events of `stream: true` ([`stream`]) — or,
+//! from a server that ignores `stream` and answers with one JSON completion, that completion,
+//! its text given to the sink whole; the wire format is in [`wire`], failures and waits in
+//! [`failure`]. Replies are read defensively: a
 //! missing field is empty, a body past its size cap is cut off, nothing a server sends panics.
-//! The API key is sent as a bearer token and never appears in a message.
+//! The API key is sent as a bearer token and never appears in a message. Numbers a server sends
+//! (token counts, `Retry-After`) are read saturating or capped: clippy's
+//! `arithmetic_side_effects` is denied here.
+#![deny(clippy::arithmetic_side_effects)]
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,13 +37,17 @@ use super::{
 use crate::core::{Failure, FailureCode};
 
 mod failure;
+mod limit;
 mod negotiate;
 mod stream;
 #[cfg(test)]
 mod tests;
 mod wire;
 
+pub use limit::RateLimit;
+
 use failure::{AttemptError, Retry, backoff, error_chain, read_body, too_long};
+use limit::Limiter;
 use negotiate::{Refused, describe_schema, fallback_after, response_format};
 use wire::{PartialCall, WireReply, WireUsage, completions_url, wire_message, wire_tool};
 
@@ -60,6 +69,8 @@ pub struct OpenAiConfig {
     pub max_retries: u32,
     /// Told when the engine settles for less than asked (a response format the server refused).
     pub notice: Option<Notice>,
+    /// How fast the model may be called, by every caller of the engine together.
+    pub rate_limit: RateLimit,
 }
 
 impl OpenAiConfig {
@@ -72,6 +83,7 @@ impl OpenAiConfig {
             timeout: Duration::from_secs(120),
             max_retries: 3,
             notice: None,
+            rate_limit: RateLimit::default(),
         }
     }
 }
@@ -86,6 +98,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
             .field("notice", &self.notice.is_some())
+            .field("rate_limit", &self.rate_limit)
             .finish()
     }
 }
@@ -101,6 +114,8 @@ pub struct OpenAiEngine {
     schema_mode: Mutex<SchemaMode>,
     /// Whether the server refused `tools`.
     tools_refused: AtomicBool,
+    /// The model's pace, shared by every request.
+    limiter: Limiter,
 }
 
 impl OpenAiEngine {
@@ -121,6 +136,7 @@ impl OpenAiEngine {
             )
         })?;
         Ok(OpenAiEngine {
+            limiter: Limiter::new(&config.rate_limit),
             config,
             url,
             client,
@@ -140,13 +156,24 @@ impl OpenAiEngine {
         if !request.tools.is_empty() && self.tools_refused.load(Ordering::Relaxed) {
             return Err(self.refusal(Refused::Tools, "it refused them before"));
         }
+        let _in_flight = self.limiter.in_flight().await;
+        let tokens = estimated_tokens(request);
         let mut mode = request.json_schema.as_ref().map(|_| self.schema_mode());
         loop {
             let body = self.body(request, mode, sink.is_some());
-            let error = match self.send(&body).await {
+            let error = match self.send(&body, tokens).await {
                 Ok(reply) => {
                     let mut response = match sink {
-                        Some(sink) => self.read_stream(reply, sink).await?,
+                        Some(sink) if !is_json(&reply) => self.read_stream(reply, sink).await?,
+                        // A server that ignores `stream` answers with one whole completion:
+                        // its text goes to the sink in one piece.
+                        Some(sink) => {
+                            let response = self.read_completion(reply).await?;
+                            if !response.text.is_empty() {
+                                sink(&response.text);
+                            }
+                            response
+                        }
                         None => self.read_completion(reply).await?,
                     };
                     response.schema_mode = mode;
@@ -234,23 +261,29 @@ impl OpenAiEngine {
         Value::Object(body)
     }
 
-    /// Sends `body`, retrying as the failure allows, and returns the first successful reply.
-    async fn send(&self, body: &Value) -> Result<reqwest::Response, AttemptError> {
+    /// Sends `body` (about `tokens` tokens) when the model's pace allows, retrying as the failure
+    /// allows, and returns the first successful reply. A `Retry-After` holds back every request
+    /// of the model.
+    async fn send(&self, body: &Value, tokens: u32) -> Result<reqwest::Response, AttemptError> {
         let mut retries = 0;
         loop {
+            self.limiter.admit(tokens).await;
             let error = match self.attempt(body).await {
                 Ok(response) => return Ok(response),
                 Err(error) => error,
             };
             let wait = match error.retry {
                 Retry::Never => None,
-                Retry::After(wait) => Some(wait),
+                Retry::After(wait) => {
+                    self.limiter.hold(wait);
+                    Some(wait)
+                }
                 Retry::Backoff => Some(backoff(retries)),
             };
             match wait {
                 Some(wait) if retries < self.config.max_retries => {
                     tokio::time::sleep(wait).await;
-                    retries += 1;
+                    retries = retries.saturating_add(1);
                 }
                 _ => return Err(error),
             }
@@ -357,6 +390,27 @@ impl Engine for OpenAiEngine {
             file: None,
         })
     }
+}
+
+/// Whether a reply is one JSON document (`Content-Type: application/json` or another JSON
+/// type) rather than an event stream.
+fn is_json(reply: &reqwest::Response) -> bool {
+    reply
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.to_ascii_lowercase().contains("json"))
+}
+
+/// The tokens a request may cost, before it is sent: its prompt at about four characters a
+/// token, plus the most it may generate.
+fn estimated_tokens(request: &Request) -> u32 {
+    let chars = request.messages.iter().fold(0usize, |sum, message| {
+        sum.saturating_add(message.content.len())
+    });
+    u32::try_from(chars / 4)
+        .unwrap_or(u32::MAX)
+        .saturating_add(request.max_tokens.unwrap_or(0))
 }
 
 /// Refuses a grammar: the API has no way to enforce one.

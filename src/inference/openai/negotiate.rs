@@ -88,7 +88,7 @@ fn names_word(text: &str, word: &str) -> bool {
     let part_of_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
     text.match_indices(word).any(|(at, _)| {
         let before = text[..at].chars().next_back();
-        let after = text[at + word.len()..].chars().next();
+        let after = text[at.saturating_add(word.len())..].chars().next();
         !before.is_some_and(part_of_name) && !after.is_some_and(part_of_name)
     })
 }

@@ -24,7 +24,9 @@ impl OpenAiEngine {
         let over_cap = Arc::new(AtomicBool::new(false));
         let mut events = data_events(capped(response.bytes_stream(), Arc::clone(&over_cap)));
         let mut state = StreamState::default();
+        let mut any = false;
         while let Some(event) = events.next().await {
+            any = true;
             let data = event.map_err(|err| match err {
                 EventStreamError::Transport(err) => self.transport_failure(&err),
                 other => Failure::new(
@@ -38,6 +40,13 @@ impl OpenAiEngine {
         }
         if over_cap.load(Ordering::Relaxed) {
             return Err(too_long());
+        }
+        if !any {
+            return Err(Failure::new(
+                FailureCode::InferenceEngineError,
+                "the server answered the streaming request with neither events nor a JSON completion",
+            )
+            .with_help("check that base_url points at an OpenAI-compatible chat completions API"));
         }
         Ok(state.finish())
     }
@@ -147,7 +156,7 @@ where
 {
     bytes.scan(0usize, move |read, chunk| {
         if let Ok(bytes) = &chunk {
-            *read += bytes.as_ref().len();
+            *read = read.saturating_add(bytes.as_ref().len());
             if *read > MAX_BODY {
                 over.store(true, Ordering::Relaxed);
                 return std::future::ready(None);

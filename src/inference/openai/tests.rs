@@ -609,6 +609,43 @@ async fn streamed_tool_calls_are_put_together_by_index() {
     );
 }
 
+/// A server that ignores `stream: true` and answers with one JSON completion: its text reaches
+/// the sink whole, and the answer is the completion's; a reply that is neither fails clearly.
+#[tokio::test]
+async fn a_json_reply_to_a_streaming_request_is_read_whole() {
+    let completion = json!({
+        "choices": [{ "message": { "role": "assistant", "content": "Paris" } }],
+        "usage": { "prompt_tokens": 18446744073709551615u64, "completion_tokens": 1 }
+    });
+    let stub = Stub::start(vec![
+        Reply::json(200, completion),
+        Reply {
+            headers: vec![("content-type", "text/plain".into())],
+            ..Reply::text(200, "")
+        },
+    ])
+    .await;
+    let pieces = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&pieces);
+    let sink: TokenSink =
+        Arc::new(move |piece| seen.lock().expect("pieces").push(piece.to_string()));
+    let engine = stub.engine();
+    let response = engine
+        .infer_streaming(ask("capital?"), Arc::clone(&sink))
+        .await
+        .expect("an answer");
+    assert_eq!(response.text, "Paris");
+    assert_eq!(*pieces.lock().expect("pieces"), ["Paris"]);
+    assert_eq!(response.usage.prompt_tokens, u64::MAX);
+    assert_eq!(response.usage.total(), u64::MAX, "added saturating");
+    let failure = engine
+        .infer_streaming(ask("capital?"), sink)
+        .await
+        .expect_err("neither shape");
+    assert_eq!(failure.code, FailureCode::InferenceEngineError);
+    assert!(failure.message.contains("neither events"), "{failure:?}");
+}
+
 #[tokio::test]
 async fn a_stream_error_event_is_a_failure() {
     let stream = concat!(
@@ -833,4 +870,13 @@ async fn a_server_error_naming_a_sent_field_is_not_retried() {
     assert_eq!(failure.code, FailureCode::InferenceRequestRefused);
     assert!(failure.message.contains("`seed`"), "{}", failure.message);
     assert_eq!(stub.bodies().len(), 1);
+}
+
+#[test]
+fn a_request_is_estimated_at_four_characters_a_token_plus_its_answer() {
+    // "be brief" and 392 characters of question: 400 characters.
+    let mut request = ask(&"x".repeat(392));
+    assert_eq!(estimated_tokens(&request), 100);
+    request.max_tokens = Some(50);
+    assert_eq!(estimated_tokens(&request), 150);
 }

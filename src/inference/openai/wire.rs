@@ -5,6 +5,7 @@ use reqwest::Url;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::core::message::saturating_count;
 use crate::core::{Failure, FailureCode, Message, TokenUsage, ToolCall, ToolDefinition};
 
 /// `{base_url}/chat/completions`, or why `base_url` is unusable.
@@ -107,10 +108,14 @@ pub(super) struct WireFunction {
     pub(super) arguments: Option<Value>,
 }
 
+/// The counts a server reports: read saturating (a count past 64 bits, negative or `null` fails
+/// nothing).
 #[derive(Deserialize)]
 pub(super) struct WireUsage {
-    pub(super) prompt_tokens: Option<u64>,
-    pub(super) completion_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "saturating_count")]
+    pub(super) prompt_tokens: u64,
+    #[serde(default, deserialize_with = "saturating_count")]
+    pub(super) completion_tokens: u64,
 }
 
 /// A tool call being put together from its streamed pieces (or given whole).
@@ -124,8 +129,8 @@ pub(super) struct PartialCall {
 impl WireUsage {
     pub(super) fn into_usage(self) -> TokenUsage {
         TokenUsage {
-            prompt_tokens: self.prompt_tokens.unwrap_or(0),
-            completion_tokens: self.completion_tokens.unwrap_or(0),
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
         }
     }
 }

@@ -39,6 +39,8 @@ pub(super) struct RunOptions {
     pub only: Option<BTreeSet<usize>>,
     /// More names every template sees: a batch's `row`, a chat's `history` (empty by default).
     pub globals: Map<String, Value>,
+    /// Which repeat of the same run this is (see [`super::RunRequest::sample`]).
+    pub sample: Option<u32>,
 }
 
 impl RunOptions {
@@ -49,6 +51,7 @@ impl RunOptions {
             cancel,
             only: None,
             globals: Map::from_iter([("history".to_string(), Value::Array(Vec::new()))]),
+            sample: None,
         }
     }
 }
@@ -95,7 +98,7 @@ pub(super) async fn execute(
             }
         }
     }
-    execution.into_record(&inputs, started)
+    execution.into_record(started)
 }
 
 /// One run's steps as they go: what is ready, running and done, and each step's record.
@@ -174,6 +177,7 @@ impl<'r> Execution<'r> {
                 ledger: Arc::clone(&self.ledgers[index]),
                 feedback: self.schedule.feedback[index].clone(),
                 nesting: Arc::clone(&self.run.nesting),
+                sample: self.options.sample,
             };
             let task = StepTask::new(index, step, self.pipeline.step_timeout);
             self.in_flight.insert(index);
@@ -195,10 +199,11 @@ impl<'r> Execution<'r> {
         record.status = finished.status;
         record.attempts = finished.attempts;
         record.duration_ms = finished.duration.as_secs_f64() * 1000.0;
+        // Every call's tokens, a failed attempt's and a failed step's too.
+        record.usage = self.ledgers[index].take_usage();
         match finished.result {
             Ok(output) => {
                 record.output = Some(output.output);
-                record.usage = output.usage;
                 record.detail = output.detail;
             }
             Err(error) => {
@@ -269,10 +274,12 @@ impl<'r> Execution<'r> {
     }
 
     /// The run's record: every step's, its totals, and how it ended (recorded as its end state).
-    fn into_record(mut self, inputs: &Value, started: Instant) -> RunRecord {
+    fn into_record(mut self, started: Instant) -> RunRecord {
         let events = &self.run.events;
         mark_not_run(self.pipeline, &mut self.records, self.failure.is_some());
         for (record, ledger) in self.records.iter_mut().zip(&self.ledgers) {
+            // A step cancelled mid-call still shows what its calls used.
+            record.usage += ledger.take_usage();
             record.cost = ledger.cost();
             record.vote = ledger.last_vote();
             record.cached_calls = ledger.cached_calls();
@@ -298,7 +305,7 @@ impl<'r> Execution<'r> {
             (RunStatus::Complete, None, None)
         } else {
             events.lifecycle(Lifecycle::Validate);
-            match final_output(self.pipeline, inputs, &self.records) {
+            match final_output(self.pipeline, &self.scope, &self.records) {
                 Ok(output) => (RunStatus::Complete, None, Some(output)),
                 Err(error) => (RunStatus::Error, Some(error), None),
             }
@@ -347,7 +354,7 @@ pub(super) async fn render_step(
         )
     })?;
     options.only = Some(step.upstream.iter().copied().collect());
-    let globals = options.globals.clone();
+    let (globals, sample) = (options.globals.clone(), options.sample);
     let record = execute(pipeline, inputs.clone(), options, run).await;
     if let Some(error) = record.error {
         return Err(error);
@@ -361,6 +368,7 @@ pub(super) async fn render_step(
         ledger: Arc::new(StepLedger::new(Arc::clone(&run.ledger))),
         feedback: Vec::new(),
         nesting: Arc::clone(&run.nesting),
+        sample,
     };
     step.handler.render(&ctx)
 }

@@ -9,7 +9,9 @@ use indexmap::IndexMap;
 use serde_json::json;
 
 use super::*;
+use crate::inference::CacheStatus;
 use crate::orchestrate::events::{EventData, StepOutcome};
+use crate::orchestrate::ledger::Booking;
 use crate::orchestrate::pipeline::{Feedback, StepFuture, StepHandler, StepNode, StepOutput};
 use crate::orchestrate::steps::{PromptSource, Template};
 use crate::prompt::Templates;
@@ -49,12 +51,20 @@ impl StepHandler for Probe {
             if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
                 return Err(Failure::new(self.failure, "probe failure"));
             }
+            let usage = TokenUsage {
+                prompt_tokens: 1,
+                completion_tokens: 2,
+            };
+            // Tokens reach the record through the ledger, as a model call books them.
+            let booking = Booking {
+                usage,
+                cost: None,
+                cache: CacheStatus::Unused,
+            };
+            ctx.ledger.book_call("call", booking);
             Ok(StepOutput {
                 output: self.output.clone(),
-                usage: TokenUsage {
-                    prompt_tokens: 1,
-                    completion_tokens: 2,
-                },
+                usage,
                 detail: None,
             })
         })

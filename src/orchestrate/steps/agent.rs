@@ -27,7 +27,7 @@ use super::memory::Memory;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::{Engine, Request, Response};
-use crate::orchestrate::events::{CallKind, SpanId};
+use crate::orchestrate::events::{CallKind, SpanId, ToolResult};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
 
@@ -73,8 +73,18 @@ pub struct Agent {
 }
 
 impl Agent {
-    fn definitions(&self) -> Vec<ToolDefinition> {
+    /// The tools that can run now, checked each time a turn lists them: a program can appear
+    /// or vanish during a long batch. A call to one that cannot is refused `TOOL_UNAVAILABLE`.
+    fn available(&self) -> Vec<&ToolRuntime> {
         self.tools
+            .iter()
+            .filter(|t| t.action.unavailable().is_none())
+            .map(Arc::as_ref)
+            .collect()
+    }
+
+    fn definitions(tools: &[&ToolRuntime]) -> Vec<ToolDefinition> {
+        tools
             .iter()
             .map(|t| ToolDefinition {
                 name: t.name.clone(),
@@ -90,84 +100,84 @@ impl Agent {
 
     /// The schema of one constrained turn. The final-answer form comes first, so the simplest
     /// instance of it (what a scripted dry run answers) ends the loop.
-    /// Each tool is its own branch, so its arguments are held to its schema while decoding;
-    /// without `tools`, only a final answer.
-    fn turn_schema(&self, tools: bool) -> Value {
+    /// Each tool offered is its own branch, so its arguments are held to its schema while
+    /// decoding; with none, only a final answer.
+    fn turn_schema(tools: &[&ToolRuntime]) -> Value {
         let mut branches = vec![json!({
             "type": "object", "required": ["final"], "additionalProperties": false,
             "properties": { "final": { "type": "string" } }
         })];
-        if tools {
-            branches.extend(
-                self.tools
-                    .iter()
-                    .map(|t| super::call_branch("tool", &t.name, &t.parameters)),
-            );
-        }
+        branches.extend(
+            tools
+                .iter()
+                .map(|t| super::call_branch("tool", &t.name, &t.parameters)),
+        );
         json!({ "oneOf": branches })
     }
 
     /// The request of one turn in `mode` (never `auto`): the tools offered natively, or the
     /// turn's JSON as a constraint (and, in prompt mode, described with the tools).
     fn turn_request(&self, mode: ToolCalls, messages: Vec<Message>, must_answer: bool) -> Request {
-        let offer = !must_answer;
+        let offered = if must_answer {
+            Vec::new()
+        } else {
+            self.available()
+        };
         match mode {
             ToolCalls::Native | ToolCalls::Auto => Request {
-                tools: if offer {
-                    self.definitions()
-                } else {
-                    Vec::new()
-                },
+                tools: Self::definitions(&offered),
                 ..self.sampling.request(messages)
             },
             ToolCalls::Constrained => Request {
-                json_schema: Some(self.turn_schema(offer)),
+                json_schema: Some(Self::turn_schema(&offered)),
                 ..self.sampling.request(messages)
             },
             ToolCalls::Prompt => Request {
-                json_schema: Some(self.turn_schema(offer)),
+                json_schema: Some(Self::turn_schema(&offered)),
                 ..self
                     .sampling
-                    .request(self.described(plain_turns(messages), offer))
+                    .request(described(plain_turns(messages), &offered))
             },
         }
     }
+}
 
-    /// `messages` with the tools and the JSON of a turn described in a system message after the
-    /// pinned system prompt (only the final-answer form when `offer` is false).
-    fn described(&self, mut messages: Vec<Message>, offer: bool) -> Vec<Message> {
-        let mut text = String::new();
-        if offer && !self.tools.is_empty() {
-            text.push_str("You can call these tools:\n");
-            for tool in &self.tools {
-                let parameters = if tool.parameters.is_null() {
-                    json!({ "type": "object" })
-                } else {
-                    tool.parameters.clone()
-                };
-                text.push_str(&format!(
-                    "- `{}`: {} Arguments (JSON Schema): {parameters}\n",
-                    tool.name, tool.description
-                ));
-            }
-            text.push_str(
-                "Reply with only one JSON object and nothing else: \
+/// `messages` with the tools offered and the JSON of a turn described in a system message after
+/// the pinned system prompt (only the final-answer form when none is offered).
+fn described(mut messages: Vec<Message>, offered: &[&ToolRuntime]) -> Vec<Message> {
+    let mut text = String::new();
+    if !offered.is_empty() {
+        text.push_str("You can call these tools:\n");
+        for tool in offered {
+            let parameters = if tool.parameters.is_null() {
+                json!({ "type": "object" })
+            } else {
+                tool.parameters.clone()
+            };
+            text.push_str(&format!(
+                "- `{}`: {} Arguments (JSON Schema): {parameters}\n",
+                tool.name, tool.description
+            ));
+        }
+        text.push_str(
+            "Reply with only one JSON object and nothing else: \
                  {\"tool\": \"<tool name>\", \"arguments\": {…}} to call a tool (its result comes \
                  back in the next message), or {\"final\": \"<your answer>\"} once you can answer.",
-            );
-        } else {
-            text.push_str(
-                "Reply with only one JSON object and nothing else: {\"final\": \"<your answer>\"}.",
-            );
-        }
-        let at = messages
-            .iter()
-            .take_while(|m| m.role == Role::System)
-            .count();
-        messages.insert(at, Message::system(text));
-        messages
+        );
+    } else {
+        text.push_str(
+            "Reply with only one JSON object and nothing else: {\"final\": \"<your answer>\"}.",
+        );
     }
+    let at = messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    messages.insert(at, Message::system(text));
+    messages
+}
 
+impl Agent {
     /// What a turn starts with: the prompt, and a chat's earlier turns (`history`) between the
     /// system prompt and the task.
     fn memory(&self, ctx: &StepContext) -> Result<Memory, Failure> {
@@ -346,8 +356,9 @@ impl StepHandler for Agent {
                     };
                     let mut made =
                         json!({ "id": call.id, "tool": call.name, "ok": result.is_ok() });
-                    if let Err(failure) = &result {
-                        made["error"] = json!(failure);
+                    match &result {
+                        Ok(value) => made["result"] = json!(ToolResult::of(value)),
+                        Err(failure) => made["error"] = json!(failure),
                     }
                     calls_made.push(made);
                     memory.push(Message::tool_result(call.id, content));
@@ -644,7 +655,8 @@ mod tests {
         assert_eq!(requests.len(), 3);
         let first = &requests[0];
         assert!(first.tools.is_empty(), "no tools offered natively");
-        assert_eq!(first.json_schema, Some(agent.turn_schema(true)));
+        let offered: Vec<&ToolRuntime> = agent.tools.iter().map(Arc::as_ref).collect();
+        assert_eq!(first.json_schema, Some(Agent::turn_schema(&offered)));
         assert_eq!(first.messages[0].content, "You calculate.");
         assert_eq!(first.messages[1].role, Role::System);
         assert!(

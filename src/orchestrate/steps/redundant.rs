@@ -50,7 +50,8 @@ struct Ballot {
     failed: Vec<(usize, Failure)>,
     /// Candidates whose answer is not valid for the schema.
     rejected: Vec<(usize, Failure)>,
-    usage: TokenUsage,
+    /// The most tokens one candidate's call held (its prompt and its answer).
+    largest_context: u64,
 }
 
 impl Ballot {
@@ -63,6 +64,7 @@ impl Ballot {
                 .collect()
         };
         let mut detail = Map::new();
+        detail.insert("largest_context".into(), json!(self.largest_context));
         if !self.failed.is_empty() {
             detail.insert("failed".into(), listed(&self.failed));
         }
@@ -118,7 +120,12 @@ impl StepHandler for Redundant {
             });
             let responses = futures_util::future::join_all(calls).await;
             let mut ballot = Ballot::default();
+            // Every candidate's tokens, whether or not its answer votes.
+            let mut ballot_usage = TokenUsage::default();
             for (number, response) in (1..).zip(responses) {
+                if let Ok(response) = &response {
+                    ballot_usage += response.usage;
+                }
                 let response = match response {
                     Ok(response) => response,
                     Err(failure) => {
@@ -126,7 +133,7 @@ impl StepHandler for Redundant {
                         continue;
                     }
                 };
-                ballot.usage += response.usage;
+                ballot.largest_context = ballot.largest_context.max(response.usage.total());
                 match &self.schema {
                     None => ballot
                         .voters
@@ -152,6 +159,7 @@ impl StepHandler for Redundant {
                 fallback: None,
                 asked: u32::try_from(asked).unwrap_or(u32::MAX),
                 voted: u32::try_from(candidates.len()).unwrap_or(u32::MAX),
+                agreement: result.confidence * candidates.len() as f64 / asked as f64,
             };
             let voted = json!({
                 "value": result.value,
@@ -172,7 +180,7 @@ impl StepHandler for Redundant {
                     ));
                 };
                 let handed = fallback.run(ctx).await?;
-                let mut usage = ballot.usage;
+                let mut usage = ballot_usage;
                 usage += handed.usage;
                 record.winner = None;
                 record.answered_by = AnsweredBy::Fallback;
@@ -193,7 +201,7 @@ impl StepHandler for Redundant {
             ctx.ledger.vote(record);
             Ok(StepOutput {
                 output: voted,
-                usage: ballot.usage,
+                usage: ballot_usage,
                 detail: (!detail.is_empty()).then_some(Value::Object(detail)),
             })
         })

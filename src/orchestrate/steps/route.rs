@@ -176,7 +176,10 @@ impl Route {
                 Ok((output, TokenUsage::default()))
             }
             AgentAction::Model { template, engine } => {
-                let scope = json!({ "args": args, "results": results, "inputs": ctx.scope["inputs"], "vars": ctx.scope["vars"] });
+                let mut scope = json!({ "args": args, "results": results });
+                for &root in crate::prompt::roots::ROUTE_AGENT {
+                    scope[root] = ctx.scope[root].clone();
+                }
                 let prompt = ctx.templates.render_str(template, &scope)?;
                 let request = Request {
                     messages: vec![Message::user(prompt)],
@@ -190,8 +193,8 @@ impl Route {
                 let inputs = pipeline.bind_object(&with_results(pipeline, args, results))?;
                 let record = ctx.nesting.run(pipeline, inputs, ctx).await;
                 // The sub-plan's calls were booked to this run's ledger and held to its limit as
-                // they were made; what they cost is this step's.
-                ctx.ledger.add_nested_cost(record.cost);
+                // they were made; what they cost and used is this step's.
+                ctx.ledger.add_nested(record.cost, record.usage);
                 match record.status {
                     RunStatus::Complete => Ok((record.output.unwrap_or(Value::Null), record.usage)),
                     _ => Err(record.error.unwrap_or_else(|| {
@@ -314,6 +317,7 @@ impl StepHandler for Route {
                         ledger: Arc::clone(&ctx.ledger),
                         feedback: ctx.feedback.clone(),
                         nesting: Arc::clone(&ctx.nesting),
+                        sample: ctx.sample,
                     };
                     running.spawn(async move {
                         let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use indexmap::IndexMap;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::core::Failure;
+use crate::orchestrate::events::ToolResult;
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::ToolRuntime;
 
@@ -35,8 +36,10 @@ impl StepHandler for Tool {
             let args = self.arguments(ctx)?;
             let call_id = format!("call_{}", ctx.events.new_span());
             let output = self.tool.call(&args, &call_id, ctx, ctx.span).await?;
+            let detail = json!({ "tool": self.tool.name, "result": ToolResult::of(&output) });
             Ok(StepOutput {
                 output,
+                detail: Some(detail),
                 ..StepOutput::default()
             })
         })

@@ -169,8 +169,7 @@ impl Checker<'_> {
                     upstream: Some(BTreeSet::new()),
                     has_input: false,
                     extra: &["args", "results"],
-                    // What a template agent renders with: nothing of the steps around it.
-                    roots: &["inputs", "vars"],
+                    roots: roots::ROUTE_AGENT,
                 };
                 let at = [base.clone(), vec!["template".into()]].concat();
                 self.inline_template(&at, template, TemplateSource::Inline, &scope);

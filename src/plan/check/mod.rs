@@ -25,15 +25,16 @@ use super::yaml::Node;
 use crate::constraint::check_lark;
 use crate::corpora::matching_files;
 use crate::orchestrate::Feedback;
-use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError};
+use crate::prompt::{self, GLOBAL_FUNCTIONS, TemplateInfo, TemplateSyntaxError, roots};
 
+mod boundaries;
 mod declarations;
 mod policy;
 mod references;
 mod step;
 mod templates;
 
-use templates::{CONTEXT_ROOTS, PromptFile, Scope};
+use templates::{PromptFile, Scope};
 
 /// What a step's result offers to templates: `steps.<name>.output`, `steps.<name>.usage`, and
 /// `steps.<name>.error` (null unless the step failed and the run went on past it).

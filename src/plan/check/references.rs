@@ -95,8 +95,8 @@ impl Checker<'_> {
             }
             SchemaSource::File(file) => {
                 let full = self.dir.join(file);
-                let loaded = std::fs::read_to_string(&full)
-                    .map_err(|e| e.to_string())
+                let loaded = crate::core::file::read_bounded(&full, crate::core::file::TEXT_LIMIT)
+                    .map_err(|e| e.reason())
                     .and_then(|text| {
                         serde_json::from_str::<Value>(&text).map_err(|e| e.to_string())
                     });

@@ -22,6 +22,7 @@ impl Checker<'_> {
             self.grammar_model(index, at, model);
         }
         self.step_type_rules(index, step);
+        self.step_boundary(index);
         for named in &refs.tools {
             let at = step_path(index, &named.path);
             self.tool_reference(&at, named.name);
@@ -188,7 +189,7 @@ impl Checker<'_> {
             upstream: upstream.clone(),
             has_input,
             extra,
-            roots: CONTEXT_ROOTS,
+            roots: roots::STEP,
         };
         for template in templates {
             let at = step_path(index, &template.path);

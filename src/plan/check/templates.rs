@@ -9,10 +9,6 @@ use std::rc::Rc;
 
 use super::*;
 
-/// The context roots every template may read (`row` in a batch; `history`, a chat's earlier
-/// messages, is empty outside `pagantic chat`).
-pub(super) const CONTEXT_ROOTS: &[&str] = &["inputs", "input", "steps", "vars", "row", "history"];
-
 /// A prompt file read once and shared by every step that uses it.
 pub(super) struct PromptFile {
     pub(super) source: Source,
@@ -29,8 +25,8 @@ pub(super) struct Scope {
     pub(super) has_input: bool,
     /// Names this template sees besides the usual roots (e.g. `args` for tool argv).
     pub(super) extra: &'static [&'static str],
-    /// Which of the usual roots ([`CONTEXT_ROOTS`]) the template sees where it runs: all of
-    /// them in a step, none in a tool's argv, `inputs` and `vars` in a route agent's template.
+    /// Which roots the template sees where it runs (a list of [`crate::prompt::roots`]; none in a
+    /// tool's argv).
     pub(super) roots: &'static [&'static str],
 }
 
@@ -233,7 +229,7 @@ impl Checker<'_> {
     pub(super) fn read_prompt(&self, name: &str) -> Option<Rc<PromptFile>> {
         let dir = self.prompts_dir()?;
         let path = dir.join(name);
-        let text = std::fs::read_to_string(&path).ok()?;
+        let text = crate::core::file::read_bounded(&path, crate::core::file::TEXT_LIMIT).ok()?;
         let display = pretty_path(&path);
         let parsed = prompt::analyze_template(&text);
         Some(Rc::new(PromptFile {
@@ -387,7 +383,7 @@ impl Checker<'_> {
                 upstream: None,
                 has_input: false,
                 extra: &[],
-                roots: CONTEXT_ROOTS,
+                roots: roots::OUTPUT,
             };
             self.inline_template(&path(&["output"]), output, TemplateSource::Inline, &scope);
         }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind};
 use crate::core::{Failure, FailureCode, Price};
-use crate::inference::{OpenAiConfig, OpenAiEngine};
+use crate::inference::{OpenAiConfig, OpenAiEngine, RateLimit};
 use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
 
@@ -36,6 +36,11 @@ pub struct OpenaiModel {
     /// Whether the call cache may answer this model's calls, and store its answers (default true). `false` always asks the model: for a model whose answers must be fresh.
     #[serde(default)]
     pub cache: Option<bool>,
+    /// How fast the model may be called, by every step, vote candidate, agent round and batch
+    /// row of the process together: `requests_per_minute`, `tokens_per_minute`, `max_in_flight`,
+    /// `burst` (any subset, each at least 1).
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl ModelKind for OpenaiModel {
@@ -80,6 +85,7 @@ impl ModelKind for OpenaiModel {
         let mut config = OpenAiConfig::new(self.base_url.clone(), self.model.clone());
         config.api_key = api_key;
         config.notice = env.verbose.then(|| env.notice.clone());
+        config.rate_limit = self.rate_limit.unwrap_or_default();
         if let Some(timeout) = self.timeout {
             config.timeout = timeout.get();
         }

@@ -8,7 +8,9 @@ use crate::orchestrate::StepHandler;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, ModelCall, References, StepCommon, StepConfig, TemplateSource};
+use super::{
+    BuildContext, ModelCall, OutputKind, References, StepCommon, StepConfig, TemplateSource,
+};
 
 /// The model calls declared tools, sees their results, and loops until it gives a final answer.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -41,6 +43,10 @@ pub struct AgentStep {
 pub use crate::orchestrate::steps::ToolCalls as ToolCallMode;
 
 impl StepConfig for AgentStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Text
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.call.references(refs);
         for (i, tool) in self.tools.iter().enumerate() {

@@ -10,7 +10,9 @@ use crate::orchestrate::steps::Infer;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, ModelCall, References, SchemaSource, StepCommon, StepConfig};
+use super::{
+    BuildContext, ModelCall, OutputKind, References, SchemaSource, StepCommon, StepConfig,
+};
 
 /// Call a language model with a prompt and return its text (plus usage).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -40,6 +42,10 @@ pub enum Constraint {
 }
 
 impl StepConfig for InferStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Text
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.call.references(refs);
         match &self.constraint {

@@ -99,6 +99,20 @@ macro_rules! steps {
                 }
             }
 
+            /// What this step passes on as its output, as far as the plan says.
+            pub fn output(&self) -> OutputKind {
+                match self {
+                    $(RawStep::$variant(step) => step.output(),)+
+                }
+            }
+
+            /// What this step takes as its input.
+            pub fn accepts(&self) -> Accepts {
+                match self {
+                    $(RawStep::$variant(step) => step.accepts(),)+
+                }
+            }
+
             /// What this step refers to.
             pub fn references(&self) -> References<'_> {
                 let mut refs = References::default();
@@ -477,9 +491,56 @@ impl<'a> References<'a> {
     }
 }
 
-/// Implemented by every step config: what the step refers to, and how it is built.
+/// What a step passes on as its output (its `input` to the step after it), as far as the plan
+/// says before anything runs: `validate` refuses a connection no run could make work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputKind {
+    /// Text: a JSON string.
+    Text,
+    /// JSON valid against the step's schema, with the top-level `type` the schema names (None:
+    /// the schema names none, or is in a file).
+    Json(Option<String>),
+    /// A list of candidates: passages with their source and score.
+    Candidates,
+    /// Its own input, unchanged.
+    Input,
+    /// What the named tool returns (its kind decides).
+    OfTool(String),
+    /// Not known before the run.
+    Unknown,
+}
+
+impl OutputKind {
+    /// The output kind of a JSON Schema's answers: its top-level `type` when it names one.
+    pub fn of_schema(schema: &SchemaSource) -> OutputKind {
+        match schema {
+            SchemaSource::Inline(schema) => {
+                OutputKind::Json(schema.get("type").and_then(Value::as_str).map(String::from))
+            }
+            SchemaSource::File(_) => OutputKind::Json(None),
+        }
+    }
+}
+
+/// What a step takes as its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepts {
+    /// Any value (templates read what they need; a check stringifies what is not text).
+    Anything,
+    /// A list of candidates, as a `retrieve` or `rerank` step gives.
+    Candidates,
+}
+
+/// Implemented by every step config: what the step refers to, what it passes on and takes, and
+/// how it is built.
 pub trait StepConfig {
     fn references<'a>(&'a self, refs: &mut References<'a>);
+    /// What the step passes on as its output.
+    fn output(&self) -> OutputKind;
+    /// What the step takes as its input: most steps read it through templates, so anything.
+    fn accepts(&self) -> Accepts {
+        Accepts::Anything
+    }
     fn build(&self, context: &mut dyn BuildContext) -> Result<Arc<dyn StepHandler>, Failure>;
 }
 
@@ -512,7 +573,7 @@ pub trait BuildContext {
     fn embedder(&mut self, model: &str) -> Result<Option<Arc<BiEncoder>>, Failure>;
     fn corpus(&mut self, name: &str) -> Result<Arc<Corpus>, Failure>;
     fn tool(&mut self, name: &str) -> Result<Arc<ToolRuntime>, Failure>;
-    /// The tools a model may be offered: those of `names` that can run here.
+    /// The tools a model may be offered (each turn offers those of them that can run then).
     fn offered_tools(&mut self, names: &[String]) -> Result<Vec<Arc<ToolRuntime>>, Failure>;
     fn agent(&mut self, name: &str) -> Result<Arc<RouteAgent>, Failure>;
     /// A JSON Schema given inline or as a file relative to the plan.

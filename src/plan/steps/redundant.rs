@@ -10,7 +10,9 @@ use crate::plan::diagnostic::PlanError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, ModelCall, References, SchemaSource, StepCommon, StepConfig};
+use super::{
+    BuildContext, ModelCall, OutputKind, References, SchemaSource, StepCommon, StepConfig,
+};
 
 /// Ask the model N times (concurrently) and vote on the answers.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -74,6 +76,15 @@ impl RedundantStep {
 }
 
 impl StepConfig for RedundantStep {
+    /// The vote: an object with the winning `value`, its `confidence`, the candidates and
+    /// their votes; a fallback's output is whatever that step gives.
+    fn output(&self) -> OutputKind {
+        match self.voting.fallback {
+            Some(_) => OutputKind::Unknown,
+            None => OutputKind::Json(Some("object".into())),
+        }
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.call.references(refs);
         if let Some(schema) = &self.schema {

@@ -9,7 +9,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{
-    BuildContext, KeepSpec, ModelRole, References, StepCommon, StepConfig, TemplateSource,
+    Accepts, BuildContext, KeepSpec, ModelRole, OutputKind, References, StepCommon, StepConfig,
+    TemplateSource,
 };
 
 /// Re-score candidates (the previous step's output) and keep the best `top_k` whose score is at
@@ -37,6 +38,14 @@ pub struct RerankStep {
 }
 
 impl StepConfig for RerankStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Candidates
+    }
+
+    fn accepts(&self) -> Accepts {
+        Accepts::Candidates
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         if let Some(model) = &self.model {
             refs.model(&["model"], model, ModelRole::Scorer);

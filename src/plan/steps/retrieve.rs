@@ -10,7 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    BuildContext, KeepSpec, ModelRole, References, StepCommon, StepConfig, TemplateSource, path,
+    BuildContext, KeepSpec, ModelRole, OutputKind, References, StepCommon, StepConfig,
+    TemplateSource, path,
 };
 use crate::plan::diagnostic::PlanError;
 
@@ -56,6 +57,10 @@ pub enum RetrieveScorer {
 }
 
 impl StepConfig for RetrieveStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Candidates
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         if let Some(corpus) = &self.corpus {
             refs.corpus(&["corpus"], corpus);

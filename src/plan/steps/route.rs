@@ -8,7 +8,9 @@ use crate::orchestrate::StepHandler;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, ModelCall, References, StepCommon, StepConfig, TemplateSource};
+use super::{
+    BuildContext, ModelCall, OutputKind, References, StepCommon, StepConfig, TemplateSource,
+};
 
 /// One model call picks which declared agents to run (one, several in parallel, or an ordered
 /// sequence); the choice is checked against the agents' schemas and the policy before anything
@@ -33,6 +35,10 @@ pub struct RouteStep {
 }
 
 impl StepConfig for RouteStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Text
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.call.references(refs);
         for (i, agent) in self.agents.iter().enumerate() {

@@ -8,7 +8,9 @@ use crate::orchestrate::StepHandler;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, ModelCall, References, SchemaSource, StepCommon, StepConfig};
+use super::{
+    BuildContext, ModelCall, OutputKind, References, SchemaSource, StepCommon, StepConfig,
+};
 
 /// Ask a model for JSON that validates against `schema`: constrained decoding where the engine
 /// supports it, then repair, enum normalisation and validation, retrying with the errors fed back.
@@ -33,6 +35,10 @@ pub struct StructuredStep {
 }
 
 impl StepConfig for StructuredStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::of_schema(&self.schema)
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.call.references(refs);
         refs.schema(&["schema"], &self.schema);

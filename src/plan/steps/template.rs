@@ -8,7 +8,7 @@ use crate::orchestrate::steps::Template;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BuildContext, PromptSpec, References, StepCommon, StepConfig};
+use super::{BuildContext, OutputKind, PromptSpec, References, StepCommon, StepConfig};
 
 /// Render a template (inline `template:` or a `prompt:` file); the output is the rendered text.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -21,6 +21,10 @@ pub struct TemplateStep {
 }
 
 impl StepConfig for TemplateStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Text
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         self.prompt.references(refs);
     }

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{BuildContext, References, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, OutputKind, References, StepCommon, StepConfig, TemplateSource};
 
 /// Call one declared tool. String arguments are templates; the arguments are validated against the
 /// tool's `parameters` schema before it runs.
@@ -27,6 +27,10 @@ pub struct ToolStep {
 }
 
 impl StepConfig for ToolStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::OfTool(self.tool.clone())
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         refs.tool(vec!["tool".into()], &self.tool);
         for (name, value) in &self.args {

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{BuildContext, References, StepCommon, StepConfig, TemplateSource};
+use super::{BuildContext, OutputKind, References, StepCommon, StepConfig, TemplateSource};
 
 /// Check the input against rules; on success the input passes through unchanged, on failure the
 /// step fails with VALIDATION_RULE_FAILED naming every broken rule.
@@ -67,6 +67,10 @@ pub enum ValidateRule {
 }
 
 impl StepConfig for ValidateStep {
+    fn output(&self) -> OutputKind {
+        OutputKind::Input
+    }
+
     fn references<'a>(&'a self, refs: &mut References<'a>) {
         for (i, rule) in self.rules.iter().enumerate() {
             let at = |key: &str| vec!["rules".to_string(), i.to_string(), key.to_string()];

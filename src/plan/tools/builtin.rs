@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::{ToolEnv, ToolKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::{SideEffects, ToolAction, ToolRuntime};
+use crate::plan::steps::OutputKind;
 use crate::tool::Builtin;
 
 /// A tool compiled into pagantic.
@@ -39,6 +40,11 @@ pub enum BuiltinTool {
 }
 
 impl ToolKind for BuiltinToolSpec {
+    /// A JSON object (`{"result": …}`, `{"path": …, "content": …}`, `{"utc": …, "unix": …}`).
+    fn output(&self) -> OutputKind {
+        OutputKind::Json(Some("object".into()))
+    }
+
     fn cache(&self) -> bool {
         self.cache
     }

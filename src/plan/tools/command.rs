@@ -11,7 +11,7 @@ use super::{ToolEnv, ToolKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
 use crate::plan::duration::DurationSpec;
-use crate::plan::steps::FieldPath;
+use crate::plan::steps::{FieldPath, OutputKind};
 
 /// Default timeout of a command tool.
 const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -65,6 +65,11 @@ impl CommandTool {
 }
 
 impl ToolKind for CommandTool {
+    /// The program's standard output, as text.
+    fn output(&self) -> OutputKind {
+        OutputKind::Text
+    }
+
     fn cache(&self) -> bool {
         self.cache
     }

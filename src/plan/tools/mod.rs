@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::steps::FieldPath;
+use super::steps::{FieldPath, OutputKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::ToolRuntime;
 
@@ -82,6 +82,11 @@ pub trait ToolKind {
     /// in `argv`): the lockfile pins them, and a cached result's key holds their SHA-256.
     fn files(&self, _dir: &Path) -> Vec<PathBuf> {
         Vec::new()
+    }
+    /// What a call returns, as far as the plan says (`validate` checks the steps it feeds):
+    /// unknown unless the kind knows.
+    fn output(&self) -> OutputKind {
+        OutputKind::Unknown
     }
     /// The run-time tool.
     fn build(&self, env: &ToolEnv<'_>) -> Result<ToolRuntime, Failure>;

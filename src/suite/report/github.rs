@@ -1,11 +1,15 @@
 //! GitHub Actions annotations: one `::error` per failed assertion, on the assertion's line of
-//! the test file, so the pull request shows it where the assertion is written; a `::notice` per
-//! suite with its pass rates.
+//! the test file, so the pull request shows it where the assertion is written; against a
+//! baseline, one `::error` per case that passed there and fails now and a `::warning` per flaky
+//! case, on the case's line; a `::notice` per suite with its pass rates. Each command stays one
+//! line whatever a model answered: line breaks are escaped as the runner reads them, and control
+//! characters shown as `\u{…}`.
 
 use std::fmt::Write;
 
 use super::super::SuiteResult;
-use super::{failure_line, run_failure};
+use super::super::baseline::{Change, Comparison};
+use super::{failure_line, run_failure, visible};
 use crate::core::text::{workflow_data as data, workflow_property as property};
 
 /// Every failure as a workflow command, then one summary line per suite.
@@ -13,6 +17,9 @@ pub fn github(suites: &[SuiteResult]) -> String {
     let mut out = String::new();
     for suite in suites {
         let file = property(&suite.file.display().to_string());
+        if let Some(comparison) = &suite.comparison {
+            compared(&mut out, &file, comparison);
+        }
         for variant in &suite.variants {
             if let Some(error) = &variant.error {
                 let _ = writeln!(
@@ -48,11 +55,15 @@ pub fn github(suites: &[SuiteResult]) -> String {
             .variants
             .iter()
             .map(|v| {
+                let flaky = match v.flaky_cases() {
+                    0 => String::new(),
+                    n => format!(", {n} flaky"),
+                };
                 format!(
-                    "{} {}/{} ({:.0}%)",
+                    "{} {}/{} ({:.0}%){flaky}",
                     v.name,
-                    v.passed_cases(),
-                    v.cases.len(),
+                    v.passed_runs(),
+                    v.runs(),
                     v.pass_rate() * 100.0
                 )
             })
@@ -72,5 +83,55 @@ pub fn github(suites: &[SuiteResult]) -> String {
             ))
         );
     }
-    out
+    visible(&out)
+}
+
+/// An `::error` on each case that regressed, a `::warning` on each flaky one, and one on each
+/// metric that dropped too far.
+fn compared(out: &mut String, file: &str, comparison: &Comparison) {
+    let baseline = comparison.baseline.display();
+    for variant in &comparison.variants {
+        let marked = [
+            (
+                Change::Regressed,
+                "error",
+                "PASS→FAIL",
+                "passed in the baseline, fails now",
+            ),
+            (
+                Change::Flaky,
+                "warning",
+                "flaky",
+                "not counted as a regression",
+            ),
+        ];
+        for (change, level, label, what) in marked {
+            for case in variant.with_change(change) {
+                let _ = writeln!(
+                    out,
+                    "::{level} file={file},line={},title={}::{}",
+                    case.line,
+                    property(&format!("{} [{}] {label}", case.name, variant.name)),
+                    data(&format!(
+                        "{what} ({baseline}): {} {:.2} → {} {:.2}",
+                        case.before.status, case.before.score, case.after.status, case.after.score
+                    ))
+                );
+            }
+        }
+        for metric in variant.metrics.iter().filter(|m| m.dropped_too_far) {
+            let _ = writeln!(
+                out,
+                "::error file={file},line=1,title={}::{}",
+                property(&format!("{} [{}] dropped", metric.name, variant.name)),
+                data(&format!(
+                    "{} fell from {:.2} to {:.2}, more than --max-drop {:.2} ({baseline})",
+                    metric.name,
+                    metric.before.unwrap_or_default(),
+                    metric.after.unwrap_or_default(),
+                    comparison.max_drop.unwrap_or_default()
+                ))
+            );
+        }
+    }
 }

@@ -1,15 +1,18 @@
 //! One self-contained HTML page of the results: no script, no external stylesheet, font or
 //! image, so it opens anywhere (a CI artifact, an email) and shows the same. It has the verdict
-//! of each suite, the variants side by side (pass rate, tokens, latency, every metric), and every
-//! case under every variant with its inputs, each assertion's result, and each step's output
-//! (collapsible) and timing. Everything taken from runs and files is escaped.
+//! of each suite, the variants side by side (pass rate, tokens, latency, every metric; with
+//! repeats pass@k, pass^k and the flaky cases), the comparison with a baseline (the cases whose
+//! verdict changed, the flaky ones, the new and gone ones, every metric before and after), and
+//! every case under every variant with its inputs, each assertion's result, and each step's
+//! output (collapsible) and timing. Everything taken from runs and files is escaped.
 
 use std::fmt::Write;
 
 use serde_json::Value;
 
+use super::super::baseline::{Change, Comparison};
 use super::super::{CaseResult, SuiteResult, VariantResult};
-use super::{escape, failure_line, metric_names, run_failure};
+use super::{escape, failure_line, metric_names, metric_value, run_failure};
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#1d2330;background:#fff}\
 h1{font-size:1.5em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ccd}\
@@ -66,6 +69,9 @@ fn suite_section(out: &mut String, suite: &SuiteResult) {
         let _ = writeln!(out, "<p>{}</p>", escape(description));
     }
     comparison(out, suite);
+    if let Some(compared) = &suite.comparison {
+        baseline_section(out, compared);
+    }
     let names: Vec<&str> = suite
         .variants
         .iter()
@@ -114,10 +120,28 @@ fn comparison(out: &mut String, suite: &SuiteResult) {
             out,
             "<td class=\"{}\">{}/{} ({:.0}%)</td>",
             mark_class(ok),
-            variant.passed_cases(),
-            variant.cases.len(),
+            variant.passed_runs(),
+            variant.runs(),
             variant.pass_rate() * 100.0
         );
+    }
+    let repeats = suite.variants.iter().map(VariantResult::repeats).max();
+    if let Some(k) = repeats.filter(|k| *k > 1) {
+        let rows: [(String, VariantCell); 3] = [
+            (format!("pass@{k}"), |v| {
+                format!("{:.0}%", v.pass_at_k() * 100.0)
+            }),
+            (format!("pass^{k}"), |v| {
+                format!("{:.0}%", v.pass_every_time() * 100.0)
+            }),
+            ("flaky cases".into(), |v| v.flaky_cases().to_string()),
+        ];
+        for (label, cell) in rows {
+            let _ = write!(out, "</tr>\n<tr><th>{}</th>", escape(&label));
+            for variant in &suite.variants {
+                let _ = write!(out, "<td>{}</td>", cell(variant));
+            }
+        }
     }
     out.push_str("</tr>\n<tr><th>tokens</th>");
     for variant in &suite.variants {
@@ -131,10 +155,7 @@ fn comparison(out: &mut String, suite: &SuiteResult) {
     for metric in metric_names(suite) {
         let _ = write!(out, "<tr><th>{}</th>", escape(&metric));
         for variant in &suite.variants {
-            let value = variant
-                .metrics()
-                .get(&metric)
-                .map_or("—".to_string(), |m| format!("{m:.2}"));
+            let value = metric_value(variant.metrics().get(&metric).copied());
             let _ = write!(out, "<td>{value}</td>");
         }
         out.push_str("</tr>\n");
@@ -142,17 +163,98 @@ fn comparison(out: &mut String, suite: &SuiteResult) {
     out.push_str("</table>\n");
 }
 
+/// The comparison with the baseline: each case whose verdict changed or that is flaky, then
+/// every metric before and after, per variant.
+fn baseline_section(out: &mut String, compared: &Comparison) {
+    let _ = writeln!(
+        out,
+        "<h3 id=\"baseline\">Compared with {} — {} regression(s)</h3>",
+        escape(&compared.baseline.display().to_string()),
+        compared.regressions()
+    );
+    if !compared.in_baseline {
+        out.push_str("<p class=\"muted\">The baseline has no results of this test file.</p>\n");
+        return;
+    }
+    out.push_str("<table class=\"baseline\"><tr><th>variant</th><th>case</th><th>change</th><th>before</th><th>after</th></tr>\n");
+    for variant in &compared.variants {
+        let changed = variant
+            .cases
+            .iter()
+            .filter(|c| c.change != Change::Unchanged);
+        for case in changed {
+            let (class, label) = match case.change {
+                Change::Regressed => ("fail", "PASS→FAIL"),
+                Change::Improved => ("pass", "FAIL→PASS"),
+                _ => ("muted", "flaky (not counted)"),
+            };
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{label}</td><td>{} {:.2}</td><td>{} {:.2}</td></tr>",
+                escape(&variant.name),
+                escape(&case.name),
+                case.before.status,
+                case.before.score,
+                case.after.status,
+                case.after.score
+            );
+        }
+        let listed = [("new", &variant.new_cases), ("gone", &variant.gone_cases)];
+        for (label, names) in listed {
+            for name in names.iter() {
+                let _ = writeln!(
+                    out,
+                    "<tr><td>{}</td><td>{}</td><td class=\"muted\">{label}</td><td></td><td></td></tr>",
+                    escape(&variant.name),
+                    escape(name)
+                );
+            }
+        }
+        for metric in &variant.metrics {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&variant.name),
+                escape(&metric.name),
+                if metric.dropped_too_far {
+                    "fail"
+                } else {
+                    "muted"
+                },
+                if metric.dropped_too_far {
+                    "dropped too far"
+                } else {
+                    "metric"
+                },
+                metric_value(metric.before),
+                metric_value(metric.after)
+            );
+        }
+    }
+    out.push_str("</table>\n");
+}
+
 fn case_section(out: &mut String, variant: &VariantResult, case: &CaseResult) {
     let _ = writeln!(
         out,
-        "<details class=\"variant\" open><summary><span class=\"{}\">{}</span> {} — score {:.2}, {:.0} ms, {} tokens, run {}</summary>",
+        "<details class=\"variant\" open><summary><span class=\"{}\">{}</span> {} — score {:.2}, {:.0} ms, {} tokens, run {}{}</summary>",
         mark_class(case.passed),
-        if case.passed { "✓ pass" } else { "✗ fail" },
+        match (case.passed, case.flaky()) {
+            (true, _) => "✓ pass",
+            (false, true) => "~ flaky",
+            (false, false) => "✗ fail",
+        },
         escape(&variant.name),
         case.score,
         case.duration_ms,
         case.tokens,
-        escape(case.status)
+        escape(case.status),
+        case.repeats.as_ref().map_or(String::new(), |r| format!(
+            "; passed {} of {} runs, details of run {}",
+            case.passed_runs(),
+            r.runs,
+            r.shown
+        ))
     );
     let _ = writeln!(
         out,
@@ -229,6 +331,9 @@ fn case_section(out: &mut String, variant: &VariantResult, case: &CaseResult) {
     }
     out.push_str("</details>\n");
 }
+
+/// What one cell of a variant's column shows.
+type VariantCell = fn(&VariantResult) -> String;
 
 fn mark_class(passed: bool) -> &'static str {
     if passed { "pass" } else { "fail" }

@@ -1,11 +1,15 @@
 //! The terminal table: cases down, variants across, each cell the case's mark and score; then
-//! per variant the pass rate, tokens, mean latency and metrics; then every failure with the
-//! assertion, its step, what was expected and what was got; then the verdict.
+//! per variant the pass rate, tokens, mean latency and metrics (with repeats: pass@k, pass^k,
+//! the flaky cases and the spread of the repeats' pass rates); then every failure with the
+//! assertion, its step, what was expected and what was got; then the comparison with the
+//! baseline; then the verdict. Control characters in it (a model's answer can hold any) are
+//! shown as `\u{…}`, never sent to the terminal.
 
 use std::fmt::Write;
 
+use super::super::baseline::{Change, Comparison, VariantComparison};
 use super::super::{CaseResult, SuiteResult, VariantResult};
-use super::{failure_line, metric_names, run_failure};
+use super::{failure_line, metric_names, metric_value, run_failure, visible};
 
 /// Every suite as a table (see the module docs).
 pub fn text(suites: &[SuiteResult]) -> String {
@@ -13,7 +17,7 @@ pub fn text(suites: &[SuiteResult]) -> String {
     for suite in suites {
         suite_table(&mut out, suite);
     }
-    out
+    visible(&out)
 }
 
 /// One suite: its title, the table, its failures and its verdict.
@@ -33,6 +37,9 @@ fn suite_table(out: &mut String, suite: &SuiteResult) {
     if !failed.is_empty() {
         let _ = writeln!(out, "failures:\n{failed}");
     }
+    if let Some(comparison) = &suite.comparison {
+        compared(out, comparison);
+    }
     verdict(out, suite);
 }
 
@@ -47,6 +54,8 @@ struct Table<'a> {
     label_width: usize,
     /// The width of each variant's column.
     cell_width: usize,
+    /// The most runs of a case (1 without repeats).
+    repeats: usize,
 }
 
 impl<'a> Table<'a> {
@@ -61,23 +70,30 @@ impl<'a> Table<'a> {
             .iter()
             .copied()
             .chain(metrics.iter().map(String::as_str))
-            .chain(["case", "pass rate", "mean latency"])
+            .chain(["case", "pass rate", "mean latency", "pass rate spread"])
             .map(|label| label.chars().count())
             .max()
             .unwrap_or(4);
+        let repeats = suite
+            .variants
+            .iter()
+            .map(VariantResult::repeats)
+            .max()
+            .unwrap_or(1);
         let cell_width = suite
             .variants
             .iter()
             .map(|v| v.name.chars().count())
             .max()
             .unwrap_or(0)
-            .max(16);
+            .max(if repeats > 1 { 22 } else { 16 });
         Table {
             suite,
             cases,
             metrics,
             label_width,
             cell_width,
+            repeats,
         }
     }
 
@@ -120,35 +136,55 @@ impl<'a> Table<'a> {
         }
     }
 
-    /// Per variant: the pass rate, the tokens, the mean latency and each metric.
+    /// Per variant: the pass rate (of runs, with repeats: then pass@k, pass^k, the flaky cases
+    /// and the spread), the tokens, the mean latency and each metric.
     fn summary_rows(&self, out: &mut String) {
         self.variant_row(out, "pass rate", |v| {
             format!(
                 "{}/{} {:.0}%",
-                v.passed_cases(),
-                v.cases.len(),
+                v.passed_runs(),
+                v.runs(),
                 v.pass_rate() * 100.0
             )
         });
+        if self.repeats > 1 {
+            let k = self.repeats;
+            self.variant_row(out, &format!("pass@{k}"), |v| percent(v.pass_at_k()));
+            self.variant_row(out, &format!("pass^{k}"), |v| percent(v.pass_every_time()));
+            self.variant_row(out, "flaky", |v| v.flaky_cases().to_string());
+            self.variant_row(out, "pass rate spread", |v| {
+                let spread = v.pass_rate_spread();
+                format!("{:.2} ± {:.2}", spread.mean, spread.std_dev)
+            });
+        }
         self.variant_row(out, "tokens", |v| v.tokens().to_string());
         self.variant_row(out, "mean latency", |v| format!("{:.0} ms", v.mean_ms()));
         for metric in &self.metrics {
             self.variant_row(out, metric, |v| {
-                v.metrics()
-                    .get(metric)
-                    .map_or("—".into(), |m| format!("{m:.2}"))
+                metric_value(v.metrics().get(metric).copied())
             });
         }
     }
 }
 
-/// A case's cell: ✓ or ✗, its score and its latency.
+fn percent(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
+}
+
+/// A case's cell: ✓, ✗ or ~ (flaky), its score and its latency; with repeats, the runs it passed.
 fn case_cell(case: &CaseResult) -> String {
+    let mark = match (case.passed, case.flaky()) {
+        (true, _) => "✓",
+        (false, true) => "~",
+        (false, false) => "✗",
+    };
+    let runs = match case.repeats {
+        Some(_) => format!(" {}/{}", case.passed_runs(), case.runs()),
+        None => String::new(),
+    };
     format!(
-        "{} {:.2} {:>6.0} ms",
-        if case.passed { "✓" } else { "✗" },
-        case.score,
-        case.duration_ms
+        "{mark} {:.2} {:>6.0} ms{runs}",
+        case.score, case.duration_ms
     )
 }
 
@@ -191,6 +227,98 @@ fn failed_case(out: &mut String, suite: &SuiteResult, variant: &VariantResult, c
     }
     if let Some(why) = run_failure(case) {
         let _ = writeln!(out, "      {why}");
+    }
+}
+
+/// The comparison with the baseline: per variant the cases that changed verdict, the flaky ones,
+/// the new and gone ones, the scores and metrics that changed, then the count of regressions.
+fn compared(out: &mut String, comparison: &Comparison) {
+    let _ = writeln!(
+        out,
+        "compared with baseline {}:",
+        comparison.baseline.display()
+    );
+    if !comparison.in_baseline {
+        let _ = writeln!(out, "  (the baseline has no results of this test file)");
+    }
+    for variant in &comparison.variants {
+        compared_variant(out, variant, comparison.max_drop);
+    }
+    let _ = writeln!(
+        out,
+        "  {} regression{}\n",
+        comparison.regressions(),
+        if comparison.regressions() == 1 {
+            ""
+        } else {
+            "s"
+        }
+    );
+}
+
+fn compared_variant(out: &mut String, variant: &VariantComparison, max_drop: Option<f64>) {
+    let name = &variant.name;
+    if !variant.in_baseline {
+        let _ = writeln!(out, "  [{name}] not in the baseline");
+        return;
+    }
+    if variant.broken {
+        let _ = writeln!(
+            out,
+            "  [{name}] cannot be built (it could be in the baseline)"
+        );
+    }
+    let listed = [
+        (Change::Regressed, "PASS→FAIL"),
+        (Change::Improved, "FAIL→PASS"),
+        (Change::Flaky, "flaky (not counted)"),
+    ];
+    for (change, label) in listed {
+        for case in variant.with_change(change) {
+            let _ = writeln!(
+                out,
+                "  [{name}] {label}: {} (line {}) {} {:.2} → {} {:.2}",
+                case.name,
+                case.line,
+                case.before.status,
+                case.before.score,
+                case.after.status,
+                case.after.score
+            );
+        }
+    }
+    for case in variant
+        .with_change(Change::Unchanged)
+        .filter(|c| (c.after.score - c.before.score).abs() >= 0.005)
+    {
+        let _ = writeln!(
+            out,
+            "  [{name}] score: {} {:.2} → {:.2}",
+            case.name, case.before.score, case.after.score
+        );
+    }
+    for (label, cases) in [("new", &variant.new_cases), ("gone", &variant.gone_cases)] {
+        if !cases.is_empty() {
+            let _ = writeln!(out, "  [{name}] {label}: {}", cases.join(", "));
+        }
+    }
+    for metric in &variant.metrics {
+        let (Some(before), Some(after)) = (metric.before, metric.after) else {
+            continue;
+        };
+        if (after - before).abs() < 0.005 && !metric.dropped_too_far {
+            continue;
+        }
+        let over = match (metric.dropped_too_far, max_drop) {
+            (true, Some(max)) => format!(" — dropped more than {max:.2}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  [{name}] {}: {before:.2} → {after:.2} ({:+.2}){over}",
+            metric.name,
+            after - before
+        );
     }
 }
 

@@ -55,6 +55,8 @@ impl AssertionKind for JsonSchemaAssertion {
 
 /// The JSON in `file`, relative to the test file; the error says why it cannot be had.
 fn read_schema_file(checks: &Checks<'_>, file: &str) -> Result<Value, String> {
-    let text = std::fs::read_to_string(checks.dir.join(file)).map_err(|e| e.to_string())?;
+    let text =
+        crate::core::file::read_bounded(&checks.dir.join(file), crate::core::file::TEXT_LIMIT)
+            .map_err(|e| e.reason())?;
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }

@@ -1,0 +1,193 @@
+//! A `kind: openai` model's `rate_limit` against a stub server that enforces one: it accepts at
+//! most a given number of requests in any sliding window (refused ones do not count), answers
+//! 429 with `Retry-After: 1` beyond that, and counts what it accepted, refused and had in
+//! flight at once.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+
+use crate::engines::serve_on_loopback;
+use crate::{Run, pagantic_in};
+
+/// What the stub has seen.
+#[derive(Default)]
+struct Tally {
+    /// When each accepted request arrived.
+    accepted: Vec<Instant>,
+    refused: usize,
+    in_flight: usize,
+    most_in_flight: usize,
+}
+
+/// The stub's rule and its tally.
+#[derive(Clone)]
+struct Window {
+    /// Accepted requests allowed in any `span`.
+    limit: usize,
+    span: Duration,
+    /// How long an accepted request takes to answer.
+    latency: Duration,
+    tally: Arc<Mutex<Tally>>,
+}
+
+/// A rate-limited chat-completions server on a loopback port, on a runtime of its own.
+struct LimitedServer {
+    port: u16,
+    tally: Arc<Mutex<Tally>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl LimitedServer {
+    fn start(limit: usize, span: Duration, latency: Duration) -> LimitedServer {
+        let window = Window {
+            limit,
+            span,
+            latency,
+            tally: Arc::default(),
+        };
+        let tally = Arc::clone(&window.tally);
+        let router = Router::new()
+            .fallback(any(answer_within_limit))
+            .with_state(window);
+        let (port, runtime) = serve_on_loopback(router);
+        LimitedServer {
+            port,
+            tally,
+            _runtime: runtime,
+        }
+    }
+
+    /// (accepted, refused, most in flight at once).
+    fn counts(&self) -> (usize, usize, usize) {
+        let tally = self.tally.lock().expect("the tally");
+        (tally.accepted.len(), tally.refused, tally.most_in_flight)
+    }
+}
+
+/// Refuses a request beyond the window's limit; answers any other after the latency.
+async fn answer_within_limit(State(window): State<Window>) -> Response {
+    {
+        let mut tally = window.tally.lock().expect("the tally");
+        let now = Instant::now();
+        let recent = tally
+            .accepted
+            .iter()
+            .filter(|at| now.duration_since(**at) < window.span)
+            .count();
+        if recent >= window.limit {
+            tally.refused += 1;
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                r#"{"error":{"message":"rate limit exceeded","type":"rate_limit"}}"#,
+            )
+                .into_response();
+        }
+        tally.accepted.push(now);
+        tally.in_flight += 1;
+        tally.most_in_flight = tally.most_in_flight.max(tally.in_flight);
+    }
+    // The time the server takes to answer, not a synchronisation.
+    tokio::time::sleep(window.latency).await;
+    window.tally.lock().expect("the tally").in_flight -= 1;
+    let reply = serde_json::json!({
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "ok" } }],
+        "usage": { "prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6 }
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        reply.to_string(),
+    )
+        .into_response()
+}
+
+/// Writes a plan calling the stub with `rate_limit` (a YAML flow mapping, or none) and `rows`
+/// rows, then runs it as a batch at `-j 8`.
+fn batch_against(dir: &Path, port: u16, rate_limit: Option<&str>, rows: usize) -> Run {
+    let limit = rate_limit.map_or(String::new(), |limit| format!(", rate_limit: {limit}"));
+    std::fs::write(
+        dir.join("paced.yaml"),
+        format!(
+            "version: 1\nname: paced\ninputs:\n  text: {{ type: string }}\nmodels:\n  remote: {{ kind: openai, base_url: \"http://127.0.0.1:{port}/v1\", model: served{limit} }}\nsteps:\n  - {{ name: answer, type: infer, model: remote, template: \"{{{{ inputs.text }}}}\", max_tokens: 4 }}\n"
+        ),
+    )
+    .expect("plan written");
+    let text: String = (0..rows)
+        .map(|i| format!("{{\"id\": \"r{i}\", \"text\": \"row {i}\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("rows.jsonl"), text).expect("rows written");
+    pagantic_in(
+        dir,
+        &[
+            "run",
+            "paced.yaml",
+            "--batch",
+            "rows.jsonl",
+            "--id",
+            "id",
+            "--out",
+            "out.jsonl",
+            "-j",
+            "8",
+        ],
+    )
+}
+
+/// At `-j 8`, 12 rows against a server that accepts 2 requests a second (plus a burst of 2) all
+/// succeed without one refusal when the model is paced at 120 a minute, and the pace shows in
+/// the time taken: 2 at once, then one each half second.
+#[test]
+fn a_paced_batch_stays_within_the_server_s_limit() {
+    let server = LimitedServer::start(6, Duration::from_secs(2), Duration::from_millis(50));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = Instant::now();
+    let run = batch_against(
+        dir.path(),
+        server.port,
+        Some("{ requests_per_minute: 120 }"),
+        12,
+    );
+    let took = started.elapsed();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("12 rows ok"), "{}", run.stderr);
+    let (accepted, refused, _) = server.counts();
+    assert_eq!((accepted, refused), (12, 0), "{}", run.stderr);
+    assert!(
+        took >= Duration::from_millis(4500),
+        "paced, yet took {took:?}"
+    );
+}
+
+/// The same batch without a `rate_limit` runs into the server's limit: the stub refuses.
+#[test]
+fn an_unpaced_batch_is_refused_by_the_same_server() {
+    let server = LimitedServer::start(6, Duration::from_secs(2), Duration::from_millis(50));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = batch_against(dir.path(), server.port, None, 12);
+    let (_, refused, _) = server.counts();
+    assert!(refused > 0, "no 429 without pacing\n{}", run.stderr);
+}
+
+/// `max_in_flight` bounds the requests waiting for an answer at once, across the batch's rows.
+#[test]
+fn max_in_flight_bounds_the_requests_at_once() {
+    let server = LimitedServer::start(1000, Duration::from_secs(60), Duration::from_millis(300));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = batch_against(dir.path(), server.port, Some("{ max_in_flight: 2 }"), 8);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (accepted, refused, most_in_flight) = server.counts();
+    assert_eq!(
+        (accepted, refused, most_in_flight),
+        (8, 0, 2),
+        "{}",
+        run.stderr
+    );
+}
