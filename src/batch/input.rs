@@ -147,7 +147,9 @@ fn bounded_lines(
 ) -> impl Iterator<Item = Result<String, String>> {
     std::iter::from_fn(move || {
         let mut line = Vec::new();
-        let read = (&mut reader).take(max + 1).read_until(b'\n', &mut line);
+        let read = (&mut reader)
+            .take(max.saturating_add(1))
+            .read_until(b'\n', &mut line);
         match read {
             Err(e) => Some(Err(e.to_string())),
             Ok(0) => None,

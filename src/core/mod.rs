@@ -10,8 +10,10 @@ pub mod memo;
 pub mod message;
 pub mod step_clock;
 pub mod text;
+pub mod timestamp;
 
 pub use cost::{Cost, Price};
 pub use failure::{Failure, FailureCategory, FailureCode};
 pub use memo::Memo;
 pub use message::{Candidate, Message, Role, TokenUsage, ToolCall, ToolDefinition};
+pub use timestamp::Timestamp;

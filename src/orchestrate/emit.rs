@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::events::{Event, EventData, SpanId, Watch, new_run_id};
 use super::record::Lifecycle;
 use super::sinks::Sinks;
+use crate::core::Timestamp;
 use crate::inference::TokenSink;
 
 /// Where a nested run (a sub-plan) hangs in the run that started it.
@@ -115,12 +116,14 @@ impl Events {
     pub fn emit(&self, step: Option<&str>, span: SpanId, parent: Option<SpanId>, data: EventData) {
         self.emit_event(Event {
             run_id: self.inner.run_id.clone(),
+            at: Timestamp::now(),
             at_ms: (self.elapsed_ms() * 1000.0).round() / 1000.0,
             step: step.map(str::to_string),
             span,
             parent_span: parent,
             parent_run_id: None,
             tool_call_id: None,
+            request_id: None,
             data,
         });
     }
@@ -131,8 +134,10 @@ impl Events {
     }
 
     /// Records a fully built event (tool events set `tool_call_id`); a nested run's events are
-    /// linked to the run and step that started it here.
+    /// linked to the run and step that started it here, and a watched run's carry the id its
+    /// watcher knows it by.
     pub fn emit_event(&self, mut event: Event) {
+        event.request_id.clone_from(&self.inner.watch.request_id);
         if let Some(link) = &self.inner.parent {
             event.parent_run_id = Some(link.run_id.clone());
             if event.parent_span.is_none() {
@@ -183,6 +188,7 @@ mod tests {
         let watched = session.new_run_watched(Watch {
             events: Some(watcher),
             tokens: Some(tokens),
+            request_id: Some("req-7".into()),
         });
         let other = session.new_run();
         watched.lifecycle(Lifecycle::Execute);
@@ -194,6 +200,16 @@ mod tests {
             "both still reach the session's outputs"
         );
         assert!(watched.tokens().is_some() && other.tokens().is_none());
+        let request_ids: Vec<Option<String>> = session
+            .recorded()
+            .into_iter()
+            .map(|event| event.request_id)
+            .collect();
+        assert_eq!(
+            request_ids,
+            [Some("req-7".to_string()), None],
+            "only the watched run's events carry its request id"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use serde::ser::SerializeMap;
 use serde_json::Value;
 
 use super::record::Lifecycle;
-use crate::core::{Cost, Failure, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCode, Timestamp, TokenUsage};
 use crate::inference::SchemaMode;
 use crate::inference::TokenSink;
 
@@ -334,6 +334,8 @@ pub struct Sent {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
     pub run_id: String,
+    /// When it happened, by the wall clock (RFC 3339, UTC, milliseconds).
+    pub at: Timestamp,
     /// Milliseconds since the run started.
     pub at_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -348,6 +350,10 @@ pub struct Event {
     pub parent_run_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// The id the run's caller gave it (`serve`'s `X-Request-Id`), on every event of that run and
+    /// of its nested runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// The `kind` and `data` keys.
     #[serde(flatten)]
     pub data: EventData,
@@ -363,6 +369,8 @@ pub type Observer = Box<dyn Fn(&Event) + Send + Sync>;
 pub struct Watch {
     pub events: Option<Observer>,
     pub tokens: Option<TokenSink>,
+    /// The id the watcher knows the run by (`serve`'s `X-Request-Id`), set on its events.
+    pub request_id: Option<String>,
 }
 
 /// A run id: time and process, unique enough to tell runs apart in logs (also a chat session's).
@@ -390,12 +398,14 @@ mod tests {
     fn event(data: EventData) -> Event {
         Event {
             run_id: "r1".into(),
+            at: Timestamp::at(UNIX_EPOCH + std::time::Duration::from_millis(1_500)),
             at_ms: 1.5,
             step: Some("ask".into()),
             span: SpanId(2),
             parent_span: Some(SpanId(0)),
             parent_run_id: None,
             tool_call_id: None,
+            request_id: None,
             data,
         }
     }
@@ -416,7 +426,7 @@ mod tests {
         let line = serde_json::to_string(&event(data)).expect("serializes");
         assert_eq!(
             line,
-            r#"{"run_id":"r1","at_ms":1.5,"step":"ask","span":"00000002","parent_span":"00000000","kind":"step_end","data":{"status":"failed","error":{"code":"INFERENCE_TIMEOUT","category":"inference","message":"too slow","retryable":true},"attempt":2,"duration_ms":12.5}}"#
+            r#"{"run_id":"r1","at":"1970-01-01T00:00:01.500Z","at_ms":1.5,"step":"ask","span":"00000002","parent_span":"00000000","kind":"step_end","data":{"status":"failed","error":{"code":"INFERENCE_TIMEOUT","category":"inference","message":"too slow","retryable":true},"attempt":2,"duration_ms":12.5}}"#
         );
         let ok = EventData::StepEnd {
             outcome: StepOutcome::Ok {
@@ -648,7 +658,7 @@ mod tests {
             .as_object()
             .map(|o| o.keys().cloned().collect())
             .unwrap_or_default();
-        assert_eq!(keys, ["run_id", "at_ms", "span", "kind", "data"]);
+        assert_eq!(keys, ["run_id", "at", "at_ms", "span", "kind", "data"]);
     }
 
     #[test]

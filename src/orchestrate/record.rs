@@ -3,7 +3,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::{Cost, Failure, TokenUsage};
+use std::time::Duration;
+
+use crate::core::{Cost, Failure, Timestamp, TokenUsage};
 use crate::inference::CacheStatus;
 
 /// The lifecycle of a run.
@@ -54,6 +56,9 @@ pub struct StepRecord {
     pub status: StepStatus,
     pub attempts: u32,
     pub duration_ms: f64,
+    /// When it started and ended, by the wall clock; null for a step that did not run.
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     pub usage: TokenUsage,
@@ -90,6 +95,8 @@ impl StepRecord {
             status: StepStatus::NotRun,
             attempts: 0,
             duration_ms: 0.0,
+            started_at: None,
+            ended_at: None,
             output: None,
             usage: TokenUsage::default(),
             cost: None,
@@ -100,6 +107,14 @@ impl StepRecord {
             continued: false,
             earlier: Vec::new(),
         }
+    }
+
+    /// It ended now, after running for `duration`.
+    pub fn ended_after(&mut self, duration: Duration) {
+        let ended_at = Timestamp::now();
+        self.duration_ms = duration.as_secs_f64() * 1000.0;
+        self.started_at = Some(ended_at.before(duration));
+        self.ended_at = Some(ended_at);
     }
 
     /// The tokens of this run of the step and of its earlier runs.
@@ -194,6 +209,9 @@ impl std::ops::AddAssign for CacheTally {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRecord {
     pub run_id: String,
+    /// The id the caller gave the run (`serve`'s `X-Request-Id`), when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     pub plan: String,
     pub status: RunStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,6 +226,9 @@ pub struct RunRecord {
     /// What the call cache did for the run's calls.
     pub cache: CacheTally,
     pub duration_ms: f64,
+    /// When it started and ended, by the wall clock.
+    pub started_at: Timestamp,
+    pub ended_at: Timestamp,
     /// The failure that ended the run, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,

@@ -164,6 +164,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::core::Timestamp;
     use crate::orchestrate::events::{EventData, SpanId};
     use crate::orchestrate::record::Lifecycle;
 
@@ -184,12 +185,14 @@ mod tests {
     fn lifecycle(state: Lifecycle) -> Event {
         Event {
             run_id: "r1".into(),
+            at: Timestamp::now(),
             at_ms: 0.0,
             step: None,
             span: SpanId::RUN,
             parent_span: None,
             parent_run_id: None,
             tool_call_id: None,
+            request_id: None,
             data: EventData::Lifecycle { state },
         }
     }

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::events::{Event, EventData, OnDrop, SpanId, ToolOutcome, ToolResult};
 use super::pipeline::StepContext;
 use crate::cache::{CallCache, Key};
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, Timestamp};
 use crate::prompt::Templates;
 use crate::tool::{Builtin, CommandSpec, files_named, run_command};
 
@@ -456,12 +456,14 @@ fn emit_tool_event(
 ) {
     ctx.events.emit_event(Event {
         run_id: ctx.events.run_id().to_string(),
+        at: Timestamp::now(),
         at_ms: ctx.events.elapsed_ms(),
         step: Some(ctx.step.clone()),
         span,
         parent_span: Some(parent),
         parent_run_id: None,
         tool_call_id: Some(call_id.to_string()),
+        request_id: None,
         data,
     });
 }

@@ -183,12 +183,13 @@ impl App {
     /// Starts a run of `served` in a task of its own, holding `permit` until it ends; its record
     /// is what the task returns (and, with `stream`, the last thing sent there, after its events).
     /// Dropping the returned guard cancels the run: it then ends CANCELLED, counted like any
-    /// other, instead of being dropped mid-step.
+    /// other, instead of being dropped mid-step. Its events and record carry `request_id`.
     pub fn start(
         &self,
         served: Arc<Served>,
         inputs: Value,
         globals: Map<String, Value>,
+        request_id: Option<String>,
         permit: OwnedSemaphorePermit,
         stream: Option<mpsc::UnboundedSender<Streamed>>,
     ) -> (JoinHandle<RunRecord>, CancelOnDrop) {
@@ -223,13 +224,14 @@ impl App {
                 watch: Watch {
                     events: Some(watcher),
                     tokens,
+                    request_id: request_id.clone(),
                 },
                 ..RunRequest::default()
             };
             let run = runner.run(&served.pipeline, inputs, request);
             tokio::pin!(run);
             let stopped = async { stop_runs.wait_for(|stop| *stop).await.is_ok() };
-            let record = tokio::select! {
+            let mut record = tokio::select! {
                 record = &mut run => record,
                 stopped = stopped => {
                     if stopped {
@@ -238,6 +240,7 @@ impl App {
                     run.await
                 }
             };
+            record.request_id = request_id;
             metrics.record_run(&served.name, &record);
             if let Some(stream) = stream {
                 let _ = stream.send(Streamed::Record(record.clone()));

@@ -366,6 +366,7 @@ mod tests {
         step.duration_ms = 30.0;
         RunRecord {
             run_id: "r".into(),
+            request_id: None,
             plan: "p".into(),
             status,
             output: None,
@@ -378,6 +379,8 @@ mod tests {
             model_calls: 1,
             cache: crate::orchestrate::CacheTally::default(),
             duration_ms,
+            started_at: crate::core::Timestamp::now(),
+            ended_at: crate::core::Timestamp::now(),
             error: None,
         }
     }

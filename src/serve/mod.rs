@@ -32,6 +32,7 @@ mod connections;
 mod metrics;
 mod openai;
 mod origin;
+mod request_id;
 mod routes;
 
 use std::future::Future;

@@ -11,6 +11,7 @@
 use std::convert::Infallible;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -26,6 +27,7 @@ use super::app::{
     App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
 };
 use super::metrics::Refusal;
+use super::request_id::RequestId;
 use crate::core::{Failure, FailureCode, Message, Role};
 use crate::orchestrate::inputs::InputType;
 use crate::orchestrate::{RunRecord, new_run_id};
@@ -66,7 +68,12 @@ fn invalid(message: impl Into<String>, help: &str) -> Refused {
     Refused::bad_request(Failure::new(FailureCode::ConfigInvalidInput, message).with_help(help))
 }
 
-pub async fn completions(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn completions(
+    State(app): State<App>,
+    request_id: Option<Extension<RequestId>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request_id = request_id.map(|Extension(RequestId(id))| id);
     let prepared = (|| {
         let body = App::json_body(body)?;
         let request: ChatRequest = serde_json::from_value(body).map_err(|e| {
@@ -121,10 +128,10 @@ pub async fn completions(State(app): State<App>, body: Result<Bytes, BytesReject
     let model = served.name.clone();
     if stream {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let (_, guard) = app.start(served, inputs, globals, permit, Some(sender));
+        let (_, guard) = app.start(served, inputs, globals, request_id, permit, Some(sender));
         return Sse::new(chunks(model, receiver, guard)).into_response();
     }
-    let (handle, _cancel_if_gone) = app.start(served, inputs, globals, permit, None);
+    let (handle, _cancel_if_gone) = app.start(served, inputs, globals, request_id, permit, None);
     let Ok(record) = handle.await else {
         return lost_run();
     };

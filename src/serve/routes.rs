@@ -5,7 +5,6 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
@@ -14,6 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use futures_util::Stream;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -22,9 +22,11 @@ use super::app::{
     App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
 };
 use super::metrics::{CONTENT_TYPE as METRICS_CONTENT_TYPE, Gauges, Refusal};
+use super::request_id::{self, RequestId};
 use crate::core::{Failure, FailureCode};
 
-/// Every route, behind the body limit and the token check.
+/// Every route, behind the body limit and the token check, each answer carrying the caller's
+/// request id back.
 pub fn router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -35,6 +37,10 @@ pub fn router(app: App) -> Router {
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         .layer(middleware::from_fn_with_state(app.clone(), same_origin))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            request_id::carry,
+        ))
         .with_state(app)
 }
 
@@ -163,8 +169,10 @@ async fn run(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
+    request_id: Option<Extension<RequestId>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let request_id = request_id.map(|Extension(RequestId(id))| id);
     let prepared = (|| {
         let served = app.plan(&name)?;
         let given = App::json_body(body)?;
@@ -193,12 +201,12 @@ async fn run(
     };
     if wants_stream(&headers, query.as_deref()) {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let (_, guard) = app.start(served, inputs, Map::new(), permit, Some(sender));
+        let (_, guard) = app.start(served, inputs, Map::new(), request_id, permit, Some(sender));
         return Sse::new(events_then_record(receiver, guard))
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
             .into_response();
     }
-    let (handle, _cancel_if_gone) = app.start(served, inputs, Map::new(), permit, None);
+    let (handle, _cancel_if_gone) = app.start(served, inputs, Map::new(), request_id, permit, None);
     match handle.await {
         Ok(record) => json_response(run_status(&record), &record),
         Err(_) => lost_run(),

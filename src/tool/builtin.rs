@@ -13,6 +13,7 @@ use num_traits::ToPrimitive;
 use serde_json::{Value, json};
 
 use super::calculator;
+use crate::core::timestamp::civil_from_days;
 use crate::core::{Failure, FailureCode};
 
 /// The largest file `read_file` returns: enough for a document, small enough for a prompt.
@@ -293,26 +294,6 @@ fn utc_timestamp(unix: u64) -> String {
         seconds % 3600 / 60,
         seconds % 60
     )
-}
-
-/// Year, month and day of a day count since 1970-01-01, by Howard Hinnant's `civil_from_days`
-/// (proleptic Gregorian calendar; eras of 400 years starting on March 1st).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let shifted = days + 719_468; // days since 0000-03-01
-    let era = shifted / 146_097;
-    let day_of_era = shifted % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -40,7 +40,12 @@ fn rows_file(name: &str, count: usize, boom_at: Option<usize>) -> PathBuf {
 
 /// `pagantic run tests/plans/batch.yaml --batch INPUT ARGS…`.
 fn batch(input: &std::path::Path, args: &[&str]) -> Run {
-    let mut argv = vec!["run", "tests/plans/batch.yaml", "--batch", s(input)];
+    batch_of("tests/plans/batch.yaml", input, args)
+}
+
+/// `pagantic run PLAN --batch INPUT ARGS…`.
+fn batch_of(plan: &str, input: &std::path::Path, args: &[&str]) -> Run {
+    let mut argv = vec!["run", plan, "--batch", s(input)];
     argv.extend_from_slice(args);
     pagantic(&argv)
 }
@@ -545,4 +550,205 @@ fn a_glob_makes_one_row_per_matching_file() {
         rows[1].1,
         format!("beta ({} characters of path)", path_length("b.txt"))
     );
+}
+
+/// A row that failed for good (a tool that fails while a file exists) stays failed on a plain
+/// `--resume`; once the cause is gone, `--resume --retry-errors` runs it alone again, replaces
+/// its line, leaves the other rows' lines as they were, and exits 0.
+#[test]
+fn retry_errors_replaces_the_line_of_a_row_that_now_succeeds() {
+    let blocker = scratch("blocker");
+    std::fs::write(&blocker, "").expect("blocker");
+    let input = scratch("retry.jsonl");
+    std::fs::write(
+        &input,
+        format!(
+            "{{\"id\": \"a\", \"text\": \"one\"}}\n\
+             {{\"id\": \"b\", \"text\": \"two\", \"blocker\": \"{}\"}}\n\
+             {{\"id\": \"c\", \"text\": \"three\"}}\n",
+            s(&blocker)
+        ),
+    )
+    .expect("rows");
+    let out = scratch("retry.out.jsonl");
+    let run = |extra: &[&str]| {
+        let args = [&["-q", "--id", "id", "--out", s(&out)], extra].concat();
+        batch_of("tests/plans/retry-errors.yaml", &input, &args)
+    };
+    let by_row = || -> HashMap<String, Value> {
+        lines(&out)
+            .into_iter()
+            .map(|l| (l["row"].as_str().expect("a row id").to_string(), l))
+            .collect()
+    };
+    let first = run(&[]);
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    let before = by_row();
+    assert_eq!(before["b"]["status"], "error", "{}", before["b"]);
+    assert_eq!(before["b"]["error"]["code"], "TOOL_EXECUTION_FAILED");
+    assert_eq!(before["b"]["transient"], false);
+    let resumed = run(&["--resume"]);
+    assert_eq!(
+        resumed.code, 1,
+        "a plain resume keeps the failure: {}",
+        resumed.stderr
+    );
+    assert_eq!(by_row()["b"]["status"], "error");
+    std::fs::remove_file(&blocker).expect("the blocker goes");
+    let retried = run(&["--resume", "--retry-errors"]);
+    assert_eq!(retried.code, 0, "{}", retried.stderr);
+    let written = lines(&out);
+    assert_eq!(
+        written.len(),
+        3,
+        "the failed line was replaced: {written:?}"
+    );
+    let after = by_row();
+    assert_eq!(after["b"]["status"], "ok", "{}", after["b"]);
+    assert_eq!(after["b"]["output"], "two");
+    for id in ["a", "c"] {
+        assert_eq!(after[id], before[id], "row {id} did not run again");
+    }
+}
+
+/// `--max-row-bytes` holds for JSON Lines: the line past it fails on its own under its line
+/// number, saying its size, and the rows within it go on.
+#[test]
+fn a_json_lines_row_past_the_size_limit_fails_alone() {
+    let input = scratch("huge.jsonl");
+    let huge = "x".repeat(3000);
+    std::fs::write(
+        &input,
+        format!(
+            "{{\"id\": \"r1\", \"text\": \"first\"}}\n\
+             {{\"id\": \"r2\", \"text\": \"{huge}\"}}\n\
+             {{\"id\": \"r3\", \"text\": \"third\"}}\n"
+        ),
+    )
+    .expect("rows");
+    let out = scratch("huge-jsonl.out.jsonl");
+    let run = batch(
+        &input,
+        &["--id", "id", "--out", s(&out), "--max-row-bytes", "1000"],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let rows = statuses(&out);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows["r1"].0, "ok");
+    assert_eq!(rows["r3"].0, "ok");
+    assert_eq!(
+        rows["2"].0, "error",
+        "a row too long to read is keyed by its line"
+    );
+    assert!(
+        rows["2"]
+            .1
+            .contains("line 2: the row is 3025 bytes, more than the 1000 a row may have"),
+        "{}",
+        rows["2"].1
+    );
+}
+
+/// `--max-row-bytes` holds for directory inputs: a file past it fails on its own, saying its
+/// size, and the files within it go on.
+#[test]
+fn a_file_of_a_directory_input_past_the_size_limit_fails_alone() {
+    let dir = scratch("sized");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("small.txt"), "small").expect("file");
+    std::fs::write(dir.join("large.txt"), "y".repeat(2000)).expect("file");
+    let out = scratch("sized.out.jsonl");
+    let run = batch_of(
+        "tests/plans/batch-files.yaml",
+        &dir,
+        &["-q", "--out", s(&out), "--max-row-bytes", "1000"],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let rows = statuses(&out);
+    let large = dir.join("large.txt").display().to_string();
+    let small = dir.join("small.txt").display().to_string();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[&small].0, "ok");
+    assert_eq!(rows[&large].0, "error");
+    assert!(
+        rows[&large].1.contains(&format!(
+            "{large} is 2000 bytes, more than the 1000 a row may have"
+        )),
+        "{}",
+        rows[&large].1
+    );
+}
+
+/// Each output line's row id with its status and its error message (empty when it has none).
+fn statuses(out: &std::path::Path) -> HashMap<String, (String, String)> {
+    lines(out)
+        .into_iter()
+        .map(|l| {
+            let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+            (
+                text(&l["row"]),
+                (text(&l["status"]), text(&l["error"]["message"])),
+            )
+        })
+        .collect()
+}
+
+/// `--inputs-file` gives the inputs, `-i` overrides one of them, and `--max-parallel N` runs at
+/// most N of four independent steps at once — and does run N, as the events show.
+#[test]
+fn inputs_file_and_max_parallel_through_the_command_line() {
+    let inputs = scratch("inputs.json");
+    std::fs::write(&inputs, r#"{"text": "from the file", "stars": 5}"#).expect("inputs");
+    for limit in [1, 2] {
+        let events = scratch(&format!("parallel-{limit}.events.jsonl"));
+        let run = pagantic(&[
+            "run",
+            "tests/plans/parallel-steps.yaml",
+            "--inputs-file",
+            s(&inputs),
+            "-i",
+            "stars=4",
+            "--max-parallel",
+            &limit.to_string(),
+            "--no-cache",
+            "--events",
+            s(&events),
+            "--format",
+            "json",
+        ]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let record: Value = serde_json::from_str(&run.stdout).expect("a record");
+        assert_eq!(record["steps"][0]["output"], "a from the file (4 stars)");
+        assert_eq!(record["steps"][3]["output"], "d from the file");
+        let (mut running, mut most) = (0, 0);
+        for event in crate::events_in(&events) {
+            match event["kind"].as_str() {
+                Some("step_start") => running += 1,
+                Some("step_end") => running -= 1,
+                _ => {}
+            }
+            most = most.max(running);
+        }
+        assert_eq!(
+            most, limit,
+            "steps running at once with --max-parallel {limit}"
+        );
+    }
+}
+
+/// The largest `--max-row-bytes` a count can hold is no limit at all, not an overflow: every
+/// JSON Lines row is read and answered.
+#[test]
+fn the_largest_row_size_limit_reads_every_row() {
+    let input = rows_file("unlimited.jsonl", 3, None);
+    let out = scratch("unlimited.out.jsonl");
+    let limit = u64::MAX.to_string();
+    let run = batch(
+        &input,
+        &["--id", "id", "--out", s(&out), "--max-row-bytes", &limit],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rows = statuses(&out);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.values().all(|(status, _)| status == "ok"), "{rows:?}");
 }

@@ -308,14 +308,19 @@ fn cached_calls_are_marked_in_the_events() {
     assert_eq!(cached_flags(), vec![Value::Bool(true); 3]);
 }
 
+/// `cache prune --older-than 30d` on the cache in `dir/cache`.
+fn prune_unused_for_30_days(dir: &Path) -> Run {
+    pagantic_in(
+        dir,
+        &["cache", "prune", "--older-than", "30d", "--cache", "cache"],
+    )
+}
+
 #[test]
 fn prune_and_clear_empty_the_cache() {
     let dir = workspace(str::to_string);
     assert_eq!(batch(dir.path(), &[]).0.code, 0);
-    let prune = pagantic_in(
-        dir.path(),
-        &["cache", "prune", "--older-than", "30d", "--cache", "cache"],
-    );
+    let prune = prune_unused_for_30_days(dir.path());
     assert_eq!(
         prune.stdout, "pruned 0 entries unused since 30 days ago\n",
         "{}",
@@ -363,4 +368,53 @@ fn a_cache_from_a_newer_pagantic_is_left_alone_and_its_fix_is_named() {
         before,
         "left as it was"
     );
+}
+
+/// `cache prune --older-than 30d` removes exactly the entries last used more than 30 days ago:
+/// a run whose entries were backdated 31 days is asked of the model again afterwards, one
+/// backdated 29 days and one just made are still answered from the cache.
+#[test]
+fn prune_removes_only_the_entries_unused_for_longer_than_the_age() {
+    const DAY: i64 = 24 * 60 * 60;
+    let dir = workspace(str::to_string);
+    let run_of = |text: &str, extra: &[&str]| {
+        let input = format!("text={text}");
+        let mut args = vec!["run", "plan.yaml", "-i", &input, "--cache", "cache"];
+        args.extend_from_slice(extra);
+        pagantic_in(dir.path(), &args)
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs() as i64;
+    for (text, age_in_days) in [("old", 31), ("recent", 29)] {
+        assert_eq!(run_of(text, &[]).code, 0);
+        let database =
+            rusqlite::Connection::open(dir.path().join("cache/cache.db")).expect("the cache");
+        let backdated = database
+            .execute(
+                "UPDATE entries SET used_at = ?1, created_at = ?1 WHERE used_at > ?2",
+                [now - age_in_days * DAY, now - DAY],
+            )
+            .expect("backdated");
+        assert_eq!(backdated, 3, "the three entries of the `{text}` run");
+    }
+    assert_eq!(run_of("new", &[]).code, 0);
+    let prune = prune_unused_for_30_days(dir.path());
+    assert_eq!(
+        prune.stdout, "pruned 3 entries unused since 30 days ago\n",
+        "{}",
+        prune.stderr
+    );
+    for kept in ["recent", "new"] {
+        let replay = run_of(kept, &["--cache-only"]);
+        assert_eq!(
+            replay.code, 0,
+            "`{kept}` is still cached: {}",
+            replay.stderr
+        );
+    }
+    let pruned = run_of("old", &["--cache-only"]);
+    assert_eq!(pruned.code, 1, "`old` was pruned: {}", pruned.stderr);
+    assert!(pruned.stderr.contains("CACHE_MISS"), "{}", pruned.stderr);
 }

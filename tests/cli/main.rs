@@ -38,6 +38,7 @@ mod semantics;
 mod serve;
 mod session;
 mod suite;
+mod timeline;
 mod tool_cache;
 mod validate;
 

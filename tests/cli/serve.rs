@@ -272,16 +272,21 @@ async fn bad_requests_get_400_404_and_413_with_the_diagnostics_as_json() {
     );
 }
 
-#[tokio::test]
-async fn a_server_with_a_token_admits_only_requests_that_carry_it() {
-    let server = Server::start(
+/// The echo plan served with `--token-env SERVE_TEST_TOKEN`, the token `open-sesame`.
+fn echo_server_with_token() -> Server {
+    Server::start(
         &[
             "tests/plans/serve/echo.yaml",
             "--token-env",
             "SERVE_TEST_TOKEN",
         ],
         &[("SERVE_TEST_TOKEN", "open-sesame")],
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_server_with_a_token_admits_only_requests_that_carry_it() {
+    let server = echo_server_with_token();
     let inputs = json!({ "question": "hi" });
     let url = server.url("/v1/plans/echo/runs");
     let none = client()
@@ -1026,5 +1031,131 @@ async fn chat_completions_refuse_system_and_tool_messages() {
         assert_eq!(answer["error"]["code"], "CONFIG_INVALID_INPUT");
         let message = answer["error"]["message"].as_str().expect("a message");
         assert!(message.contains(&format!("role `{role}`")), "{message}");
+    }
+}
+
+/// With `--token-env`, every route but `/healthz` answers 401 to a request without the token,
+/// and what it normally answers to one with it.
+#[tokio::test]
+async fn the_token_guards_every_route_but_healthz() {
+    let server = echo_server_with_token();
+    let chat = json!({ "model": "echo", "messages": [{ "role": "user", "content": "hi" }] });
+    let routes = [
+        (reqwest::Method::GET, "/metrics", Value::Null),
+        (reqwest::Method::GET, "/v1/plans", Value::Null),
+        (
+            reqwest::Method::POST,
+            "/v1/plans/echo/runs",
+            json!({ "question": "hi" }),
+        ),
+        (reqwest::Method::POST, "/v1/chat/completions", chat),
+    ];
+    for (method, path, body) in routes {
+        let request = |token: Option<&str>| {
+            let mut request = client().request(method.clone(), server.url(path));
+            if !body.is_null() {
+                request = request.json(&body);
+            }
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request.send()
+        };
+        let without = request(None).await.expect("an answer");
+        assert_eq!(
+            without.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {path}"
+        );
+        let with = request(Some("open-sesame")).await.expect("an answer");
+        assert_eq!(with.status(), StatusCode::OK, "{method} {path}");
+    }
+    let health = client()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(health.status(), StatusCode::OK, "probes need no token");
+}
+
+/// A chat completion whose run fails answers 422 with the failure under `error` (code, category,
+/// message, retryable) and the run's record beside it, the steps before the failure included.
+#[tokio::test]
+async fn a_failed_chat_completion_answers_422_with_the_failure_and_the_record() {
+    let server = Server::start(&["tests/plans/failing.yaml"], &[]);
+    let request =
+        json!({ "model": "failing", "messages": [{ "role": "user", "content": "tiny" }] });
+    let (status, answer) = post(&server, "/v1/chat/completions", &request).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let error = &answer["error"];
+    assert_eq!(error["code"], "VALIDATION_RULE_FAILED", "{answer}");
+    assert_eq!(error["category"], "validation");
+    assert_eq!(
+        error["message"],
+        "the output is 11 characters long, under the minimum of 100"
+    );
+    assert!(error["retryable"].is_boolean(), "{error}");
+    let record = &answer["record"];
+    assert_eq!(record["plan"], "failing");
+    assert_eq!(record["status"], "error");
+    assert_eq!(record["steps"][0]["output"], "draft: tiny");
+    assert_eq!(record["steps"][1]["status"], "failed");
+    assert_eq!(record["steps"][1]["error"], *error);
+    wait_for_metric(
+        &server,
+        "pagantic_runs_total{plan=\"failing\",status=\"error\"} 1",
+    )
+    .await;
+}
+
+/// A run answered from the call cache counts as a cache hit, not a model call.
+#[tokio::test]
+async fn a_run_answered_from_the_cache_is_counted_as_a_cache_hit() {
+    let server = Server::start(&["tests/plans/serve/echo.yaml"], &[]);
+    for _ in 0..2 {
+        let (status, record) = post(
+            &server,
+            "/v1/plans/echo/runs",
+            &json!({ "question": "again" }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{record}");
+        assert_eq!(record["output"], "echo: again x1");
+    }
+    for line in [
+        "pagantic_runs_total{plan=\"echo\",status=\"complete\"} 2",
+        "pagantic_model_calls_total{plan=\"echo\"} 1",
+        "pagantic_cache_hits_total{plan=\"echo\"} 1",
+    ] {
+        wait_for_metric(&server, line).await;
+    }
+}
+
+/// Two served plans with one name, or a `--token-env` naming an unset variable, stop the server
+/// with exit 2 before it listens, naming the problem.
+#[test]
+fn duplicate_plan_names_and_an_unset_token_variable_exit_2() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let twin = dir.path().join("twin.yaml");
+    std::fs::copy(root().join("tests/plans/serve/echo.yaml"), &twin).expect("copied");
+    let cases: [(Vec<&str>, &str); 2] = [
+        (vec![twin.to_str().expect("utf-8")], "are both named `echo`"),
+        (
+            vec!["--token-env", "PAGANTIC_TEST_TOKEN_NEVER_SET"],
+            "the environment variable `PAGANTIC_TEST_TOKEN_NEVER_SET` is not set or empty",
+        ),
+    ];
+    for (extra, said) in cases {
+        let mut args = vec![
+            "serve",
+            "tests/plans/serve/echo.yaml",
+            "--addr",
+            "127.0.0.1:0",
+        ];
+        args.extend(extra);
+        let run = crate::pagantic(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+        assert!(!run.stderr.contains("listening"), "{}", run.stderr);
     }
 }

@@ -26,7 +26,7 @@ use super::pipeline::{NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
 use super::schedule::Schedule;
 use super::scope::{RunScope, final_output};
-use crate::core::{Cost, Failure, FailureCategory, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCategory, FailureCode, Timestamp, TokenUsage};
 
 /// How to run a pipeline.
 #[derive(Clone)]
@@ -198,7 +198,7 @@ impl<'r> Execution<'r> {
         let record = &mut self.records[index];
         record.status = finished.status;
         record.attempts = finished.attempts;
-        record.duration_ms = finished.duration.as_secs_f64() * 1000.0;
+        record.ended_after(finished.duration);
         // Every call's tokens, a failed attempt's and a failed step's too.
         record.usage = self.ledgers[index].take_usage();
         match finished.result {
@@ -315,8 +315,10 @@ impl<'r> Execution<'r> {
             RunStatus::Error => Lifecycle::Error,
             RunStatus::Cancelled => Lifecycle::Cancelled,
         });
+        let (took, ended_at) = (started.elapsed(), Timestamp::now());
         RunRecord {
             run_id: events.run_id().to_string(),
+            request_id: None,
             plan: self.pipeline.name.clone(),
             status,
             output,
@@ -325,7 +327,9 @@ impl<'r> Execution<'r> {
             cost,
             model_calls: self.run.ledger.model_calls(),
             cache: self.run.ledger.cache_tally(),
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            duration_ms: took.as_secs_f64() * 1000.0,
+            started_at: ended_at.before(took),
+            ended_at,
             error,
         }
     }
