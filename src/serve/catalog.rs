@@ -131,10 +131,31 @@ pub fn load(path: &Path, options: &BuildOptions) -> Result<Served, Rejected> {
     })
 }
 
-/// What the files a plan is read from looked like: each path with its modification time and
-/// size (None for a file that is gone).
+/// What the files a plan is read from looked like: each path with its modification time, size
+/// and, for a file of at most [`HASHED_UP_TO`] bytes, a hash of its content (None for a file that
+/// is gone).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint(Vec<(PathBuf, Option<(SystemTime, u64)>)>);
+struct Fingerprint(Vec<(PathBuf, Option<FileState>)>);
+
+/// One file's modification time, size and content hash (small files only).
+type FileState = (SystemTime, u64, Option<u64>);
+
+/// Files up to this size (plans, prompts, schemas) are compared by content as well: file times
+/// are coarse (a few milliseconds), so two writes of the same size in a row can leave a file's
+/// time and size alike. Larger files (model weights) are compared by time and size alone.
+const HASHED_UP_TO: u64 = 1 << 20;
+
+/// A hash of `file`'s content when it is a readable file of at most [`HASHED_UP_TO`] bytes.
+fn content_hash(file: &Path, len: u64) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    if len > HASHED_UP_TO {
+        return None;
+    }
+    let bytes = crate::core::file::read_bytes_bounded(file, HASHED_UP_TO).ok()?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    Some(hasher.finish())
+}
 
 impl Fingerprint {
     /// The plan file, every file under the prompts directory its templates are read from, and
@@ -155,9 +176,9 @@ impl Fingerprint {
             files
                 .into_iter()
                 .map(|file| {
-                    let seen = std::fs::metadata(&file)
-                        .ok()
-                        .and_then(|m| Some((m.modified().ok()?, m.len())));
+                    let seen = std::fs::metadata(&file).ok().and_then(|m| {
+                        Some((m.modified().ok()?, m.len(), content_hash(&file, m.len())))
+                    });
                     (file, seen)
                 })
                 .collect(),

@@ -627,12 +627,32 @@ async fn watched_plans_are_swapped_in_and_invalid_changes_rejected() {
     server.wait_for_line(|l| l.contains("reloaded") && l.contains("greet.yaml"));
     assert_eq!(ask(&server).await, "good day, ann");
 
+    // An edit that keeps the file's size and time (file times are coarse: two quick writes can
+    // share one) is a change too: the new version serves within the watch's bound.
+    let before = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .expect("a time");
+    std::fs::write(&path, plan("good dab")).expect("written");
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|file| file.set_modified(before))
+        .expect("the time set back");
+    let deadline = Instant::now() + PATIENCE;
+    while ask(&server).await != "good dab, ann" {
+        assert!(
+            Instant::now() < deadline,
+            "the same-size edit was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     std::fs::write(&path, plan("bye").replace("inputs.who", "inputs.whom")).expect("written");
     server.wait_for_line(|l| l.contains("rejected"));
     server.wait_for_line(|l| l.contains("whom"));
     assert_eq!(
         ask(&server).await,
-        "good day, ann",
+        "good dab, ann",
         "the last valid version still serves"
     );
 }
