@@ -562,7 +562,7 @@ async fn run_in_flight(
 }
 
 /// SIGTERM: no new connections; the run in flight finishes within the grace period (a
-/// one-second run, 60 s of grace) or is cancelled after it (a one-minute run, 0.2 s of grace)
+/// three-second run, 60 s of grace) or is cancelled after it (a one-minute run, 0.2 s of grace)
 /// and answered as such; either way the server exits 0.
 #[tokio::test]
 async fn sigterm_drains_the_runs_in_flight_then_exits_0() {
