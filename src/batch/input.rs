@@ -390,16 +390,9 @@ fn matching_files(pattern: &str) -> Result<Vec<PathBuf>, Failure> {
 /// input: of the file's bytes, or for a directory or glob of each file's path and SHA-256 in
 /// order. Stdin cannot be read twice: None.
 pub fn sha256(source: &str) -> Result<Option<String>, Failure> {
-    use crate::inference::store::hex;
+    use crate::inference::store::{hex, sha256_file};
     use sha2::{Digest, Sha256};
-    let hash_file = |path: &Path| -> Result<String, Failure> {
-        let mut file = File::open(path)
-            .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut file, &mut hasher)
-            .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
-        Ok(hex(&hasher.finalize()))
-    };
+    let hash_file = |path: &Path| sha256_file(path).map_err(|failure| bad_input(failure.message));
     let path = Path::new(source);
     let pattern = if source == "-" {
         return Ok(None);
