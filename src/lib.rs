@@ -13,7 +13,7 @@
 //! | 2 | [`corpora`] | corpora: loading, chunking, BM25 and keyword retrieval; a retriever tool's candidates |
 //! | 2 | [`prompt`] | minijinja templates: one configuration, static analysis |
 //! | 2 | [`rerank`] | scorers behind one trait (keyword; ONNX cross- and bi-encoders) and the selection: top_k / min_score, duplicates, a character budget |
-//! | 2 | [`tool`] | running tools: commands (no shell, process groups, timeouts, caps) and builtins |
+//! | 2 | [`tool`] | running tools: commands (no shell, process groups, timeouts, caps), builtins, MCP server sessions |
 //! | 2 | [`validate`] | validation rules and the retry policy |
 //! | 3 | [`orchestrate`] | the run session and its `Runner` (the one way into the executor, one fan-out for many runs), a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records and ledgers, events and their sinks |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |

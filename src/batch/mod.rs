@@ -12,6 +12,7 @@
 //! whose events go to the session's events file, and whose record carries its model calls and
 //! cache tally for the summary.
 
+pub mod group;
 pub mod input;
 pub mod merge;
 pub mod output;
@@ -78,6 +79,10 @@ pub struct Progress {
     /// Rows this run will see (shard and limit applied), once counted: the input is counted on a
     /// separate thread while the rows run, so this stays None for a while (and for stdin).
     pub total: Option<usize>,
+    /// Time the models spent waiting for their pace (rate limits, a server's `Retry-After`),
+    /// and the 429s they were answered.
+    pub rate_limit_wait: Duration,
+    pub rate_limited: u64,
 }
 
 impl Progress {
@@ -140,6 +145,21 @@ pub struct Summary {
     pub wall_ms: f64,
     pub rows_per_s: f64,
     pub steps: BTreeMap<String, StepTimes>,
+    /// Time the models spent waiting for their pace (rate limits, a server's `Retry-After`;
+    /// every waiting call counted, so it can exceed the wall time), and the 429s they were
+    /// answered.
+    pub rate_limit_wait_ms: f64,
+    pub rate_limited: u64,
+    /// A reduce (`--group-by`): the input rows it grouped and the runs its groups took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grouped: Option<group::Grouped>,
+    /// A plan with `reduce:`: the summary of its map, which ran first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub map: Option<Box<Summary>>,
+    /// When traces were exported: the spans the collector did not take (unreachable, too slow,
+    /// refusing, or the export queue full).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_spans_dropped: Option<u64>,
 }
 
 /// Runs `pipeline` over every row, each row a run of `session` (its cancellation stops the
@@ -151,24 +171,8 @@ pub async fn run(
     progress: &dyn Fn(&Progress),
 ) -> Result<Summary, Failure> {
     let started = Instant::now();
-    if let Some(out) = &options.out
-        && input::would_read(&options.input, out)
-    {
-        return Err(Failure::new(
-            FailureCode::ConfigInvalidInput,
-            format!(
-                "--out {} is part of the input {}: the batch would read its own output",
-                out.display(),
-                options.input
-            ),
-        )
-        .with_help("write the output somewhere the input does not cover"));
-    }
-    let origin = part::Origin {
-        shard: options.shard.clone(),
-        input_sha256: input::sha256(&options.input)?,
-        plan_sha256: options.plan_sha256.clone(),
-    };
+    let paced_from = crate::inference::pacing();
+    let origin = origin_of(&options)?;
     let (sink, previous) = match &options.out {
         Some(path) => open_part(path, &origin, &options)?,
         None => (Sink::Stdout, output::Previous::default()),
@@ -187,16 +191,12 @@ pub async fn run(
         done: previous.done,
         done_failed: previous.failed,
         seen: HashMap::new(),
-        lines: Lines {
-            sink,
-            waiting: BTreeMap::new(),
-            next_sequence: 0,
-            next_to_write: 0,
-        },
+        lines: Lines::new(sink),
         started_rows: 0,
         stop: false,
         tally: Tally::default(),
         started,
+        paced_from,
         progress,
         runner: runner.clone(),
     };
@@ -204,7 +204,34 @@ pub async fn run(
     let cancelled = runner
         .run_many(&mut work, concurrency, runner.cancellation())
         .await?;
-    Ok(work.tally.summary(cancelled, origin, started.elapsed()))
+    let mut summary = work.tally.summary(cancelled, origin, started.elapsed());
+    let paced = crate::inference::pacing().since(paced_from);
+    summary.rate_limit_wait_ms = paced.waited.as_secs_f64() * 1000.0;
+    summary.rate_limited = paced.rate_limited;
+    Ok(summary)
+}
+
+/// What writes this batch's output (its shard, input and plan), once the output is known not to
+/// be part of the input.
+fn origin_of(options: &BatchOptions) -> Result<part::Origin, Failure> {
+    if let Some(out) = &options.out
+        && input::would_read(&options.input, out)
+    {
+        return Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!(
+                "--out {} is part of the input {}: the batch would read its own output",
+                out.display(),
+                options.input
+            ),
+        )
+        .with_help("write the output somewhere the input does not cover"));
+    }
+    Ok(part::Origin {
+        shard: options.shard.clone(),
+        input_sha256: input::sha256(&options.input)?,
+        plan_sha256: options.plan_sha256.clone(),
+    })
 }
 
 /// Opens the output `path` for this run and records what writes it: resuming, only an output
@@ -241,6 +268,8 @@ struct RowRuns<'p> {
     stop: bool,
     tally: Tally,
     started: Instant,
+    /// The process's pacing when the batch started.
+    paced_from: crate::inference::Pacing,
     total: Arc<OnceLock<usize>>,
     progress: &'p dyn Fn(&Progress),
     /// Told of rows that fail without a run, so the session ends in ERROR.
@@ -264,6 +293,12 @@ struct Tally {
 impl Tally {
     /// Counts a row's run.
     fn add(&mut self, record: &RunRecord) {
+        self.spend(record);
+        self.outcome(record.status, record.error.as_ref());
+    }
+
+    /// Counts what a run spent: model calls, cache, step times, tokens and cost.
+    fn spend(&mut self, record: &RunRecord) {
         self.counts.model_calls += record.model_calls;
         self.cache += record.cache;
         for step in &record.steps {
@@ -275,12 +310,15 @@ impl Tally {
         self.counts.tokens = self.counts.tokens.saturating_add(record.usage.total());
         self.usage += record.usage;
         self.cost = Cost::sum(self.cost, record.cost);
-        if record.status == RunStatus::Complete {
+    }
+
+    /// Counts an item (a row, a group) that ended with `status`.
+    fn outcome(&mut self, status: RunStatus, error: Option<&Failure>) {
+        if status == RunStatus::Complete {
             self.counts.ok += 1;
         } else {
             self.counts.failed += 1;
-            self.failed_retryably +=
-                usize::from(record.error.as_ref().is_some_and(Failure::transient));
+            self.failed_retryably += usize::from(error.is_some_and(Failure::transient));
         }
     }
 
@@ -315,6 +353,11 @@ impl Tally {
                 .into_iter()
                 .map(|(name, times)| (name, percentiles(times)))
                 .collect(),
+            rate_limit_wait_ms: 0.0,
+            rate_limited: 0,
+            grouped: None,
+            map: None,
+            trace_spans_dropped: None,
         }
     }
 }
@@ -329,6 +372,15 @@ struct Lines {
 }
 
 impl Lines {
+    fn new(sink: Sink) -> Self {
+        Lines {
+            sink,
+            waiting: BTreeMap::new(),
+            next_sequence: 0,
+            next_to_write: 0,
+        }
+    }
+
     /// The place of the next row started.
     fn sequence(&mut self) -> usize {
         self.next_sequence += 1;
@@ -405,6 +457,9 @@ impl RowRuns<'_> {
         let counts = &mut self.tally.counts;
         counts.elapsed = self.started.elapsed();
         counts.total = self.total.get().copied();
+        let paced = crate::inference::pacing().since(self.paced_from);
+        counts.rate_limit_wait = paced.waited;
+        counts.rate_limited = paced.rate_limited;
         (self.progress)(counts);
         Ok(())
     }
@@ -431,6 +486,10 @@ fn repeated_id(row: &Row, occurrence: usize) -> Option<Failure> {
 impl FanOut for RowRuns<'_> {
     /// The row's place among the rows started, and the row.
     type Tag = (usize, Row);
+
+    fn trace_attributes(&self, (_, row): &Self::Tag) -> Vec<(&'static str, String)> {
+        vec![("pagantic.batch.row", row.id.clone())]
+    }
 
     fn next(&mut self) -> Result<Option<Job<Self::Tag>>, Failure> {
         while !self.stop {
@@ -573,16 +632,7 @@ pub async fn preview(
 
 /// One output line: the row, its status, output or error, usage, cost and timings per step.
 fn line_for(row: &Row, record: &RunRecord) -> String {
-    let status = match record.status {
-        RunStatus::Complete => "ok",
-        RunStatus::Error => "error",
-        RunStatus::Cancelled => "cancelled",
-    };
-    let steps: Vec<Value> = record
-        .steps
-        .iter()
-        .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage, "cost": s.cost }))
-        .collect();
+    let status = status_name(record.status);
     let mut line = Map::new();
     line.insert("row".into(), json!(row.id));
     line.insert("index".into(), json!(row.index));
@@ -601,10 +651,28 @@ fn line_for(row: &Row, record: &RunRecord) -> String {
     line.insert("usage".into(), json!(record.usage));
     line.insert("cost".into(), json!(record.cost));
     line.insert("duration_ms".into(), json!(record.duration_ms));
-    line.insert("steps".into(), Value::Array(steps));
+    line.insert("steps".into(), steps_of(record));
     // Written out from a JSON value: serde_json's own writer for it is optimised even where
     // this crate is not (dev builds), so this is cheaper than serialising a struct directly.
     Value::Object(line).to_string()
+}
+
+/// A run's status as output lines give it.
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Complete => "ok",
+        RunStatus::Error => "error",
+        RunStatus::Cancelled => "cancelled",
+    }
+}
+
+/// A run's steps as output lines give them: name, status, duration, usage and cost.
+fn steps_of(record: &RunRecord) -> Value {
+    record
+        .steps
+        .iter()
+        .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage, "cost": s.cost }))
+        .collect()
 }
 
 fn percentiles(mut times: Vec<f64>) -> StepTimes {

@@ -61,6 +61,8 @@ pub struct CallCache {
     tally: Mutex<RunStats>,
     /// What `--record FILE` writes when the command ends.
     recorder: Option<Recorder>,
+    /// Where to say what the record holds once it is written.
+    notice: Option<Notice>,
 }
 
 impl CallCache {
@@ -103,6 +105,7 @@ impl CallCache {
             }),
             tally: Mutex::default(),
             recorder,
+            notice: settings.notice.clone(),
         })))
     }
 
@@ -227,7 +230,7 @@ impl CallCache {
         {
             return Some(known);
         }
-        let sha256 = store::sha256_file(path).ok()?;
+        let sha256 = store::sha256_file_once(path).ok()?;
         if let Some(database) = database {
             database.record_file_hash(name, metadata.len(), modified_ns, sha256.clone());
         }
@@ -239,17 +242,20 @@ impl CallCache {
     pub fn finish(&self) {
         self.commit();
         if let Some(recorder) = &self.recorder {
-            let said = match recorder.write() {
+            let (said, to) = match recorder.write() {
                 Ok(None) => return,
-                Ok(Some(entries)) => format!(
-                    "recorded {entries} {} in {}",
-                    if entries == 1 { "entry" } else { "entries" },
-                    recorder.path().display()
+                Ok(Some(entries)) => (
+                    format!(
+                        "recorded {entries} {} in {}",
+                        if entries == 1 { "entry" } else { "entries" },
+                        recorder.path().display()
+                    ),
+                    &self.notice,
                 ),
-                Err(reason) => reason.to_string(),
+                Err(reason) => (reason.to_string(), &self.health.warn),
             };
-            if let Some(warn) = &self.health.warn {
-                warn(&said);
+            if let Some(say) = to {
+                say(&said);
             }
         }
     }

@@ -35,8 +35,9 @@ const VERSION: u64 = 1;
 /// Most bytes one line may have: far above any answer, embedding or score, far below memory.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-/// The kinds of entry the cache keeps; the first two hold JSON, the others hex text.
-const KINDS: [&str; 4] = ["call", "tool", "embedding", "score"];
+/// The kinds of entry the cache keeps; `call`, `tool` and `negotiated` (a server's dialect, as
+/// the `openai` engine learned it) hold JSON, the others hex text.
+const KINDS: [&str; 5] = ["call", "tool", "embedding", "score", "negotiated"];
 
 /// A cassette's entries by key.
 pub type Entries = BTreeMap<Key, Stored>;
@@ -114,7 +115,7 @@ struct Line {
 
 /// Whether entries of `kind` hold JSON (written as it is) rather than text.
 fn holds_json(kind: &str) -> bool {
-    matches!(kind, "call" | "tool")
+    matches!(kind, "call" | "tool" | "negotiated")
 }
 
 impl Line {
@@ -150,7 +151,7 @@ impl Line {
             ("call", answer) => canonical_answer(&answer).ok_or(
                 "`value` is not a model call's answer (`text`, `usage`, `prompt_ms`, `completion_ms`)",
             )?,
-            ("tool", json) => json.to_string(),
+            ("tool" | "negotiated", json) => json.to_string(),
             (_, Value::String(hex))
                 if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
             {

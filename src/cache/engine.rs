@@ -12,8 +12,8 @@ use super::CallCache;
 use super::key::CallKeys;
 use crate::core::{Failure, FailureCode, TokenUsage, ToolCall};
 use crate::inference::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, SchemaMode,
-    Timings, TokenSink,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Pacing, Request, Response,
+    SchemaMode, Timings, TokenSink,
 };
 
 /// An answer as the cache keeps it.
@@ -101,6 +101,7 @@ impl CachedEngine {
                     original: duration(stored.duration_ms),
                 },
                 schema_mode: answer.schema_mode,
+                rate_limit: Pacing::default(),
             });
         }
         if self.cache.only() {

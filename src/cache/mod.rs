@@ -62,8 +62,10 @@ pub struct CacheSettings {
     /// The directory holding the database; None: [`default_dir`].
     pub dir: Option<PathBuf>,
     /// Where the one warning about a cache that cannot be used goes (stderr in the CLI), and
-    /// what a record says when it is written.
+    /// why a record could not be written.
     pub warn: Option<Notice>,
+    /// Where what a record says when it is written goes (stderr in the CLI, none under `-q`).
+    pub notice: Option<Notice>,
     /// Answer from this cassette instead of the database (with the mode [`CacheMode::Only`]).
     pub cassette: Option<PathBuf>,
     /// Write every entry the command read or stored to this cassette when it ends.

@@ -1,18 +1,21 @@
 //! `pagantic chat PLAN`: a conversation with a plan's agent. Each line typed runs the plan with
 //! the line as its message input; the earlier turns go to the agent as `history` (bounded by the
 //! agent step's `memory`, its system prompt always kept); tool calls and their outcomes are shown
-//! on stderr as they happen. The model is loaded once, on the first turn. `--save` keeps the
-//! transcript as the conversation goes and `--load` continues one (see [`transcript`]).
+//! on stderr as they happen. An agent whose answer is the plan's output streams it to stdout as
+//! it is generated (see [`Reply`]). The model is loaded once, on the first turn. `--save` keeps
+//! the transcript as the conversation goes and `--load` continues one (see [`transcript`]).
 
 use std::fmt::Display;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
 use tokio::sync::mpsc::Receiver;
 
 use crate::core::Message;
-use crate::orchestrate::inputs::InputType;
+use crate::inference::TokenSink;
+use crate::orchestrate::inputs::{InputSpec, InputType};
 use crate::orchestrate::new_run_id;
 use crate::orchestrate::{
     Event, EventData, Pipeline, RunStatus, Session, SessionOptions, ToolOutcome,
@@ -20,9 +23,10 @@ use crate::orchestrate::{
 use crate::plan::build::BuildOptions;
 use crate::plan::{StepType, canonical};
 
+use super::approve::{self, TypedLines};
 use super::common::{
-    CacheArgs, Exit, Outcome, PlanInputs, build, inputs_file, load_checked, open_session,
-    print_failure, stderr_notice,
+    self, ApproveArgs, CacheArgs, Exit, Outcome, PlanInputs, TraceArgs, build, inputs_file,
+    load_checked, open_session, print_failure, stderr_notice,
 };
 use super::transcript;
 use super::{EXIT_INVALID, EXIT_OK};
@@ -53,16 +57,30 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     load: Option<PathBuf>,
     #[command(flatten)]
+    approve: ApproveArgs,
+    #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    trace: TraceArgs,
 }
 
 pub fn run(args: &Args) -> Outcome {
     let (chat_session, conversation) = open_conversation(args)?;
+    let reply = Reply::default();
+    let shown = reply.clone();
     let session = open_session(SessionOptions {
         events_file: args.events.clone(),
-        observer: Some(Box::new(show_tool_event)),
+        observer: Some(Box::new(move |event: &Event| {
+            // A round whose text streamed and then turned into a tool call: the call starts a
+            // line of its own.
+            if matches!(event.data, EventData::ToolStart { .. }) {
+                shown.end_line();
+            }
+            show_tool_event(event);
+        })),
         chat_session: Some(chat_session),
-        cache: args.cache.settings(),
+        cache: args.cache.settings(false),
+        traces: args.trace.settings("chat"),
         ..SessionOptions::default()
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
@@ -79,12 +97,15 @@ pub fn run(args: &Args) -> Outcome {
         );
     }
     let file = inputs_file(&session, &args.given)?;
+    let lines: TypedLines = Arc::new(tokio::sync::Mutex::new(stdin_lines()));
     let pipeline = build(
         &session,
         &plan,
         BuildOptions {
             dry_run: args.dry_run,
             notice: Some(stderr_notice()),
+            stream: Some(reply.sink()),
+            approvals: approve::at_terminal(&args.approve, &lines),
             ..BuildOptions::default()
         },
     )?;
@@ -92,6 +113,16 @@ pub fn run(args: &Args) -> Outcome {
         Ok(name) => name,
         Err(reason) => return refuse_session(&session, reason),
     };
+    // What every turn is given besides its line is checked once, before the first turn: an
+    // input the plan does not declare, or a value that does not fit, ends the chat as `run`.
+    let mut given = args.given.inputs.clone();
+    given.push((
+        message_input.clone(),
+        sample_line(&pipeline.inputs[&message_input]),
+    ));
+    if let Err(failure) = pipeline.bind(&given, file.clone()) {
+        return common::refuse(&session, &failure);
+    }
     let mut chat = Chat {
         args,
         session: &session,
@@ -99,6 +130,8 @@ pub fn run(args: &Args) -> Outcome {
         file,
         message_input,
         conversation,
+        reply,
+        lines,
     };
     chat.converse()?;
     Ok(EXIT_OK)
@@ -187,6 +220,22 @@ fn message_input(args: &Args, pipeline: &Pipeline) -> Result<String, String> {
     }
 }
 
+/// A line the message input accepts, to check the other inputs with before anything is typed.
+fn sample_line(spec: &InputSpec) -> String {
+    match spec.allowed.as_ref().and_then(|allowed| allowed.first()) {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => match spec.kind {
+            InputType::String => "",
+            InputType::Number | InputType::Integer => "0",
+            InputType::Boolean => "false",
+            InputType::Array => "[]",
+            InputType::Object => "{}",
+        }
+        .to_string(),
+    }
+}
+
 /// A conversation with a built plan: what every turn needs.
 struct Chat<'a> {
     args: &'a Args,
@@ -197,6 +246,10 @@ struct Chat<'a> {
     /// The input each typed line is bound to.
     message_input: String,
     conversation: Conversation,
+    /// What the turn under way has streamed to stdout.
+    reply: Reply,
+    /// The lines typed, shared with the approval questions asked during a turn.
+    lines: TypedLines,
 }
 
 impl Chat<'_> {
@@ -211,13 +264,12 @@ impl Chat<'_> {
                 self.args.plan.display()
             )?;
         }
-        let mut lines = stdin_lines();
         loop {
             if interactive {
                 write!(io::stderr(), "you> ")?;
                 io::stderr().flush()?;
             }
-            let Some(line) = self.next_line(&mut lines)? else {
+            let Some(line) = self.next_line()? else {
                 return Ok(());
             };
             let line = line.trim();
@@ -232,9 +284,10 @@ impl Chat<'_> {
 
     /// The next line typed; None at the end of input or on an interrupt (Ctrl-C or SIGTERM at
     /// the prompt ends the conversation; during a reply it stops the reply).
-    fn next_line(&self, lines: &mut Receiver<io::Result<String>>) -> io::Result<Option<String>> {
+    fn next_line(&self) -> io::Result<Option<String>> {
         let interrupted = self.session.wait_for_interrupt();
         let next = self.session.block_on(async {
+            let mut lines = self.lines.lock().await;
             tokio::select! {
                 line = lines.recv() => line,
                 () = interrupted => None,
@@ -257,7 +310,9 @@ impl Chat<'_> {
         };
         let history = serde_json::to_value(&self.conversation.history).map_err(io::Error::other)?;
         let globals = Map::from_iter([("history".to_string(), history)]);
+        self.reply.start();
         let record = self.session.run(self.pipeline, inputs, globals);
+        let streamed = self.reply.end_line();
         match (record.status, record.error) {
             (RunStatus::Complete, _) => {
                 let answer = match record.output {
@@ -267,7 +322,9 @@ impl Chat<'_> {
                 };
                 // Shown, not obeyed: an answer's control characters cannot drive the terminal
                 // (the transcript keeps the exact text).
-                writeln!(io::stdout(), "{}", terminal_safe(&answer))?;
+                if !streamed {
+                    writeln!(io::stdout(), "{}", terminal_safe(&answer))?;
+                }
                 self.conversation.add_turn(line, answer)?;
             }
             (RunStatus::Cancelled, _) => {
@@ -278,6 +335,58 @@ impl Chat<'_> {
             (_, None) => {}
         }
         Ok(())
+    }
+}
+
+/// The reply of the turn under way as it streams to stdout, shared by the build's token sink,
+/// the tool-event observer and the turn.
+#[derive(Clone, Default)]
+struct Reply(Arc<Mutex<Streaming>>);
+
+#[derive(Default)]
+struct Streaming {
+    /// Whether any of the turn's text has been shown.
+    streamed: bool,
+    /// Whether stdout's last line is unfinished.
+    line_open: bool,
+}
+
+impl Reply {
+    fn state(&self) -> std::sync::MutexGuard<'_, Streaming> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new turn: nothing of it shown yet.
+    fn start(&self) {
+        *self.state() = Streaming::default();
+    }
+
+    /// Where the agent's answer streams: stdout, piece by piece, shown but not obeyed.
+    fn sink(&self) -> TokenSink {
+        let reply = self.clone();
+        Arc::new(move |piece: &str| {
+            if piece.is_empty() {
+                return;
+            }
+            let mut state = reply.state();
+            let mut stdout = io::stdout().lock();
+            let _ = stdout.write_all(terminal_safe(piece).as_bytes());
+            let _ = stdout.flush();
+            state.streamed = true;
+            state.line_open = !piece.ends_with('\n');
+        })
+    }
+
+    /// Ends stdout's unfinished line, if any; whether the turn streamed text.
+    fn end_line(&self) -> bool {
+        let mut state = self.state();
+        if state.line_open {
+            let mut stdout = io::stdout().lock();
+            let _ = stdout.write_all(b"\n");
+            let _ = stdout.flush();
+            state.line_open = false;
+        }
+        state.streamed
     }
 }
 

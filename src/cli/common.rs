@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 use crate::cache::{CacheMode, CacheSettings};
 use crate::core::{Failure, FailureCode, Message};
 use crate::inference::Notice;
-use crate::orchestrate::{Pipeline, Session, SessionOptions};
+use crate::orchestrate::tools::Approvals;
+use crate::orchestrate::{Pipeline, Session, SessionOptions, TraceSettings};
 use crate::plan::build::BuildOptions;
 use crate::plan::lock::{Lock, lock_path};
 use crate::plan::yaml::{self, YamlError};
@@ -85,8 +86,9 @@ pub struct CacheArgs {
 
 impl CacheArgs {
     /// The session's cache settings: on unless `--no-cache`, read-only from the cache or a
-    /// cassette with `--cache-only` or `--cassette`, warnings on stderr.
-    pub fn settings(&self) -> CacheSettings {
+    /// cassette with `--cache-only` or `--cassette`, warnings on stderr, and what `--record`
+    /// wrote too unless `quiet`.
+    pub fn settings(&self, quiet: bool) -> CacheSettings {
         let mode = match (self.no_cache, self.cache_only || self.cassette.is_some()) {
             (true, _) => CacheMode::Off,
             (false, true) => CacheMode::Only,
@@ -96,10 +98,61 @@ impl CacheArgs {
             mode,
             dir: self.cache_dir.clone(),
             warn: Some(stderr_notice()),
+            notice: (!quiet).then(stderr_notice),
             cassette: self.cassette.clone(),
             record: self.record.clone(),
             record_tools: self.record_tools,
         }
+    }
+}
+
+/// `--approve TOOL`: the commands that run plans (`run`, `chat`, `test`, `serve`) let the tools
+/// it names run without asking, though they are marked `approval: required`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ApproveArgs {
+    /// Let tool TOOL run though it is marked `approval: required` (repeatable); without it,
+    /// its calls fail with TOOL_APPROVAL_REQUIRED (in `chat` at a terminal, you are asked).
+    #[arg(long = "approve", value_name = "TOOL")]
+    pub approve: Vec<String>,
+}
+
+impl ApproveArgs {
+    /// The approvals of a command with nobody to ask: the named tools only.
+    pub fn approvals(&self) -> Approvals {
+        Approvals {
+            approved: self.approve.clone(),
+            ask: None,
+        }
+    }
+}
+
+/// The trace flags of the commands that run plans (`run`, `run --batch`, `chat`, `test`,
+/// `serve`): flatten it into the command's `Args` and pass [`TraceArgs::settings`] as
+/// `SessionOptions::traces`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Traces")]
+pub struct TraceArgs {
+    /// Export OpenTelemetry traces over OTLP/HTTP to the collector at URL (`/v1/traces` is
+    /// added); without it, traces are exported when OTEL_EXPORTER_OTLP_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Put prompts, answers, tool arguments and results in the exported spans (as
+    /// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does); off by default.
+    #[arg(long)]
+    pub trace_content: bool,
+}
+
+impl TraceArgs {
+    /// The session's trace settings; `command` names its root span (`pagantic batch`), and what
+    /// was not exported is said on stderr.
+    pub fn settings(&self, command: &str) -> Option<TraceSettings> {
+        Some(TraceSettings {
+            endpoint: self.otlp.clone(),
+            capture_content: self.trace_content,
+            session_name: format!("pagantic {command}"),
+            warn: Some(stderr_notice()),
+        })
     }
 }
 
@@ -155,7 +208,7 @@ pub fn invalid<T>(failure: &Failure) -> Outcome<T> {
 }
 
 /// Ends `session` with ERROR, prints `failure` and stops with exit 2: nothing ran.
-fn refuse<T>(session: &Session, failure: &Failure) -> Outcome<T> {
+pub fn refuse<T>(session: &Session, failure: &Failure) -> Outcome<T> {
     session.fail();
     session.finish();
     invalid(failure)

@@ -5,6 +5,7 @@
 //! 2 invalid input (plan, policy, flags) — nothing was executed; 75 (`run`) the work stopped or
 //! failed for a reason that may pass — a scheduler should run it again.
 
+mod approve;
 mod batch;
 mod cache;
 mod chat;

@@ -85,7 +85,7 @@ fn render_plan_step(args: &Args) -> Outcome {
         return Err(Exit::Code(EXIT_INVALID));
     };
     let cache = match args.live {
-        true => args.cache.settings(),
+        true => args.cache.settings(false),
         false => CacheSettings::default(),
     };
     let session = open_session(SessionOptions {

@@ -13,15 +13,16 @@ use serde_json::{Map, Value};
 use crate::core::text::terminal_safe;
 use crate::inference::TokenSink;
 use crate::orchestrate::{
-    Event, EventData, Observer, RunRecord, RunStatus, Session, SessionOptions, SkipReason,
-    StepOutcome,
+    AgentOutcome, Event, EventData, Observer, RunRecord, RunStatus, Session, SessionOptions,
+    SkipReason, StepOutcome,
 };
 use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
 
 use super::common::{
-    CacheArgs, ConcurrencyArgs, Outcome, PlanInputs, bind, build, check_lock, invalid,
-    load_checked, open_session, print_failure, split_pair, stderr_notice, write_messages,
+    ApproveArgs, CacheArgs, ConcurrencyArgs, Outcome, PlanInputs, TraceArgs, bind, build,
+    check_lock, invalid, load_checked, open_session, print_failure, refuse, split_pair,
+    stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_OK, EXIT_TEMPFAIL};
 
@@ -62,7 +63,7 @@ pub struct Args {
     #[arg(long, short)]
     verbose: bool,
     /// Print the answer token by token as the model writes it (when the plan's last step is an
-    /// `infer` step). On by default when stdout is a terminal.
+    /// `infer`, `agent` or `route` step). On by default when stdout is a terminal.
     #[arg(long, conflicts_with = "no_stream")]
     stream: bool,
     /// Never stream, even to a terminal.
@@ -73,7 +74,11 @@ pub struct Args {
     #[arg(long)]
     locked: bool,
     #[command(flatten)]
+    approve: ApproveArgs,
+    #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    trace: TraceArgs,
     #[command(flatten)]
     batch: BatchArgs,
 }
@@ -132,6 +137,18 @@ pub struct BatchArgs {
     /// (`{shard}` and `{shards}` as in --out).
     #[arg(long, value_name = "FILE", requires = "batch")]
     summary: Option<PathBuf>,
+    /// Reduce: group the rows by KEY (a path such as `product` or `output.label`, or a template
+    /// such as "{{ row.input.product }}") and run the plan once per group, with the group's rows
+    /// as its input `rows` and the key as `group`; one line per group. Shards split by group.
+    #[arg(long, value_name = "KEY", requires = "batch", conflicts_with_all = ["map", "id_column"])]
+    group_by: Option<String>,
+    /// With --group-by: leave rows without the key out (default: they form the `null` group).
+    #[arg(long, requires = "group_by")]
+    skip_missing_key: bool,
+    /// With --group-by: reduce a group of more than N rows in chunks of N, then the partial
+    /// results again in chunks of N until one is left (`fold_level` tells the plan which).
+    #[arg(long, value_name = "N", requires = "group_by")]
+    fold: Option<u64>,
 }
 
 pub fn run(args: &Args) -> Outcome {
@@ -144,7 +161,8 @@ pub fn run(args: &Args) -> Outcome {
         observer,
         max_parallel: args.max_parallel,
         chat_session: None,
-        cache: args.cache.settings(),
+        cache: args.cache.settings(args.quiet),
+        traces: args.trace.settings(if batch { "batch" } else { "run" }),
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
     if args.locked {
@@ -173,6 +191,7 @@ pub fn run(args: &Args) -> Outcome {
             notice: (!args.quiet).then(stderr_notice),
             verbose: args.verbose,
             stream,
+            approvals: args.approve.approvals(),
             ..BuildOptions::default()
         },
     )?;
@@ -222,16 +241,14 @@ fn plan_sha256(plan: &Plan) -> String {
 /// `run --batch`: the plan over every row of the input, each row a run of `session`.
 fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     let batch = &args.batch;
-    let pipeline = Arc::new(build(
-        session,
-        plan,
-        BuildOptions {
-            dry_run: args.dry_run,
-            notice: (!args.quiet).then(stderr_notice),
-            verbose: args.verbose,
-            ..BuildOptions::default()
-        },
-    )?);
+    let build_options = || BuildOptions {
+        dry_run: args.dry_run,
+        notice: (!args.quiet).then(stderr_notice),
+        verbose: args.verbose,
+        approvals: args.approve.approvals(),
+        ..BuildOptions::default()
+    };
+    let pipeline = Arc::new(build(session, plan, build_options())?);
     let options = crate::batch::BatchOptions {
         input: batch.batch.clone().unwrap_or_default(),
         id_column: batch.id_column.clone(),
@@ -251,24 +268,175 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         map: batch.map.clone(),
         ordered: batch.ordered,
     };
-    let show = !args.quiet && io::stderr().is_terminal();
-    if args.dry_run {
+    let shape = match (&batch.group_by, &plan.raw.reduce) {
+        (Some(key), _) => BatchShape::Reduce(grouping(
+            session,
+            key,
+            batch.skip_missing_key,
+            batch.fold,
+            &options,
+        )?),
+        (None, Some(spec)) => map_then_reduce(session, plan, spec, build_options(), &options)?,
+        (None, None) => BatchShape::Map,
+    };
+    if args.dry_run && !matches!(shape, BatchShape::Reduce(_)) {
         let previews = session.block_on(crate::batch::preview(session, &pipeline, &options, 2));
         match previews {
             Ok(previews) => print_previews(&previews)?,
             Err(failure) => return invalid(&failure),
         }
     }
+    let show = !args.quiet && io::stderr().is_terminal();
     let bar = show.then(batch_bar);
-    let summary = session.block_on(crate::batch::run(session, pipeline, options, &|p| {
+    let report = |p: &crate::batch::Progress| {
         if let Some(bar) = &bar {
             show_batch_progress(bar, p);
         }
-    }));
+    };
+    let summary = session.block_on(async {
+        match shape {
+            BatchShape::Map => crate::batch::run(session, pipeline, options, &report).await,
+            BatchShape::Reduce(grouping) => {
+                crate::batch::group::run(session, pipeline, grouping, &report).await
+            }
+            BatchShape::MapThenReduce(reduce, grouping) => {
+                let map_sha256 = options.plan_sha256;
+                crate::batch::group::map_then_reduce(
+                    session, pipeline, reduce, grouping, map_sha256, &report,
+                )
+                .await
+            }
+        }
+    });
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let summary = match summary {
+    let paced = match &summary {
+        Ok(summary) if args.dry_run && !args.quiet => {
+            paced_estimates(plan, summary.model_calls, summary.usage.total())
+        }
+        _ => Vec::new(),
+    };
+    let outcome = finish_batch(args, session, summary);
+    for line in paced {
+        eprintln!("{line}");
+    }
+    outcome
+}
+
+/// For a dry run: how long the real run's model calls take at least at each rate-limited
+/// model's `rate_limit`, were they all its calls (they are when the plan has one model).
+fn paced_estimates(plan: &Plan, calls: u64, tokens: u64) -> Vec<String> {
+    use crate::plan::models::ModelSpec;
+    plan.raw
+        .models
+        .iter()
+        .filter_map(|(name, spec)| match spec {
+            ModelSpec::Openai(model) => model
+                .paced_at_least(calls, tokens)
+                .map(|least| (name, least)),
+            _ => None,
+        })
+        .map(|(name, least)| {
+            format!(
+                "dry run: at model `{name}`'s rate_limit, {calls} model calls of about {tokens} \
+                 tokens take at least {} (the stand-in's token count is rough)",
+                clock(least)
+            )
+        })
+        .collect()
+}
+
+/// What a batch runs: the plan once per row, once per group (`--group-by`), or once per row and
+/// then its `reduce:` plan once per group of the rows' lines.
+enum BatchShape {
+    Map,
+    Reduce(crate::batch::group::GroupOptions),
+    MapThenReduce(
+        Arc<crate::orchestrate::Pipeline>,
+        crate::batch::group::GroupOptions,
+    ),
+}
+
+/// A plan with `reduce:`: its reduce plan loaded (under the plan's policy) and built, and the
+/// reduce's options (exit 2 when the reduce plan or the key is not valid).
+fn map_then_reduce(
+    session: &Session,
+    plan: &Plan,
+    spec: &crate::plan::raw::ReduceSpec,
+    build_options: BuildOptions,
+    options: &crate::batch::BatchOptions,
+) -> Outcome<BatchShape> {
+    let reduce_path = plan
+        .path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join(&spec.plan);
+    let reduce_plan = crate::plan::load_plan(&reduce_path, Some(&plan.handed_down_policy()))
+        .or_else(|diagnostics| {
+            let failure = crate::core::Failure::new(
+                crate::core::FailureCode::ConfigInvalidInput,
+                format!(
+                    "the reduce plan {} is not valid ({} problems)",
+                    reduce_path.display(),
+                    diagnostics.len()
+                ),
+            )
+            .with_help(format!("see `pagantic validate {}`", plan.path.display()));
+            refuse(session, &failure)
+        })?;
+    let reduce = Arc::new(build(session, &reduce_plan, build_options)?);
+    let reduce_options = crate::batch::BatchOptions {
+        plan_sha256: plan_sha256(&reduce_plan),
+        ..options.clone()
+    };
+    let grouping = grouping(
+        session,
+        &spec.group_by,
+        spec.skip_missing_key,
+        spec.fold,
+        &reduce_options,
+    )?;
+    Ok(BatchShape::MapThenReduce(reduce, grouping))
+}
+
+/// A reduce's options: the batch's, grouped by `key` (refused, exit 2, when it is not a key),
+/// with the grouping folded into the plan's SHA-256.
+fn grouping(
+    session: &Session,
+    key: &str,
+    skip_missing_key: bool,
+    fold: Option<u64>,
+    options: &crate::batch::BatchOptions,
+) -> Outcome<crate::batch::group::GroupOptions> {
+    Ok(crate::batch::group::GroupOptions {
+        key: crate::batch::group::key::GroupKey::parse(key)
+            .or_else(|failure| refuse(session, &failure))?,
+        skip_missing_key,
+        fold,
+        batch: crate::batch::BatchOptions {
+            plan_sha256: reduce_sha256(&options.plan_sha256, key, fold),
+            ..options.clone()
+        },
+    })
+}
+
+/// The plan's SHA-256 with the grouping folded in, so a reduce's output is resumed only by the
+/// same key and fold.
+fn reduce_sha256(plan_sha256: &str, key: &str, fold: Option<u64>) -> String {
+    use sha2::{Digest, Sha256};
+    let text = format!("{plan_sha256}\ngroup-by {key}\nfold {fold:?}");
+    crate::inference::store::hex(&Sha256::digest(text.as_bytes()))
+}
+
+/// Ends a batch's session and prints (and with `--summary` writes) how it went.
+fn finish_batch(
+    args: &Args,
+    session: &Session,
+    summary: Result<crate::batch::Summary, crate::core::Failure>,
+) -> Outcome {
+    let batch = &args.batch;
+    let mut summary = match summary {
         Ok(summary) => summary,
         Err(failure) => {
             session.fail();
@@ -277,6 +445,7 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         }
     };
     session.finish();
+    summary.trace_spans_dropped = session.finish_traces();
     if !args.quiet {
         print_summary(&summary, args.dry_run)?;
     }
@@ -294,6 +463,9 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
 /// The end-of-batch summary on stderr.
 fn print_summary(summary: &crate::batch::Summary, dry_run: bool) -> io::Result<()> {
     use crate::batch::End;
+    if let Some(map) = &summary.map {
+        print_summary(map, dry_run)?;
+    }
     let mut stderr = io::stderr().lock();
     let retryably = match summary.rows_failed_retryably {
         0 => String::new(),
@@ -303,9 +475,14 @@ fn print_summary(summary: &crate::batch::Summary, dry_run: bool) -> io::Result<(
         0 => String::new(),
         n => format!(" ({n} failed earlier)"),
     };
+    let items = if summary.grouped.is_some() {
+        "groups"
+    } else {
+        "rows"
+    };
     writeln!(
         stderr,
-        "{} rows ok, {} failed{retryably}, {} skipped{failed_earlier} in {:.1} s ({:.1} rows/s, {} tokens{}){}",
+        "{} {items} ok, {} failed{retryably}, {} skipped{failed_earlier} in {:.1} s ({:.1} {items}/s, {} tokens{}){}",
         summary.rows_ok,
         summary.rows_failed,
         summary.rows_skipped,
@@ -334,10 +511,33 @@ fn print_summary(summary: &crate::batch::Summary, dry_run: bool) -> io::Result<(
             cache.ms_saved / 1000.0
         )?;
     }
+    if summary.rate_limit_wait_ms > 0.0 || summary.rate_limited > 0 {
+        writeln!(
+            stderr,
+            "rate limits: {:.1} s spent waiting (all calls together), {} requests answered 429",
+            summary.rate_limit_wait_ms / 1000.0,
+            summary.rate_limited
+        )?;
+    }
+    if let Some(grouped) = &summary.grouped {
+        writeln!(
+            stderr,
+            "reduce: {} input rows ({:.0} rows/s) in {} groups{}; {} runs of the plan ({} made now)",
+            grouped.input_rows,
+            grouped.input_rows_per_s,
+            grouped.groups,
+            match grouped.rows_without_key {
+                0 => String::new(),
+                n => format!(", {n} rows without the key left out"),
+            },
+            grouped.planned_runs,
+            grouped.runs
+        )?;
+    }
     if dry_run {
         writeln!(
             stderr,
-            "dry run: {} model calls for {} rows; the real run makes at least as many (retries, \
+            "dry run: {} model calls for {} {items}; the real run makes at least as many (retries, \
              repairs and tool rounds can add more)",
             summary.model_calls,
             summary.rows_ok + summary.rows_failed
@@ -464,9 +664,46 @@ fn progress(event: &Event) {
         EventData::StepSkipped(SkipReason::StandbyFor(owner)) => {
             format!("  ↷ {step}: on standby for `{owner}` (runs only when it hands over)")
         }
-        _ => return,
+        data => match route_progress(step, data) {
+            Some(line) => line,
+            None => return,
+        },
     };
-    let _ = writeln!(io::stderr(), "{nested}{line}");
+    let _ = writeln!(io::stderr(), "{nested}{}", terminal_safe(&line));
+}
+
+/// A route step's lines: its decision, then each agent as it starts and ends.
+fn route_progress(step: &str, data: &EventData) -> Option<String> {
+    Some(match data {
+        EventData::RouteDecision {
+            mode,
+            agents,
+            rationale,
+        } => {
+            let why = rationale
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default();
+            format!("  ⇢ {step}: {mode} route to {}{why}", agents.join(", "))
+        }
+        EventData::AgentStart { agent, .. } => format!("    → {step} › {agent}"),
+        EventData::AgentEnd {
+            agent,
+            outcome,
+            duration_ms,
+            ..
+        } => match outcome {
+            AgentOutcome::Ok { .. } => format!("    ✓ {step} › {agent} ({duration_ms:.0} ms)"),
+            AgentOutcome::Failed { error } => {
+                format!("    ✗ {step} › {agent}: {}: {}", error.code, error.message)
+            }
+            AgentOutcome::Skipped { after } => {
+                format!("    ↷ {step} › {agent}: not run (`{after}` before it failed)")
+            }
+            AgentOutcome::Cancelled => format!("    ✗ {step} › {agent}: cancelled"),
+        },
+        _ => return None,
+    })
 }
 
 /// The line once the input is counted; a spinner shows until then. The message is cut at the
@@ -502,8 +739,17 @@ fn show_batch_progress(bar: &ProgressBar, p: &crate::batch::Progress) {
         .eta()
         .map(|eta| format!(", ETA {}", clock(eta)))
         .unwrap_or_default();
+    let paced = if p.rate_limit_wait.is_zero() && p.rate_limited == 0 {
+        String::new()
+    } else {
+        format!(
+            ", waited {:.0} s for rate limits ({} × 429)",
+            p.rate_limit_wait.as_secs_f64(),
+            p.rate_limited
+        )
+    };
     bar.set_message(format!(
-        "— {} ok, {} failed, {} skipped{eta} — {:.1} rows/s, {:.0} tok/s",
+        "— {} ok, {} failed, {} skipped{eta} — {:.1} rows/s, {:.0} tok/s{paced}",
         p.ok,
         p.failed,
         p.skipped,

@@ -1,7 +1,8 @@
 //! `pagantic serve PLANS…` — serve plans over HTTP (see [`crate::serve`]): every plan is checked
 //! and built first (any invalid plan: its diagnostics and exit 2, nothing served); the address
 //! actually bound is printed on stderr (`--addr 127.0.0.1:0` picks a free port); SIGTERM or
-//! Ctrl-C drains the server and exits 0.
+//! Ctrl-C drains the server and exits 0. With `--mcp-stdio` the plans are MCP tools on stdin and
+//! stdout instead, until the client closes stdin.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -17,7 +18,8 @@ use crate::plan::duration::DurationSpec;
 use crate::serve::{self, Catalog, Limits, Rejected, Reporter, ServeOptions, Shutdown};
 
 use super::common::{
-    CacheArgs, Exit, Outcome, invalid, open_session, print_failure, stderr_notice,
+    ApproveArgs, CacheArgs, Exit, Outcome, TraceArgs, invalid, open_session, print_failure,
+    stderr_notice,
 };
 use super::report::{self, Format};
 use super::{EXIT_INVALID, EXIT_OK};
@@ -81,8 +83,20 @@ pub struct Args {
     /// these. Comma-separated or repeated.
     #[arg(long, value_name = "HOST", value_delimiter = ',')]
     allowed_hosts: Vec<String>,
+    /// Serve the plans as MCP tools too: streamable HTTP at /mcp, behind the same token and
+    /// Host / Origin checks.
+    #[arg(long)]
+    mcp: bool,
+    /// Serve the plans as MCP tools on stdin/stdout instead of HTTP (for MCP clients that start
+    /// their tools as processes); nothing listens, and news goes to stderr.
+    #[arg(long, conflicts_with_all = ["mcp", "addr", "token_env"])]
+    mcp_stdio: bool,
+    #[command(flatten)]
+    approve: ApproveArgs,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    trace: TraceArgs,
 }
 
 /// How often `--watch` looks at the files.
@@ -115,12 +129,14 @@ pub fn run(args: &Args) -> Outcome {
     };
     let session = open_session(SessionOptions {
         max_parallel: args.max_parallel,
-        cache: args.cache.settings(),
+        cache: args.cache.settings(false),
+        traces: args.trace.settings("serve"),
         ..SessionOptions::default()
     })?;
     let build = BuildOptions {
         notice: Some(stderr_notice()),
         cache: session.cache(),
+        approvals: args.approve.approvals(),
         ..BuildOptions::default()
     };
     let loaded: Vec<_> =
@@ -152,7 +168,7 @@ pub fn run(args: &Args) -> Outcome {
             session.finish();
             invalid(&failure)
         })?;
-    if token.is_none() && !args.addr.ip().is_loopback() {
+    if token.is_none() && !args.addr.ip().is_loopback() && !args.mcp_stdio {
         writeln!(
             io::stderr(),
             "warning: serving on {} without a token: anyone who can reach it can run these plans (use --token-env)",
@@ -168,6 +184,7 @@ pub fn run(args: &Args) -> Outcome {
         grace: args.grace,
         watch: args.watch.then_some(WATCH_EVERY),
         cache: session.cache(),
+        approvals: args.approve.approvals(),
         allowed_origins: args.allowed_origins.clone(),
         allowed_hosts: args.allowed_hosts.clone(),
         limits: Limits {
@@ -176,17 +193,28 @@ pub fn run(args: &Args) -> Outcome {
             header: args.header_timeout,
             body: args.body_timeout,
         },
+        mcp: args.mcp,
     };
-    let served = session.block_on(serve::serve(
-        session.runner(),
-        catalog,
-        options,
-        Arc::new(StderrReporter),
-        Shutdown {
-            first: session.wait_for_interrupt(),
-            second: session.wait_for_signals(2),
-        },
-    ));
+    let served = if args.mcp_stdio {
+        session.block_on(serve::serve_stdio(
+            session.runner(),
+            catalog,
+            options,
+            Arc::new(StderrReporter),
+            session.wait_for_interrupt(),
+        ))
+    } else {
+        session.block_on(serve::serve(
+            session.runner(),
+            catalog,
+            options,
+            Arc::new(StderrReporter),
+            Shutdown {
+                first: session.wait_for_interrupt(),
+                second: session.wait_for_signals(2),
+            },
+        ))
+    };
     session.finish_serving(served.is_err());
     match served {
         Ok(()) => Ok(EXIT_OK),

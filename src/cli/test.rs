@@ -19,7 +19,10 @@ use crate::plan::suite::{Suite, load_suite};
 use crate::suite::baseline::Baseline;
 use crate::suite::{self, CaseResult, SuiteOptions, SuiteResult, report};
 
-use super::common::{CacheArgs, ConcurrencyArgs, Outcome, invalid, open_session, stderr_notice};
+use super::common::{
+    ApproveArgs, CacheArgs, ConcurrencyArgs, Outcome, TraceArgs, invalid, open_session,
+    stderr_notice,
+};
 use super::report::{self as diagnostics, Format};
 use super::validate::expand;
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
@@ -101,7 +104,11 @@ pub struct Args {
     #[arg(long, short)]
     quiet: bool,
     #[command(flatten)]
+    approve: ApproveArgs,
+    #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    trace: TraceArgs,
 }
 
 /// A number from 0 to 1.
@@ -130,7 +137,8 @@ pub fn run(args: &Args) -> Outcome {
     // The session every case runs in, as `run --batch` rows do.
     let session = open_session(SessionOptions {
         max_parallel: 4,
-        cache: args.cache.settings(),
+        cache: args.cache.settings(args.quiet),
+        traces: args.trace.settings("test"),
         ..SessionOptions::default()
     })?;
     let options = SuiteOptions {
@@ -140,6 +148,7 @@ pub fn run(args: &Args) -> Outcome {
         repeat: args.repeat,
         dry_run: args.dry_run,
         notice: (!args.quiet).then(stderr_notice),
+        approvals: args.approve.approvals(),
     };
     let show = !args.quiet;
     let counter = Mutex::new(0usize);

@@ -1,6 +1,8 @@
 //! `pagantic tools PLAN` — each tool a plan declares, and whether it can run here now: available,
 //! unavailable (and why: its program is not on PATH, a directory it needs is missing), or refused
 //! by the policy in force. A run checks the same things at each call; this shows them before one.
+//! An MCP server is connected to, and each tool it lists is shown (`TOOL.NAME`) with whether its
+//! `allow` offers it and the hash of its schema, as are the allowed names it does not list.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -11,15 +13,16 @@ use serde::Serialize;
 use super::common::{Exit, Outcome, load_plan};
 use super::report::{self, Format};
 use super::{EXIT_INVALID, EXIT_OK};
+use crate::orchestrate::tools::SideEffects;
 use crate::plan::policy::{Limit, PolicyOrigin};
-use crate::plan::tools::ToolEnv;
+use crate::plan::tools::{McpTool, ToolEnv, ToolSpec};
 use crate::plan::{self, EffectivePolicy, Plan};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ToolsFormat {
     /// One line per tool: its name, what it may change, and its availability.
     Text,
-    /// One JSON object per line: `name`, `side_effects`, `availability` and `reason`.
+    /// One JSON object per line: `name`, `side_effects`, `availability` and `reason` (and for an MCP server's tools `allowed`, `schema_sha256` and `input_schema`).
     Json,
 }
 
@@ -50,11 +53,21 @@ enum Availability {
 #[derive(Debug, Serialize)]
 struct ToolLine {
     name: String,
-    side_effects: crate::orchestrate::tools::SideEffects,
+    side_effects: SideEffects,
     availability: Availability,
     /// Why it is unavailable or refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// For a tool of an MCP server (`TOOL.SERVER_TOOL`): whether `allow` offers it to models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allowed: Option<bool>,
+    /// For a tool of an MCP server: the SHA-256 of its name, description and input schema, as
+    /// `pagantic lock` pins it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schema_sha256: Option<String>,
+    /// For a tool of an MCP server: its input schema, as the server lists it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_schema: Option<serde_json::Value>,
 }
 
 pub fn run(args: &Args) -> Outcome {
@@ -83,6 +96,16 @@ pub fn run(args: &Args) -> Outcome {
                     shown = format!("{shown}: {reason}");
                 }
                 let side_effects = word(line.side_effects);
+                if let Some(allowed) = line.allowed {
+                    shown.push_str(if allowed {
+                        "  allowed"
+                    } else {
+                        "  not allowed"
+                    });
+                }
+                if let Some(sha256) = &line.schema_sha256 {
+                    shown.push_str(&format!("  schema {}", &sha256[..sha256.len().min(12)]));
+                }
                 writeln!(
                     stdout,
                     "{}  side effects: {side_effects}  {shown}",
@@ -95,36 +118,99 @@ pub fn run(args: &Args) -> Outcome {
     Ok(EXIT_OK)
 }
 
-/// Each declared tool, built as a run would build it, with its availability under `policy`.
+/// Each declared tool, built as a run would build it, with its availability under `policy`;
+/// for an MCP server, each tool it lists and each allowed one it lacks.
 fn tool_lines(plan: &Plan, policy: &EffectivePolicy) -> Vec<ToolLine> {
     let dir = plan.dir();
     plan.raw
         .tools
         .iter()
-        .map(|(name, spec)| {
+        .flat_map(|(name, spec)| {
             let env = ToolEnv {
                 name,
                 dir: &dir,
                 dry_run: false,
             };
             let refused = refusal(name, policy);
+            if let ToolSpec::Mcp(server) = spec {
+                return mcp_lines(server, &env, refused);
+            }
             let (side_effects, unavailable) = match spec.kind().build(&env) {
                 Ok(tool) => (tool.side_effects, tool.action.unavailable()),
                 Err(failure) => (Default::default(), Some(failure.message)),
             };
-            let (availability, reason) = match (refused, unavailable) {
-                (Some(why), _) => (Availability::Refused, Some(why)),
-                (None, Some(why)) => (Availability::Unavailable, Some(why)),
-                (None, None) => (Availability::Available, None),
-            };
-            ToolLine {
-                name: name.clone(),
-                side_effects,
-                availability,
-                reason,
-            }
+            vec![line(name.clone(), side_effects, refused, unavailable)]
         })
         .collect()
+}
+
+/// A line, available unless the policy refuses it or it cannot run.
+fn line(
+    name: String,
+    side_effects: SideEffects,
+    refused: Option<String>,
+    unavailable: Option<String>,
+) -> ToolLine {
+    let (availability, reason) = match (refused, unavailable) {
+        (Some(why), _) => (Availability::Refused, Some(why)),
+        (None, Some(why)) => (Availability::Unavailable, Some(why)),
+        (None, None) => (Availability::Available, None),
+    };
+    ToolLine {
+        name,
+        side_effects,
+        availability,
+        reason,
+        allowed: None,
+        schema_sha256: None,
+        input_schema: None,
+    }
+}
+
+/// The lines of an MCP server's tools, connecting to it: one per tool it lists (`TOOL.NAME`),
+/// whether `allow` offers it and its schema's hash, and one per allowed name it does not list;
+/// one line for the server when it cannot be reached.
+fn mcp_lines(server: &McpTool, env: &ToolEnv<'_>, refused: Option<String>) -> Vec<ToolLine> {
+    let listed = match server.server(env).list_tools() {
+        Ok(listed) => listed,
+        Err(failure) => {
+            let reason = Some(failure.message);
+            return vec![line(
+                env.name.to_string(),
+                server.side_effects,
+                refused,
+                reason,
+            )];
+        }
+    };
+    let named = |tool: &str| format!("{}.{tool}", env.name);
+    let mut lines: Vec<ToolLine> = listed
+        .into_iter()
+        .map(|tool| {
+            let unavailable = tool.over_bounds();
+            ToolLine {
+                allowed: Some(server.allow.contains(&tool.name)),
+                schema_sha256: Some(tool.sha256),
+                input_schema: Some(tool.input_schema),
+                ..line(
+                    named(&tool.name),
+                    server.side_effects,
+                    refused.clone(),
+                    unavailable,
+                )
+            }
+        })
+        .collect();
+    for missing in &server.allow {
+        if !lines.iter().any(|l| l.name == named(missing)) {
+            let reason = Some(format!("the server has no tool `{missing}`"));
+            lines.push(ToolLine {
+                allowed: Some(true),
+                ..line(named(missing), server.side_effects, refused.clone(), reason)
+            });
+        }
+    }
+    lines
 }
 
 /// Why the policy refuses tool `name`, when it does.

@@ -105,6 +105,7 @@ mod tests {
         TokenUsage {
             prompt_tokens,
             completion_tokens,
+            reasoning_tokens: None,
         }
     }
 

@@ -93,8 +93,14 @@ failure_codes! {
     ToolExecutionFailed = "TOOL_EXECUTION_FAILED", Tool, true;
     /// A policy forbids calling this tool.
     ToolNotAllowed = "TOOL_NOT_ALLOWED", Tool, false;
+    /// The tool is marked `approval: required` and nobody approved the call: it is not named by `--approve`, and there was nobody to ask (not a chat at a terminal).
+    ToolApprovalRequired = "TOOL_APPROVAL_REQUIRED", Tool, false;
+    /// The tool is marked `approval: required` and the user declined the call when asked.
+    ToolApprovalDenied = "TOOL_APPROVAL_DENIED", Tool, false;
     /// The tool ran, but its output does not have the shape its caller needs (a retriever tool's candidates).
     ToolBadOutput = "TOOL_BAD_OUTPUT", Tool, false;
+    /// An MCP server could not be started or reached, or closed the connection during a call (it crashed or exited); the message says which and how to fix it.
+    ToolServerFailed = "TOOL_SERVER_FAILED", Tool, true;
     /// The output is not JSON, even after repair.
     ConstraintJsonInvalid = "CONSTRAINT_JSON_INVALID", Constraint, true;
     /// The JSON does not validate against the schema.

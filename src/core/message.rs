@@ -89,6 +89,12 @@ pub struct TokenUsage {
     pub prompt_tokens: u64,
     #[serde(deserialize_with = "saturating_count")]
     pub completion_tokens: u64,
+    /// Of the completion tokens, those the model spent reasoning before its answer, when its
+    /// server reports them (an OpenAI-compatible server's
+    /// `completion_tokens_details.reasoning_tokens`); absent when it does not. Part of
+    /// `completion_tokens`, so they are priced and counted there too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl TokenUsage {
@@ -105,6 +111,11 @@ impl std::ops::AddAssign for TokenUsage {
         self.completion_tokens = self
             .completion_tokens
             .saturating_add(other.completion_tokens);
+        // Reported by any of the calls summed: their sum; by none: still unknown.
+        self.reasoning_tokens = match (self.reasoning_tokens, other.reasoning_tokens) {
+            (None, None) => None,
+            (mine, theirs) => Some(mine.unwrap_or(0).saturating_add(theirs.unwrap_or(0))),
+        };
     }
 }
 
@@ -196,10 +207,32 @@ mod tests {
         let mut sum = TokenUsage {
             prompt_tokens: u64::MAX,
             completion_tokens: 1,
+            reasoning_tokens: None,
         };
         assert_eq!(sum.total(), u64::MAX);
         sum += sum;
         assert_eq!(sum.prompt_tokens, u64::MAX);
         assert_eq!(sum.completion_tokens, 2);
+        assert_eq!(sum.reasoning_tokens, None, "no call reported any");
+    }
+
+    #[test]
+    fn reasoning_tokens_are_summed_over_the_calls_that_report_them() {
+        let reasoned = TokenUsage {
+            prompt_tokens: 3,
+            completion_tokens: 10,
+            reasoning_tokens: Some(6),
+        };
+        let mut sum = TokenUsage::default();
+        sum += reasoned;
+        sum += TokenUsage::default();
+        sum += reasoned;
+        assert_eq!(sum.reasoning_tokens, Some(12));
+        assert_eq!(sum.completion_tokens, 20);
+        let line = serde_json::to_string(&TokenUsage::default()).expect("json");
+        assert_eq!(line, r#"{"prompt_tokens":0,"completion_tokens":0}"#);
+        let written = serde_json::to_string(&sum).expect("json");
+        let read: TokenUsage = serde_json::from_str(&written).expect("read back");
+        assert_eq!(read, sum);
     }
 }

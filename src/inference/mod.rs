@@ -12,6 +12,7 @@ mod openai;
 mod scripted;
 pub mod source;
 pub mod store;
+pub mod traceparent;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -30,7 +31,7 @@ pub use local::no_local_engine;
 #[cfg(feature = "local")]
 pub use local::{LocalConfig, LocalEngine};
 pub use local::{LocalModel, LocalSettings};
-pub use openai::{OpenAiConfig, OpenAiEngine, RateLimit};
+pub use openai::{Compat, OpenAiConfig, OpenAiEngine, Pacing, RateLimit, pacing};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
 pub use source::{HubPin, LocalSource, Notice, hub_pin};
 
@@ -98,6 +99,10 @@ pub struct Response {
     /// given none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_mode: Option<SchemaMode>,
+    /// What the call waited for its model's pace and the 429s it was answered, over all its
+    /// attempts (the `openai` engine's; none from the others).
+    #[serde(skip_serializing_if = "Pacing::is_none")]
+    pub rate_limit: Pacing,
 }
 
 /// How an engine held an answer to a request's JSON schema.
@@ -112,6 +117,10 @@ pub enum SchemaMode {
     JsonObject,
     /// Only described in the prompt: the answer is left to the caller's repair and validation.
     Prompt,
+    /// Asked for while decoding, but the answer does not conform to the schema: the server
+    /// ignored a schema it could not compile (some answer 200 regardless), so the answer counts
+    /// as unconstrained and is left to the caller's repair and validation.
+    Ignored,
 }
 
 impl SchemaMode {
@@ -121,12 +130,14 @@ impl SchemaMode {
             SchemaMode::JsonSchema => "json_schema",
             SchemaMode::JsonObject => "json_object",
             SchemaMode::Prompt => "prompt",
+            SchemaMode::Ignored => "ignored",
         }
     }
 
-    /// Whether the server was asked to enforce the schema while decoding.
+    /// Whether the schema held the answer while decoding: the server was asked to enforce it,
+    /// and the answer conforms.
     pub fn decoded(self) -> bool {
-        self != SchemaMode::Prompt
+        matches!(self, SchemaMode::JsonSchema | SchemaMode::JsonObject)
     }
 }
 
@@ -162,6 +173,11 @@ pub struct ModelInfo {
     pub constrained_decoding: bool,
     /// What its calls cost, when the plan declares a price ([`Priced`]); None: unpriced.
     pub price: Option<Price>,
+    /// The most tokens one call may hold, prompt and answer together, when the engine knows
+    /// (a local model's `context_length`, else its GGUF file's, once read; an `openai` model's
+    /// declared `context_window`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 /// A boxed future, so engines can be used as trait objects.

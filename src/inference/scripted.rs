@@ -4,7 +4,8 @@
 //! (in turn; the last repeats), else by echoing the last user message. Asked for JSON valid
 //! against a schema and given nothing explicit to say, it answers with a small instance of that
 //! schema, so structured steps can be dry-run. It can fail its first N calls and stall before
-//! answering, to exercise retries and timeouts. Token counts are word counts.
+//! answering, to exercise retries and timeouts. Token counts are word counts; streamed, an answer
+//! arrives word by word.
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -13,8 +14,8 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 use super::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, Timings,
-    example_for_schema,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Pacing, Request, Response,
+    Timings, TokenSink, example_for_schema,
 };
 use crate::core::{Failure, FailureCode, Role, TokenUsage, ToolCall, text};
 
@@ -22,10 +23,11 @@ use crate::core::{Failure, FailureCode, Role, TokenUsage, ToolCall, text};
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScriptedReply {
     Text(String),
-    /// A native tool call (for testing agents).
+    /// A native tool call (for testing agents), with the text the model writes beside it.
     Call {
         tool: String,
         arguments: serde_json::Value,
+        text: String,
     },
 }
 
@@ -34,8 +36,16 @@ impl ScriptedReply {
     fn to_json(&self) -> Value {
         match self {
             ScriptedReply::Text(text) => json!(text),
-            ScriptedReply::Call { tool, arguments } => {
-                json!({ "tool": tool, "arguments": arguments })
+            ScriptedReply::Call {
+                tool,
+                arguments,
+                text,
+            } => {
+                let mut call = json!({ "tool": tool, "arguments": arguments });
+                if !text.is_empty() {
+                    call["text"] = json!(text);
+                }
+                call
             }
         }
     }
@@ -153,8 +163,12 @@ impl Engine for ScriptedEngine {
             }
             let (text, tool_calls) = match self.answer(&request, call)? {
                 ScriptedReply::Text(text) => (text, Vec::new()),
-                ScriptedReply::Call { tool, arguments } => (
-                    String::new(),
+                ScriptedReply::Call {
+                    tool,
+                    arguments,
+                    text,
+                } => (
+                    text,
                     vec![ToolCall {
                         id: format!("scripted_call_{}", call + 1),
                         name: tool,
@@ -174,11 +188,24 @@ impl Engine for ScriptedEngine {
                 usage: TokenUsage {
                     prompt_tokens,
                     completion_tokens,
+                    reasoning_tokens: None,
                 },
                 timings: Timings::default(),
                 cache: CacheStatus::Unused,
                 schema_mode: None,
+                rate_limit: Pacing::default(),
             })
+        })
+    }
+
+    /// The answer word by word (each word with the space before it), once it is known.
+    fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
+        Box::pin(async move {
+            let response = self.infer(request).await?;
+            for piece in word_pieces(&response.text) {
+                sink(piece);
+            }
+            Ok(response)
         })
     }
 
@@ -188,6 +215,7 @@ impl Engine for ScriptedEngine {
             engine: "scripted",
             constrained_decoding: false,
             price: None,
+            context_window: None,
         }
     }
 
@@ -220,6 +248,26 @@ impl Engine for ScriptedEngine {
             file: None,
         })
     }
+}
+
+/// `text` cut before each word: every piece but the first starts with the whitespace before its
+/// word, so the pieces put together are `text`.
+fn word_pieces(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let word_at = rest
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(rest.len());
+        let end = rest[word_at..]
+            .find(char::is_whitespace)
+            .map_or(rest.len(), |n| word_at + n);
+        let (piece, after) = rest.split_at(end);
+        rest = after;
+        Some(piece)
+    })
 }
 
 #[cfg(test)]
@@ -281,9 +329,29 @@ mod tests {
             response.usage,
             TokenUsage {
                 prompt_tokens: 5,
-                completion_tokens: 3
+                completion_tokens: 3,
+                reasoning_tokens: None,
             }
         );
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_arrives_word_by_word() {
+        let engine = ScriptedEngine::new(ScriptedConfig::echo());
+        let pieces = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink: TokenSink = {
+            let pieces = std::sync::Arc::clone(&pieces);
+            std::sync::Arc::new(move |piece: &str| {
+                pieces.lock().expect("pieces").push(piece.to_string());
+            })
+        };
+        let response = engine
+            .infer_streaming(ask(" three  little\nwords "), sink)
+            .await
+            .expect("echo");
+        let pieces = pieces.lock().expect("pieces").clone();
+        assert_eq!(pieces, [" three", "  little", "\nwords", " "]);
+        assert_eq!(pieces.concat(), response.text);
     }
 
     #[tokio::test]

@@ -168,7 +168,7 @@ fn hub_pin_in(hub: &Path, repo: &str, file: &str) -> Option<HubPin> {
         .ok()
         .and_then(|target| Some(target.file_name()?.to_str()?.to_string()))
         .filter(|name| name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()));
-    let sha256 = blob.or_else(|| store::sha256_file(&path).ok());
+    let sha256 = blob.or_else(|| store::sha256_file_once(&path).ok());
     Some(HubPin { revision, sha256 })
 }
 

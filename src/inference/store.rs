@@ -10,6 +10,7 @@
 //! everything into the cache atomically; a manifest records every hash. Nothing is fetched except
 //! by `pull` — a plan that uses an embedded model pulls it on first use and says so on stderr.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -443,6 +444,32 @@ pub fn sha256_file(path: &Path) -> Result<String, Failure> {
     Ok(hex(&hasher.finalize()))
 }
 
+/// The SHA-256 of a file as [`sha256_file`] gives it, read once per process and version of the
+/// file (its path, size and modification time): a lockfile's pins (checked at every batch start)
+/// and the call cache's keys each ask for a model file's hash, and a local GGUF takes seconds.
+pub fn sha256_file_once(path: &Path) -> Result<String, Failure> {
+    type Version = (PathBuf, u64, Option<std::time::SystemTime>);
+    static HASHED: std::sync::Mutex<BTreeMap<Version, String>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let metadata = std::fs::metadata(path).map_err(|e| io_failure("read", path, e))?;
+    let version = (
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+        metadata.len(),
+        metadata.modified().ok(),
+    );
+    let hashed = || {
+        HASHED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(known) = hashed().get(&version) {
+        return Ok(known.clone());
+    }
+    let sha256 = sha256_file(path)?;
+    hashed().insert(version, sha256.clone());
+    Ok(sha256)
+}
+
 /// Bytes (a digest) in lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -730,6 +757,34 @@ mod tests {
             sha256_file(&path).expect("hash"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    /// Rewrites the file at `path` with `content`, its modification time set to `when`.
+    fn write_at(path: &Path, content: &[u8], when: std::time::SystemTime) {
+        std::fs::write(path, content).expect("write");
+        File::options()
+            .write(true)
+            .open(path)
+            .and_then(|file| file.set_modified(when))
+            .expect("a settable modification time");
+    }
+
+    #[test]
+    fn a_file_is_hashed_once_per_version() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("model.gguf");
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        write_at(&path, b"first", when);
+        let first = sha256_file_once(&path).expect("hash");
+        assert_eq!(first, sha256_file(&path).expect("hash"));
+        // The same size and time: the version already hashed, not read again.
+        write_at(&path, b"other", when);
+        assert_eq!(sha256_file_once(&path).expect("hash"), first);
+        // Another time is another version.
+        write_at(&path, b"other", when + std::time::Duration::from_secs(1));
+        let second = sha256_file_once(&path).expect("hash");
+        assert_ne!(second, first);
+        assert_eq!(second, sha256_file(&path).expect("hash"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::events::{Event, EventData, SpanId, Watch, new_run_id};
+use super::otel::{Origin, RunInfo, RunTrace, TraceParent, Tracer};
 use super::record::Lifecycle;
 use super::sinks::Sinks;
 use crate::core::Timestamp;
@@ -28,6 +29,9 @@ struct Inner {
     /// is watched with the run that started it.
     watch: Arc<Watch>,
     parent: Option<ParentLink>,
+    /// Where its spans go when the session exports traces, and the trace it belongs to.
+    tracer: Option<Arc<Tracer>>,
+    trace: Option<RunTrace>,
 }
 
 /// The events of one run: its id, its clock and its spans, and where its events go (the
@@ -41,7 +45,19 @@ pub struct Events {
 impl Events {
     /// Events of a new run sent to `sinks`.
     pub fn new(sinks: Arc<Sinks>) -> Self {
-        Self::run_of(sinks, Arc::new(Watch::default()), None)
+        Self::traced(sinks, None)
+    }
+
+    /// Events of a new run (the session's own) sent to `sinks`, its spans traced by `tracer`
+    /// when the session exports traces (`sinks` has it too).
+    pub fn traced(sinks: Arc<Sinks>, tracer: Option<Arc<Tracer>>) -> Self {
+        Self::run_of(
+            sinks,
+            Arc::new(Watch::default()),
+            None,
+            tracer,
+            Origin::Session,
+        )
     }
 
     /// Events sent nowhere (a run nobody records, such as a `--dry-run`'s preview of prompts).
@@ -49,15 +65,25 @@ impl Events {
         Self::new(Arc::new(Sinks::default()))
     }
 
-    fn run_of(sinks: Arc<Sinks>, watch: Arc<Watch>, parent: Option<ParentLink>) -> Self {
+    fn run_of(
+        sinks: Arc<Sinks>,
+        watch: Arc<Watch>,
+        parent: Option<ParentLink>,
+        tracer: Option<Arc<Tracer>>,
+        origin: Origin,
+    ) -> Self {
+        let run_id = new_run_id();
+        let trace = tracer.as_ref().map(|t| t.open_run(&run_id, origin));
         Events {
             inner: Arc::new(Inner {
-                run_id: new_run_id(),
+                run_id,
                 started: Instant::now(),
                 next_span: AtomicU64::new(1),
                 sinks,
                 watch,
                 parent,
+                tracer,
+                trace,
             }),
         }
     }
@@ -65,12 +91,30 @@ impl Events {
     /// Events of another run (its own run id, clock and spans) that go where these go: every
     /// row of a batch and every turn of a chat is a run of its own in the same events file.
     pub fn new_run(&self) -> Events {
-        Self::new(Arc::clone(&self.inner.sinks))
+        self.new_run_continuing(Watch::default(), None)
     }
 
     /// [`Events::new_run`] watched by `watch` too.
     pub fn new_run_watched(&self, watch: Watch) -> Events {
-        Self::run_of(Arc::clone(&self.inner.sinks), Arc::new(watch), None)
+        self.new_run_continuing(watch, None)
+    }
+
+    /// [`Events::new_run_watched`], its trace continuing the caller's `remote` span (a served
+    /// request's `traceparent`) when given, else a trace of its own; either way linked to this
+    /// run's span (the batch a row belongs to).
+    pub fn new_run_continuing(&self, watch: Watch, remote: Option<TraceParent>) -> Events {
+        let link = self
+            .inner
+            .trace
+            .as_ref()
+            .map(|trace| trace.span_context(&self.inner.run_id, SpanId::RUN));
+        Self::run_of(
+            Arc::clone(&self.inner.sinks),
+            Arc::new(watch),
+            None,
+            self.inner.tracer.clone(),
+            Origin::Own { remote, link },
+        )
     }
 
     /// Events of a run nested in this one (a sub-plan), started by the step whose span is
@@ -81,11 +125,52 @@ impl Events {
             run_id: self.inner.run_id.clone(),
             span: step_span,
         };
+        let tracer = self.inner.trace.as_ref().and(self.inner.tracer.clone());
+        let origin = match &self.inner.trace {
+            Some(trace) => Origin::Nested(trace.span_context(&self.inner.run_id, step_span)),
+            None => Origin::Session,
+        };
         Self::run_of(
             Arc::clone(&self.inner.sinks),
             Arc::clone(&self.inner.watch),
             Some(parent),
+            tracer,
+            origin,
         )
+    }
+
+    /// Says what this run runs, for its trace (its root span's name and attributes).
+    pub fn describe(&self, info: impl FnOnce() -> RunInfo) {
+        if let (Some(tracer), Some(trace)) = (&self.inner.tracer, &self.inner.trace)
+            && trace.sampled
+        {
+            tracer.describe(&self.inner.run_id, info());
+        }
+    }
+
+    /// Whether this run's model calls should carry their messages and answer for its trace:
+    /// only a sampled run of a session that captures content (`--trace-content`).
+    pub fn captures_content(&self) -> bool {
+        let sampled = self.inner.trace.as_ref().is_some_and(|trace| trace.sampled);
+        let captures = self.inner.tracer.as_ref().map(|t| t.captures_content());
+        sampled && captures == Some(true)
+    }
+
+    /// The id of the trace this run belongs to, when the session exports traces.
+    pub fn trace_id(&self) -> Option<String> {
+        self.inner
+            .trace
+            .as_ref()
+            .map(|trace| trace.trace_id.to_string())
+    }
+
+    /// The `traceparent` header naming span `span` of this run, when the session exports
+    /// traces (what the `openai` engine sends, so the server's spans join the trace).
+    pub fn traceparent(&self, span: SpanId) -> Option<String> {
+        self.inner
+            .trace
+            .as_ref()
+            .map(|trace| trace.traceparent(&self.inner.run_id, span))
     }
 
     /// Where this run's streamed text goes besides the build's sink, if anyone watches it.

@@ -7,6 +7,7 @@
 //! keys: emitters cannot misspell a field, and readers (progress lines, the chat's tool lines)
 //! match on variants instead of looking up JSON keys.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -88,6 +89,9 @@ pub enum EventData {
         /// or the answer had no tokens.
         #[serde(skip_serializing_if = "Option::is_none")]
         tokens_per_second: Option<f64>,
+        /// The most tokens one call of the model may hold, when its engine knows.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        context_window: Option<u64>,
         #[serde(flatten)]
         call: CallKind,
         #[serde(flatten)]
@@ -97,9 +101,10 @@ pub enum EventData {
         /// The ids of the tool calls the answer made (their tool events carry them as
         /// `tool_call_id`, and are children of this call's span).
         tool_call_ids: Vec<String>,
-        /// Why the call failed, when the engine gave no answer (then usage is zero).
+        /// Why the call failed, when the engine gave no answer (then usage is zero); boxed, as
+        /// most calls answer.
         #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<Failure>,
+        error: Option<Box<Failure>>,
         /// Whether the call cache answered it (then no model was called: `usage` is what the
         /// cached call used, and it cost nothing).
         cached: bool,
@@ -107,6 +112,14 @@ pub enum EventData {
         /// what it used is unknown, so `usage` is zero.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         cut_off: bool,
+        /// Why the answer ended (`stop`, `length`, `tool_call`), as the GenAI conventions name
+        /// it; absent when the call gave no answer.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<&'static str>,
+        /// The call's messages and answer, only when the session captures content for its
+        /// traces; never written to the events file.
+        #[serde(skip)]
+        content: Option<Arc<CallContent>>,
     },
     /// A tool call started.
     ToolStart { tool: String, args: Value },
@@ -119,6 +132,44 @@ pub enum EventData {
         /// Whether the call cache answered it (then the tool did not run).
         cached: bool,
     },
+    /// A route step chose its agents, before the first of them starts: how they run
+    /// (`single`, `parallel`, `sequential`), which agents in the route's order, and why.
+    RouteDecision {
+        mode: String,
+        agents: Vec<String>,
+        /// The router's reason, when it gave one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rationale: Option<String>,
+    },
+    /// A routed agent started, with the arguments the router gave it; `index` is its place in
+    /// the route (from 0). Its tool call, model call or sub-plan run are children of its span.
+    AgentStart {
+        agent: String,
+        index: usize,
+        args: Value,
+    },
+    /// A routed agent ended: with its result, its error, not run at all (`skipped`), or
+    /// `cancelled` while it ran.
+    AgentEnd {
+        agent: String,
+        index: usize,
+        #[serde(flatten)]
+        outcome: AgentOutcome,
+        duration_ms: f64,
+    },
+}
+
+/// How a routed agent ended: `"status": "ok"` with its result (bounded as a tool's is),
+/// `"failed"` with the error, `"skipped"` when an earlier agent of its sequence failed (`after`
+/// names it; a skipped agent has no start), or `"cancelled"` when the step was stopped while it
+/// ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum AgentOutcome {
+    Ok { result: ToolResult },
+    Failed { error: Failure },
+    Skipped { after: String },
+    Cancelled,
 }
 
 /// How an attempt of a step ended: `"status": "ok"` with its usage, `"failed"` with the error,
@@ -146,6 +197,7 @@ impl EventData {
             duration_ms: after.as_secs_f64() * 1000.0,
             usage: TokenUsage::default(),
             tokens_per_second: None,
+            context_window: None,
             call,
             sent,
             cost: None,
@@ -153,6 +205,8 @@ impl EventData {
             error: None,
             cached: false,
             cut_off: true,
+            finish_reason: None,
+            content: None,
         }
     }
 }
@@ -328,6 +382,17 @@ pub struct Sent {
     /// enforced); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_mode: Option<SchemaMode>,
+    /// The most tokens the answer may have, when the request set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+/// A model call's messages and answer as traces export them: JSON in the OpenTelemetry GenAI
+/// message format, built only when content capture is on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallContent {
+    pub input: String,
+    pub output: String,
 }
 
 /// One event.
@@ -433,6 +498,7 @@ mod tests {
                 usage: TokenUsage {
                     prompt_tokens: 3,
                     completion_tokens: 4,
+                    reasoning_tokens: None,
                 },
             },
             attempt: 1,
@@ -452,6 +518,7 @@ mod tests {
             constrained: false,
             temperature: None,
             schema_mode: None,
+            max_tokens: None,
         }
     }
 
@@ -471,6 +538,7 @@ mod tests {
             duration_ms: 4.0,
             usage: TokenUsage::default(),
             tokens_per_second: None,
+            context_window: None,
             call,
             sent,
             cost,
@@ -478,6 +546,8 @@ mod tests {
             error: None,
             cached: false,
             cut_off: false,
+            finish_reason: None,
+            content: None,
         }
     }
 
@@ -539,6 +609,7 @@ mod tests {
             constrained: true,
             temperature: Some(0.7),
             schema_mode: None,
+            max_tokens: None,
         };
         let cost = Some(Cost::from_amount(0.00045));
         let ids = vec!["call_1".into(), "call_2".into()];
@@ -659,6 +730,52 @@ mod tests {
             .map(|o| o.keys().cloned().collect())
             .unwrap_or_default();
         assert_eq!(keys, ["run_id", "at", "at_ms", "span", "kind", "data"]);
+    }
+
+    #[test]
+    fn a_route_s_decision_and_its_agents_keep_their_data_keys() {
+        let decision = EventData::RouteDecision {
+            mode: "parallel".into(),
+            agents: vec!["pricing".into(), "stock".into()],
+            rationale: None,
+        };
+        assert_eq!(
+            wire(decision),
+            json!({ "run_id": "r1", "at": "1970-01-01T00:00:01.500Z", "at_ms": 1.5, "step": "ask", "span": "00000002", "parent_span": "00000000", "kind": "route_decision", "data": { "mode": "parallel", "agents": ["pricing", "stock"] } })
+        );
+        let ends = [
+            (
+                AgentOutcome::Ok {
+                    result: ToolResult::of(&json!("12 in stock")),
+                },
+                json!({ "status": "ok", "result": { "text": "12 in stock", "bytes": 11, "truncated": false } }),
+            ),
+            (
+                AgentOutcome::Skipped {
+                    after: "search".into(),
+                },
+                json!({ "status": "skipped", "after": "search" }),
+            ),
+            (AgentOutcome::Cancelled, json!({ "status": "cancelled" })),
+        ];
+        for (outcome, mut expected) in ends {
+            let end = EventData::AgentEnd {
+                agent: "stock".into(),
+                index: 1,
+                outcome,
+                duration_ms: 2.0,
+            };
+            if let Value::Object(fields) = &mut expected {
+                fields.extend([
+                    ("agent".to_string(), json!("stock")),
+                    ("index".to_string(), json!(1)),
+                    ("duration_ms".to_string(), json!(2.0)),
+                ]);
+            }
+            let line = wire(end);
+            assert_eq!(line["kind"], "agent_end");
+            assert_eq!(line["data"], expected);
+        }
     }
 
     #[test]

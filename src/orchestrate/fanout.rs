@@ -48,6 +48,21 @@ pub trait FanOut {
         tag: Self::Tag,
         record: RunRecord,
     ) -> impl Future<Output = Result<(), Failure>>;
+
+    /// Whether a run that ends can make new runs ready after [`FanOut::next`] said there were
+    /// none (a reduce's next fold level waits on the runs of the level before): then `next` is
+    /// asked again after every finished run, and the fan-out ends when it has none and nothing
+    /// is in flight. False by default: a None from `next` is the end.
+    fn refills(&self) -> bool {
+        false
+    }
+
+    /// What the work knows the run of `tag` by, as attributes of its trace's root span (a batch
+    /// row's id, a test case and its variant). None by default.
+    fn trace_attributes(&self, tag: &Self::Tag) -> Vec<(&'static str, String)> {
+        let _ = tag;
+        Vec::new()
+    }
 }
 
 impl Runner {
@@ -77,6 +92,7 @@ impl Runner {
                             globals: job.globals,
                             sample: job.sample,
                             cancel: Some(cancel.clone()),
+                            trace_attributes: work.trace_attributes(&job.tag),
                             ..RunRequest::default()
                         };
                         running.spawn(async move {
@@ -96,6 +112,7 @@ impl Runner {
                     // and a resumed batch runs its row again.
                     if let Some(Ok((tag, record))) = joined {
                         work.finished(tag, record).await?;
+                        exhausted &= !work.refills();
                     }
                 }
                 changed = cancel.changed(), if !cancelled && !cancel_closed => {
@@ -179,6 +196,8 @@ mod tests {
         stop_after: Option<usize>,
         /// Turned true as the first run is handed back (a run that saw a cancellation first).
         cancel_on_end: Option<watch::Sender<bool>>,
+        /// Hands out the next job only once the one before has ended (a chain of levels).
+        chained: bool,
     }
 
     impl Probe {
@@ -192,6 +211,7 @@ mod tests {
                 most_in_flight: 0,
                 stop_after: None,
                 cancel_on_end: None,
+                chained: false,
             }
         }
     }
@@ -200,7 +220,9 @@ mod tests {
         type Tag = usize;
 
         fn next(&mut self) -> Result<Option<Job<usize>>, Failure> {
-            if self.stop_after.is_some_and(|n| self.ended.len() >= n) {
+            if self.stop_after.is_some_and(|n| self.ended.len() >= n)
+                || (self.chained && self.started > self.ended.len())
+            {
                 return Ok(None);
             }
             let Some(&n) = self.items.get(self.next) else {
@@ -227,6 +249,10 @@ mod tests {
             }
             Ok(())
         }
+
+        fn refills(&self) -> bool {
+            self.chained
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -246,6 +272,22 @@ mod tests {
             assert_eq!(output, &json!(work.items[*tag]));
         }
         assert_eq!(work.ended[0].0, 1, "handed back in order of completion");
+    }
+
+    /// Work whose next job waits on the one before (a reduce's next fold level) says "none now"
+    /// while it runs, and is asked again when it ends: every job still runs.
+    #[tokio::test(start_paused = true)]
+    async fn work_that_refills_is_asked_again_after_each_run_ends() {
+        let runner = Runner::standalone(4);
+        let mut work = Probe::new(vec![5, 5, 5]);
+        work.chained = true;
+        runner
+            .run_many(&mut work, 4, runner.cancellation())
+            .await
+            .expect("runs");
+        let tags: Vec<usize> = work.ended.iter().map(|(tag, _, _)| *tag).collect();
+        assert_eq!(tags, [0, 1, 2]);
+        assert_eq!(work.most_in_flight, 1);
     }
 
     #[tokio::test(start_paused = true)]

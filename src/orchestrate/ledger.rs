@@ -1,6 +1,7 @@
 //! What a run spends, kept apart from what it says: a run's [`RunLedger`] (model calls made, what
 //! the call cache did, what the calls cost, and the cost limit it is held to) and each step's
-//! [`StepLedger`] (its cost, its last vote, the calls the cache answered).
+//! [`StepLedger`] (its cost, its last vote, the calls the cache answered). A run's ledger also
+//! adds up what its calls waited for their models' rate limits.
 //!
 //! Events only describe; ledgers count. Every model call is booked once, by
 //! [`StepLedger::book_call`], into the step's ledger and the run's; the run record and the
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::record::{CacheTally, VoteRecord};
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
-use crate::inference::CacheStatus;
+use crate::inference::{CacheStatus, Pacing};
 
 /// One model call as a ledger books it.
 #[derive(Debug, Clone, Copy)]
@@ -23,9 +24,27 @@ pub struct Booking {
     /// What it cost at the model's declared price; None for an unpriced model or a failed call.
     pub cost: Option<Cost>,
     pub cache: CacheStatus,
+    /// What the call waited for its model's pace, and the 429s it was answered.
+    pub rate_limit: Pacing,
 }
 
 impl Booking {
+    /// A call that used `usage`, cost `cost`, went through the cache as `cache`, and waited
+    /// `rate_limit` for its model's pace.
+    pub fn new(
+        usage: TokenUsage,
+        cost: Option<Cost>,
+        cache: CacheStatus,
+        rate_limit: Pacing,
+    ) -> Self {
+        Booking {
+            usage,
+            cost,
+            cache,
+            rate_limit,
+        }
+    }
+
     fn answered_from_cache(&self) -> bool {
         matches!(self.cache, CacheStatus::Hit { .. })
     }
@@ -41,6 +60,7 @@ pub struct RunLedger {
     cache: Mutex<CacheTally>,
     /// None while no priced model has answered.
     cost: Mutex<Option<Cost>>,
+    rate_limit: Mutex<Pacing>,
     /// The run that started this one (a sub-plan's caller): it books every call too.
     parent: Option<Arc<RunLedger>>,
 }
@@ -65,6 +85,9 @@ impl RunLedger {
         if let Ok(mut total) = self.cost.lock() {
             *total = Cost::sum(*total, booking.cost);
         }
+        if let Ok(mut waited) = self.rate_limit.lock() {
+            *waited = waited.and(booking.rate_limit);
+        }
         if let Some(parent) = &self.parent {
             parent.book(booking);
         }
@@ -79,6 +102,15 @@ impl RunLedger {
     /// What the call cache did for this run's calls.
     pub fn cache_tally(&self) -> CacheTally {
         self.cache.lock().map(|tally| *tally).unwrap_or_default()
+    }
+
+    /// What this run's model calls (its sub-plans' included) waited for their models' pace, and
+    /// the 429s they were answered.
+    pub fn rate_limit(&self) -> Pacing {
+        self.rate_limit
+            .lock()
+            .map(|waited| *waited)
+            .unwrap_or_default()
     }
 
     /// What this run's model calls have cost; None while no priced model has answered.
@@ -218,9 +250,14 @@ mod tests {
             usage: TokenUsage {
                 prompt_tokens: 3,
                 completion_tokens: 4,
+                reasoning_tokens: None,
             },
             cost: cost.map(Cost::from_amount),
             cache,
+            rate_limit: Pacing {
+                waited: Duration::from_millis(30),
+                rate_limited: 1,
+            },
         }
     }
 
@@ -248,6 +285,7 @@ mod tests {
         let nested = TokenUsage {
             prompt_tokens: 10,
             completion_tokens: 1,
+            reasoning_tokens: None,
         };
         step.add_nested(None, nested);
         let taken = step.take_usage();
@@ -264,6 +302,11 @@ mod tests {
         assert!(step.check_budget().is_ok());
         step.book_call("call", booking(Some(0.5), CacheStatus::Unused));
         assert_eq!(parent.model_calls(), 2);
+        let waited = Pacing {
+            waited: Duration::from_millis(60),
+            rate_limited: 2,
+        };
+        assert_eq!((nested.rate_limit(), parent.rate_limit()), (waited, waited));
         assert_eq!(nested.cost().map(Cost::amount), Some(1.25));
         let failure = step.check_budget().expect_err("over the parent's max_cost");
         assert_eq!(failure.code, FailureCode::OrchestrationCostExceeded);

@@ -19,6 +19,7 @@
 //! | `events.rs` | the typed events a run emits, with ids and spans |
 //! | `emit.rs` | one run's emitter: its id, clock and spans; nested runs linked to their step |
 //! | `sinks.rs` | where events go: the JSON Lines file, observers |
+//! | `otel/` | the trace sink: events to OpenTelemetry spans, exported over OTLP |
 //! | `record.rs` | the run record |
 //! | `pipeline.rs` | the runnable pipeline, step handlers and their context |
 //! | `steps/` | one handler per step type |
@@ -30,6 +31,7 @@ mod executor;
 mod fanout;
 pub mod inputs;
 mod ledger;
+mod otel;
 mod pipeline;
 mod record;
 mod schedule;
@@ -42,11 +44,12 @@ pub mod voting;
 
 pub use emit::Events;
 pub use events::{
-    Event, EventData, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome, Watch,
-    new_run_id,
+    AgentOutcome, Event, EventData, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome,
+    Watch, new_run_id,
 };
 pub use fanout::{FanOut, Job};
 pub use ledger::{RunLedger, StepLedger};
+pub use otel::{TraceParent, TraceSettings};
 pub use pipeline::{
     Feedback, NestedRun, NestedRuns, Pipeline, Rendered, StepContext, StepFuture, StepHandler,
     StepNode, StepOutput,

@@ -19,9 +19,12 @@ use super::emit::Events;
 use super::events::{CallKind, EventData, OnDrop, Sent, SpanId};
 use super::inputs::{self, InputSpec};
 use super::ledger::{Booking, StepLedger};
+use super::otel;
 use super::record::RunRecord;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
-use crate::inference::{CacheStatus, Engine, Grammar, Request, Response, SchemaMode, TokenSink};
+use crate::inference::{
+    CacheStatus, Engine, Grammar, ModelInfo, Request, Response, SchemaMode, TokenSink, traceparent,
+};
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
 
@@ -174,10 +177,26 @@ impl StepContext {
         &self,
         engine: &dyn Engine,
         request: Request,
+        stream: Option<TokenSink>,
         call: CallKind,
         read: impl FnOnce(Response) -> Result<Response, Failure>,
     ) -> Result<(Response, SpanId), Failure> {
-        self.call_model(engine, request, None, call, read).await
+        self.call_model(engine, request, stream, call, read).await
+    }
+
+    /// Where text a step built to stream (`built`) goes: there, and to whoever watches the run
+    /// alone (a server's client); None when the step was not built to stream.
+    pub fn streamed(&self, built: Option<TokenSink>) -> Option<TokenSink> {
+        match (built, self.events.tokens()) {
+            (Some(built), Some(watched)) => {
+                let watched = Arc::clone(watched);
+                Some(Arc::new(move |piece: &str| {
+                    built(piece);
+                    watched(piece);
+                }) as TokenSink)
+            }
+            (built, _) => built,
+        }
     }
 
     async fn call_model(
@@ -194,33 +213,16 @@ impl StepContext {
         }
         request.sample = self.sample;
         let info = engine.model_info();
-        let constraint = match (&request.json_schema, &request.grammar) {
-            (Some(_), _) => Some("json_schema"),
-            (None, Some(Grammar::Regex(_))) => Some("regex"),
-            (None, Some(Grammar::Lark(_))) => Some("lark"),
-            (None, None) => None,
-        };
-        let mut sent = Sent {
-            messages: request.messages.len(),
-            tools: request.tools.len(),
-            constraint,
-            constrained: constraint.is_some() && info.constrained_decoding,
-            temperature: request.temperature,
-            schema_mode: None,
-        };
+        let mut sent = sent(&request, &info);
+        // Prompts reach the trace, and only the trace, when the session captures content.
+        let captured = self
+            .events
+            .captures_content()
+            .then(|| request.messages.clone());
         let span = self.events.new_span();
         let started = Instant::now();
         // A run watched alone (a server's client) gets the text of the steps built to stream too.
-        let stream = match (stream, self.events.tokens()) {
-            (Some(built), Some(watched)) => {
-                let watched = Arc::clone(watched);
-                Some(Arc::new(move |piece: &str| {
-                    built(piece);
-                    watched(piece);
-                }) as TokenSink)
-            }
-            (stream, _) => stream,
-        };
+        let stream = self.streamed(stream);
         // A call stopped before it answered (the run cancelled, the step's timeout) still
         // leaves its event, marked `cut_off`.
         let cut_off = OnDrop::new({
@@ -232,10 +234,13 @@ impl StepContext {
                     .emit(Some(&self.step), span, Some(self.span), data);
             }
         });
-        let answered = match stream {
-            Some(sink) => engine.infer_streaming(request, sink).await,
-            None => engine.infer(request).await,
+        let asked = async {
+            match stream {
+                Some(sink) => engine.infer_streaming(request, sink).await,
+                None => engine.infer(request).await,
+            }
         };
+        let answered = traceparent::with(self.events.traceparent(span), asked).await;
         cut_off.disarm();
         // A replay's miss names its step: where the prompt (or what fed it) changed.
         let answered = answered.map_err(|failure| match failure.code {
@@ -246,9 +251,15 @@ impl StepContext {
             _ => failure,
         });
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let rate_limit = answered.as_ref().map(|r| r.rate_limit).unwrap_or_default();
         // A call the engine failed is a model call too: its event says why.
+        let (mut finish_reason, mut content) = (None, None);
         let (usage, cost, cache, read, error) = match answered {
             Ok(response) => {
+                let reason = otel::finish_reason(&response, sent.max_tokens);
+                content =
+                    captured.map(|messages| Arc::new(otel::captured(&messages, &response, reason)));
+                finish_reason = Some(reason);
                 let usage = response.usage;
                 let cache = response.cache;
                 sent.schema_mode = response.schema_mode;
@@ -274,7 +285,8 @@ impl StepContext {
             Err(_) => Vec::new(),
         };
         let answered = error.is_none();
-        self.ledger.book_call(&call, Booking { usage, cost, cache });
+        self.ledger
+            .book_call(&call, Booking::new(usage, cost, cache, rate_limit));
         let tokens_per_second = (!cached && duration_ms > 0.0 && usage.completion_tokens > 0)
             .then(|| usage.completion_tokens as f64 / (duration_ms / 1000.0));
         let data = EventData::Inference {
@@ -283,13 +295,17 @@ impl StepContext {
             duration_ms,
             usage,
             tokens_per_second,
+            // Asked again now: a local model knows its file's only once a call has loaded it.
+            context_window: engine.model_info().context_window,
             call,
             sent,
             cost,
             tool_call_ids,
-            error,
+            error: error.map(Box::new),
             cached,
             cut_off: false,
+            finish_reason,
+            content,
         };
         self.events
             .emit(Some(&self.step), span, Some(self.span), data);
@@ -297,6 +313,25 @@ impl StepContext {
             self.ledger.check_budget()?;
         }
         read.map(|response| (response, span))
+    }
+}
+
+/// What `request` sends, as its `inference` event records it (before the engine answers).
+fn sent(request: &Request, info: &ModelInfo) -> Sent {
+    let constraint = match (&request.json_schema, &request.grammar) {
+        (Some(_), _) => Some("json_schema"),
+        (None, Some(Grammar::Regex(_))) => Some("regex"),
+        (None, Some(Grammar::Lark(_))) => Some("lark"),
+        (None, None) => None,
+    };
+    Sent {
+        messages: request.messages.len(),
+        tools: request.tools.len(),
+        constraint,
+        constrained: constraint.is_some() && info.constrained_decoding,
+        temperature: request.temperature,
+        schema_mode: None,
+        max_tokens: request.max_tokens,
     }
 }
 
@@ -486,16 +521,22 @@ mod tests {
         let ctx = context(&events, None);
         let engine = ScriptedEngine::new(ScriptedConfig::echo());
         let (response, span) = ctx
-            .infer_turn(&engine, request("go"), CallKind::Round(1), |response| {
-                Ok(Response {
-                    tool_calls: vec![ToolCall {
-                        id: "call_7".into(),
-                        name: "calc".into(),
-                        arguments: json!({}),
-                    }],
-                    ..response
-                })
-            })
+            .infer_turn(
+                &engine,
+                request("go"),
+                None,
+                CallKind::Round(1),
+                |response| {
+                    Ok(Response {
+                        tool_calls: vec![ToolCall {
+                            id: "call_7".into(),
+                            name: "calc".into(),
+                            arguments: json!({}),
+                        }],
+                        ..response
+                    })
+                },
+            )
             .await
             .expect("answers");
         assert_eq!(response.tool_calls.len(), 1);
@@ -514,7 +555,7 @@ mod tests {
         }
         // A turn that cannot be read still leaves its event.
         let failed = ctx
-            .infer_turn(&engine, request("go"), CallKind::Round(2), |_| {
+            .infer_turn(&engine, request("go"), None, CallKind::Round(2), |_| {
                 Err(Failure::new(
                     FailureCode::ConstraintJsonInvalid,
                     "not a turn",

@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 use crate::core::{Cost, Failure, Timestamp, TokenUsage};
-use crate::inference::CacheStatus;
+use crate::inference::{CacheStatus, Pacing};
 
 /// The lifecycle of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -212,6 +212,9 @@ pub struct RunRecord {
     /// The id the caller gave the run (`serve`'s `X-Request-Id`), when it gave one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// The OpenTelemetry trace the run's spans belong to, when traces are exported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     pub plan: String,
     pub status: RunStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -225,6 +228,10 @@ pub struct RunRecord {
     pub model_calls: u64,
     /// What the call cache did for the run's calls.
     pub cache: CacheTally,
+    /// What the run's model calls waited for their models' rate limits, and the 429s they were
+    /// answered; left out when they neither waited nor were refused.
+    #[serde(skip_serializing_if = "Pacing::is_none")]
+    pub rate_limit: Pacing,
     pub duration_ms: f64,
     /// When it started and ended, by the wall clock.
     pub started_at: Timestamp,

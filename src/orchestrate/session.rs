@@ -32,6 +32,7 @@ use super::emit::Events;
 use super::events::{Observer, Watch};
 use super::executor::{RunHandle, RunOptions, execute, render_step};
 use super::ledger::RunLedger;
+use super::otel::{RunInfo, TraceParent, TraceSettings, Tracing};
 use super::pipeline::{NestedRun, NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus};
 use super::sinks::{JsonLinesFile, Observing, Sinks};
@@ -51,6 +52,8 @@ pub struct SessionOptions {
     /// The call cache: where it is and whether runs read and write it (off by default; the
     /// commands turn it on unless told not to).
     pub cache: CacheSettings,
+    /// Export the runs' traces over OTLP, when the flags or the environment say so.
+    pub traces: Option<TraceSettings>,
 }
 
 impl Default for SessionOptions {
@@ -61,6 +64,7 @@ impl Default for SessionOptions {
             max_parallel: 4,
             chat_session: None,
             cache: CacheSettings::default(),
+            traces: None,
         }
     }
 }
@@ -69,6 +73,8 @@ impl Default for SessionOptions {
 pub struct Session {
     runtime: tokio::runtime::Runtime,
     runner: Runner,
+    /// The export of its runs' traces, when on.
+    tracing: Option<Tracing>,
 }
 
 /// What a session runs pipelines with, without its runtime: cheap to clone into the tasks of a
@@ -112,6 +118,11 @@ pub struct RunRequest {
     /// calls (temperature above 0) are cached under it, so each repeat is a sample of its own.
     /// None: the first, or the only one.
     pub sample: Option<u32>,
+    /// The caller's span this run's trace continues (a served request's `traceparent`).
+    pub trace_parent: Option<TraceParent>,
+    /// Attributes of this run's root span: what its caller knows it by (a batch row's id, a
+    /// test case and variant).
+    pub trace_attributes: Vec<(&'static str, String)>,
 }
 
 /// The session's [`NestedRuns`]: its runner, cancelled with the run the step belongs to.
@@ -139,8 +150,10 @@ impl NestedRuns for Nested {
         parent: &'a StepContext,
     ) -> NestedRun<'a> {
         Box::pin(async move {
+            let events = parent.events.nested_run(parent.span);
+            events.describe(|| run_info(pipeline, Vec::new()));
             let run = RunHandle {
-                events: parent.events.nested_run(parent.span),
+                events,
                 ledger: Arc::new(RunLedger::new(
                     pipeline.max_cost,
                     Some(Arc::clone(parent.ledger.run())),
@@ -159,16 +172,22 @@ impl NestedRuns for Nested {
 
 impl Session {
     /// Opens the events file, starts the runtime, installs the signal handlers, and records INIT
-    /// and then PLAN (the caller loads and checks its plan next).
+    /// and then PLAN (the caller loads and checks its plan next). When it fails once the events
+    /// file is open (a cassette that cannot be read, say), the file records INIT then ERROR, as
+    /// every failure before a run does.
     pub fn open(options: SessionOptions) -> Result<Session, Failure> {
         let file = match &options.events_file {
             Some(path) => Some(JsonLinesFile::create(path, options.chat_session)?),
             None => None,
         };
+        let tracing = options.traces.as_ref().and_then(Tracing::start);
+        let tracer = tracing.as_ref().map(|tracing| Arc::clone(&tracing.tracer));
         let sinks = Sinks::default()
             .with_some(options.observer.map(Observing))
-            .with_some(file);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .with_some(file)
+            .with_some(tracer.clone());
+        let events = Events::traced(Arc::new(sinks), tracer);
+        let started = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .map_err(|e| {
@@ -176,9 +195,14 @@ impl Session {
                     FailureCode::ConfigFileError,
                     format!("cannot start the async runtime: {e}"),
                 )
-            })?;
-        let mut runner = Runner::new(Events::new(Arc::new(sinks)), options.max_parallel);
-        runner.cache = CallCache::open(&options.cache)?;
+            })
+            .and_then(|runtime| Ok((runtime, CallCache::open(&options.cache)?)));
+        let (runtime, cache) = started.inspect_err(|_| {
+            events.lifecycle(Lifecycle::Init);
+            events.lifecycle(Lifecycle::Error);
+        })?;
+        let mut runner = Runner::new(events, options.max_parallel);
+        runner.cache = cache;
         {
             // Registered now, before anything slow happens, so no signal finds the default
             // action (which would kill the process with nothing written).
@@ -202,10 +226,21 @@ impl Session {
                 });
             }
         }
-        let session = Session { runtime, runner };
+        let session = Session {
+            runtime,
+            runner,
+            tracing,
+        };
         session.events().lifecycle(Lifecycle::Init);
         session.events().lifecycle(Lifecycle::Plan);
         Ok(session)
+    }
+
+    /// Sends the traces still queued, waiting at most two seconds, and says (once, on the
+    /// settings' `warn`) how many spans the collector did not take; returns that number (None
+    /// when traces are off). Runs that end after this are not exported.
+    pub fn finish_traces(&self) -> Option<u64> {
+        self.tracing.as_ref().map(Tracing::close)
     }
 
     /// The call cache the session's runs use, when it is on: the build puts it in front of the
@@ -407,8 +442,9 @@ impl Runner {
         let events = if request.unrecorded {
             Events::unrecorded()
         } else {
-            self.events_for_next_run(request.watch)
+            self.events_for_next_run(request.watch, request.trace_parent)
         };
+        events.describe(|| run_info(pipeline, request.trace_attributes));
         let cancel = request.cancel.unwrap_or_else(|| self.interrupt.subscribe());
         let mut options = RunOptions::new(self.max_parallel, cancel.clone());
         options.globals.extend(request.globals);
@@ -424,11 +460,11 @@ impl Runner {
         (run, options)
     }
 
-    fn events_for_next_run(&self, watch: Watch) -> Events {
+    fn events_for_next_run(&self, watch: Watch, remote: Option<TraceParent>) -> Events {
         let first = !self.first_run_done.swap(true, Ordering::Relaxed);
         let watched = watch.events.is_some() || watch.tokens.is_some();
-        if watched {
-            self.events.new_run_watched(watch)
+        if watched || remote.is_some() {
+            self.events.new_run_continuing(watch, remote)
         } else if first {
             self.events.clone()
         } else {
@@ -437,12 +473,27 @@ impl Runner {
     }
 }
 
+/// What a run of `pipeline` is, for its trace: the plan, its steps' types, and `attributes`.
+fn run_info(pipeline: &Pipeline, attributes: Vec<(&'static str, String)>) -> RunInfo {
+    RunInfo {
+        plan: pipeline.name.clone(),
+        steps: pipeline
+            .steps
+            .iter()
+            .map(|step| (step.name.clone(), step.kind))
+            .collect(),
+        attributes,
+    }
+}
+
 impl Drop for Session {
-    /// Commits what the cache still has queued and records the session's hits and misses.
+    /// Commits what the cache still has queued and records the session's hits and misses, and
+    /// sends the traces still queued (waiting a bounded time).
     fn drop(&mut self) {
         if let Some(cache) = &self.runner.cache {
             cache.finish();
         }
+        self.finish_traces();
     }
 }
 

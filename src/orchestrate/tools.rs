@@ -8,10 +8,13 @@
 //! side effect on its own. A tool the plan marked `cache: true` (only an idempotent one without
 //! side effects beyond reading) is answered from the call cache when it has been called with the
 //! same arguments, in the same resolved directory, on files with the same content before; its
-//! `tool_end` event then says `cached`.
+//! `tool_end` event then says `cached`. A tool marked `approval: required` runs a call only once
+//! its [`Approvals`] approve it (a tool named by `--approve`, or a chat's user saying yes); a call
+//! not approved is recorded as refused.
 
 use schemars::JsonSchema;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +26,7 @@ use super::pipeline::StepContext;
 use crate::cache::{CallCache, Key};
 use crate::core::{Failure, FailureCode, Timestamp};
 use crate::prompt::Templates;
-use crate::tool::{Builtin, CommandSpec, files_named, run_command};
+use crate::tool::{Builtin, CommandSpec, McpServer, files_named, run_command};
 
 /// What a tool may change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -38,6 +41,57 @@ pub enum SideEffects {
     /// Reaches outside the machine.
     #[default]
     External,
+}
+
+/// Whether a tool's calls wait for someone to approve them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Calls run without asking.
+    #[default]
+    Auto,
+    /// Each call runs only once approved.
+    Required,
+}
+
+/// A future that says whether a tool call may run.
+pub type ApprovalFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'a>>;
+
+/// Someone who can be asked to approve a tool call (a chat's user at the terminal).
+pub trait AskApproval: Send + Sync {
+    /// Asks whether the call of `tool` with `args` may run: Ok, or the failure it ends with.
+    fn ask<'a>(&'a self, tool: &'a str, args: &'a Value) -> ApprovalFuture<'a>;
+}
+
+/// Who approves the calls of tools marked `approval: required`: the tools approved for every
+/// call (`--approve NAME`), and whoever is asked about the others; with nobody to ask, they
+/// fail with TOOL_APPROVAL_REQUIRED.
+#[derive(Clone, Default)]
+pub struct Approvals {
+    /// Tools whose calls need no asking.
+    pub approved: Vec<String>,
+    /// Who is asked about each other call; None: nobody, the call fails.
+    pub ask: Option<Arc<dyn AskApproval>>,
+}
+
+impl Approvals {
+    /// Whether the call of `tool` with `args` may run.
+    pub async fn approve(&self, tool: &str, args: &Value) -> Result<(), Failure> {
+        if self.approved.iter().any(|name| name == tool) {
+            return Ok(());
+        }
+        match &self.ask {
+            Some(asker) => asker.ask(tool, args).await,
+            None => Err(Failure::new(
+                FailureCode::ToolApprovalRequired,
+                format!("tool `{tool}` needs approval for each call, and nobody was asked"),
+            )
+            .with_help(format!(
+                "pass `--approve {tool}` to let it run, or call it from `pagantic chat` at a terminal to confirm each call"
+            ))
+            .retryable(false)),
+        }
+    }
 }
 
 /// A command tool before its argv is rendered.
@@ -99,11 +153,25 @@ impl CommandTemplate {
     }
 }
 
+/// A tool of an MCP server.
+#[derive(Debug, Clone)]
+pub struct McpCall {
+    pub server: Arc<McpServer>,
+    /// The tool's name on the server.
+    pub tool: String,
+    /// Most bytes of a result kept; the rest is cut and marked.
+    pub max_output_bytes: usize,
+    /// Why it cannot be called, and the fix, when it cannot: the server was not reached when
+    /// the run was prepared, it has no such tool, or the tool's schema is over a bound.
+    pub unavailable: Option<Failure>,
+}
+
 /// How a tool runs.
 #[derive(Debug, Clone)]
 pub enum ToolAction {
     Command(CommandTemplate),
     Builtin(Builtin),
+    Mcp(McpCall),
     /// `--dry-run` stand-in for tools with side effects: reports the call instead of making it.
     DryRun,
 }
@@ -135,6 +203,7 @@ impl ToolAction {
             ToolAction::Builtin(Builtin::ReadFile { root }) if !root.is_dir() => {
                 Some(format!("its root {} does not exist", root.display()))
             }
+            ToolAction::Mcp(call) => call.unavailable.as_ref().map(|f| f.message.clone()),
             ToolAction::Builtin(_) | ToolAction::DryRun => None,
         }
     }
@@ -159,6 +228,8 @@ pub struct ToolRuntime {
     pub action: ToolAction,
     /// Where its results are kept (a tool the plan marked `cache: true`); None: it always runs.
     cache: Option<ToolCache>,
+    /// Who approves each call, for a tool marked `approval: required`; None: calls run unasked.
+    approvals: Option<Approvals>,
 }
 
 impl ToolRuntime {
@@ -189,20 +260,41 @@ impl ToolRuntime {
             idempotent,
             action,
             cache: None,
+            approvals: None,
         })
     }
 
     /// Why the tool cannot run here now (`TOOL_UNAVAILABLE`, saying why), if it cannot.
     pub fn unavailable(&self) -> Option<Failure> {
         let reason = self.action.unavailable()?;
+        let help = match &self.action {
+            ToolAction::Mcp(McpCall {
+                unavailable:
+                    Some(Failure {
+                        help: Some(help), ..
+                    }),
+                ..
+            }) => help.as_str(),
+            _ => {
+                "install the program or create the directory; `pagantic tools PLAN` lists every tool's availability"
+            }
+        };
         Some(
             Failure::new(
                 FailureCode::ToolUnavailable,
                 format!("tool `{}` is unavailable: {reason}", self.name),
             )
-            .with_help("install the program or create the directory; `pagantic tools PLAN` lists every tool's availability")
+            .with_help(help)
             .retryable(false),
         )
+    }
+
+    /// This tool, each of its calls run only once `approvals` approve it.
+    pub fn approved_by(self, approvals: Approvals) -> Self {
+        ToolRuntime {
+            approvals: Some(approvals),
+            ..self
+        }
     }
 
     /// This tool, answering from `cache` the calls it has answered before.
@@ -257,6 +349,13 @@ impl ToolRuntime {
                 record_refusal(ctx, parent, call_id, &self.name, args, &failure);
                 return Err(failure);
             }
+        }
+        // Asked after the arguments are known to be valid: nobody approves a call that cannot run.
+        if let Some(approvals) = &self.approvals
+            && let Err(failure) = approvals.approve(&self.name, args).await
+        {
+            record_refusal(ctx, parent, call_id, &self.name, args, &failure);
+            return Err(failure);
         }
         let span = ctx.events.new_span();
         let emit = |data| emit_tool_event(ctx, span, parent, call_id, data);
@@ -344,7 +443,7 @@ impl ToolRuntime {
     ) -> Value {
         let (dir, files) = match &self.action {
             ToolAction::Builtin(builtin) => builtin.reads(args),
-            ToolAction::DryRun => (None, Vec::new()),
+            ToolAction::DryRun | ToolAction::Mcp(_) => (None, Vec::new()),
             ToolAction::Command(command) => {
                 let dir = match &command.working_dir {
                     Some(dir) => dir.canonicalize().ok(),
@@ -397,6 +496,11 @@ impl ToolRuntime {
                     })?
             }
             ToolAction::DryRun => Ok(json!({ "dry_run": true, "tool": self.name, "args": args })),
+            ToolAction::Mcp(call) => {
+                call.server
+                    .call(&call.tool, args, call.max_output_bytes)
+                    .await
+            }
             ToolAction::Command(command) => {
                 let argv = command.render(&self.name, &ctx.templates, args, results)?;
                 let spec = CommandSpec {

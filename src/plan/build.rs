@@ -25,7 +25,7 @@ use crate::core::{Cost, Failure, FailureCode, Memo};
 use crate::corpora::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
 use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
-use crate::orchestrate::tools::{ToolCache, ToolRuntime};
+use crate::orchestrate::tools::{Approval, Approvals, ToolAction, ToolCache, ToolRuntime};
 use crate::orchestrate::{Pipeline, StepHandler, StepNode};
 use crate::prompt::Templates;
 use crate::rerank::{BiEncoder, KeywordScorer, Scorer};
@@ -46,6 +46,9 @@ pub struct BuildOptions {
     /// The call cache, put in front of every language model and step that does not opt out
     /// (`cache: false`); never in a dry run, whose stand-ins' answers are not worth keeping.
     pub cache: Option<Arc<CallCache>>,
+    /// Who approves the calls of tools marked `approval: required` (default: nobody, they
+    /// fail with TOOL_APPROVAL_REQUIRED); a dry run's stand-ins need no approval.
+    pub approvals: Approvals,
 }
 
 /// Resolves names to shared run-time objects while steps are built; each step sees it only as
@@ -286,6 +289,26 @@ impl Builder<'_> {
         };
         Ok(AgentAction::Plan(Arc::new(plan.build(options)?)))
     }
+
+    /// The tools entry `name` offers a model: itself, or the several its kind offers (an MCP
+    /// server's allowed tools).
+    fn tool_set(&mut self, name: &str) -> Result<Vec<Arc<ToolRuntime>>, Failure> {
+        let env = ToolEnv {
+            name,
+            dir: &self.dir,
+            dry_run: self.options.dry_run,
+        };
+        match self
+            .plan
+            .raw
+            .tools
+            .get(name)
+            .and_then(|spec| spec.kind().build_set(&env))
+        {
+            Some(set) => Ok(set?.into_iter().map(Arc::new).collect()),
+            None => Ok(vec![self.tool(name)?]),
+        }
+    }
 }
 
 /// A model of the wrong kind for where it is used (the checks prevent this for a valid plan).
@@ -380,7 +403,12 @@ impl BuildContext for Builder<'_> {
             dir: &self.dir,
             dry_run: self.options.dry_run,
         };
-        let tool = spec.kind().build(&env)?;
+        let mut tool = spec.kind().build(&env)?;
+        if spec.kind().access().approval == Approval::Required
+            && !matches!(tool.action, ToolAction::DryRun)
+        {
+            tool = tool.approved_by(self.options.approvals.clone());
+        }
         let tool = Arc::new(match self.tool_cache(name, spec.kind()) {
             Some(cache) => tool.caching(cache),
             None => tool,
@@ -395,17 +423,19 @@ impl BuildContext for Builder<'_> {
     fn offered_tools(&mut self, names: &[String]) -> Result<Vec<Arc<ToolRuntime>>, Failure> {
         let mut offered = Vec::new();
         for name in names {
-            let tool = self.tool(name)?;
-            // Offered while it can run: the step checks again each time it lists its tools.
-            if let Some(reason) = tool.action.unavailable()
-                && self.options.verbose
-            {
-                (self.notice())(&format!(
-                    "step `{}`: tool `{name}` is hidden from the model: {reason}",
-                    self.step_name()
-                ));
+            for tool in self.tool_set(name)? {
+                // Offered while it can run: the step checks again each time it lists its tools.
+                if let Some(reason) = tool.action.unavailable()
+                    && self.options.verbose
+                {
+                    (self.notice())(&format!(
+                        "step `{}`: tool `{}` is hidden from the model: {reason}",
+                        self.step_name(),
+                        tool.name
+                    ));
+                }
+                offered.push(tool);
             }
-            offered.push(tool);
         }
         Ok(offered)
     }

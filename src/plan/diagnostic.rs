@@ -426,6 +426,31 @@ pub enum PlanError {
         plural: &'static str,
     },
 
+    /// A plan's `reduce:` plan is itself invalid (its problems follow, located in its file), or
+    /// breaks the policy this plan runs under, which it inherits.
+    #[error("the reduce plan {path} is not a valid plan here ({count} problem{plural})")]
+    #[diagnostic(
+        code(plan::reduce_invalid),
+        help(
+            "fix the problems listed for {path}; a reduce plan is held to this plan's policy too"
+        )
+    )]
+    ReduceInvalid {
+        path: String,
+        count: usize,
+        plural: &'static str,
+    },
+
+    /// A reduce plan is given the group's rows as its input `rows`, a list.
+    #[error("the reduce plan {path} {found}; it is given each group's rows as `rows`, a list")]
+    #[diagnostic(
+        code(plan::reduce_rows),
+        help(
+            "declare `inputs: {{ rows: {{ type: array }} }}` in {path} (and `group`, `fold_level` if its prompt reads them)"
+        )
+    )]
+    ReduceRows { path: String, found: String },
+
     /// Sub-plan agents that lead back to a plan that uses them would run forever.
     #[error("agent `{agent}` runs {path}, which leads back to this plan (a cycle)")]
     #[diagnostic(
@@ -665,6 +690,18 @@ pub enum PlanError {
     #[error("tool `{name}` is not allowed by the {origin}")]
     #[diagnostic(code(policy::tool_not_allowed))]
     ToolNotAllowed { name: String, origin: String },
+
+    /// A tool that requires a capability the policy does not grant.
+    #[error("tool `{name}` requires {missing}, which the {origin} does not grant")]
+    #[diagnostic(
+        code(policy::capability_not_granted),
+        help("add it to the policy's allowed_capabilities, or remove the tool")
+    )]
+    CapabilityNotGranted {
+        name: String,
+        missing: String,
+        origin: String,
+    },
 
     /// A timeout longer than the policy allows.
     #[error("timeout {found} exceeds the limit of {max} (timeout_per_step, set by the {origin})")]

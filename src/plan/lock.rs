@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::Plan;
 use super::models::file_sha256;
 use super::steps::{SchemaSource, TemplateSource};
+use super::tools::{ToolEnv, ToolSpec};
 use crate::core::file::{ReadError, TEXT_LIMIT, read_bounded};
 use crate::core::{Failure, FailureCode};
 use crate::corpora::matching_files;
@@ -41,6 +42,11 @@ pub struct Lock {
     /// cannot be read). Absent from lockfiles written before corpora were pinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corpora: Option<BTreeMap<String, BTreeMap<String, Value>>>,
+    /// Per `kind: mcp` tool that could be reached when the lock was written: per tool its
+    /// server lists, the SHA-256 of its name, description and input schema. Absent when the
+    /// plan declares no MCP tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<BTreeMap<String, BTreeMap<String, Value>>>,
 }
 
 /// The lockfile of the plan at `plan`: `PLAN.lock` beside it.
@@ -117,6 +123,7 @@ impl Lock {
             models,
             files: hashes(&dir, files_used(plan)),
             corpora: Some(corpora),
+            mcp: mcp_pins(plan),
         }
     }
 
@@ -159,7 +166,14 @@ impl Lock {
         }
         compare(&mut changes, "model", &self.models, &now.models);
         compare(&mut changes, "file", &self.files, &now.files);
-        compare_corpora(&mut changes, self.corpora.as_ref(), now.corpora.as_ref());
+        let (corpora, mcp) = (Group::Corpus, Group::McpServer);
+        compare_groups(
+            &mut changes,
+            corpora,
+            self.corpora.as_ref(),
+            now.corpora.as_ref(),
+        );
+        compare_groups(&mut changes, mcp, self.mcp.as_ref(), now.mcp.as_ref());
         changes
     }
 
@@ -190,10 +204,49 @@ impl Lock {
     }
 }
 
-/// Lines for the corpus files of `locked` and `now` that differ, corpus by corpus; one line when
-/// the lockfile predates corpus pins and the plan has corpora.
-fn compare_corpora(
+/// What the lockfile pins in groups: a corpus's files, an MCP server's tools.
+#[derive(Clone, Copy)]
+enum Group {
+    Corpus,
+    McpServer,
+}
+
+impl Group {
+    /// The line for a lockfile written before this group was pinned.
+    fn predates(self) -> &'static str {
+        match self {
+            Group::Corpus => {
+                "corpora: the lockfile was written before pagantic pinned corpus files"
+            }
+            Group::McpServer => "MCP tools: the lockfile was written before pagantic pinned them",
+        }
+    }
+
+    /// How a line names an entry of group `name`.
+    fn label(self, name: &str) -> String {
+        match self {
+            Group::Corpus => format!("corpus `{name}` file"),
+            Group::McpServer => format!("MCP server of tool `{name}`: tool"),
+        }
+    }
+
+    /// The line for a locked group missing now, when it is not compared entry by entry: an MCP
+    /// server that cannot be reached (a corpus missing now has each of its files gone).
+    fn missing(self, name: &str) -> Option<String> {
+        match self {
+            Group::Corpus => None,
+            Group::McpServer => Some(format!(
+                "MCP server of tool `{name}`: locked, but it cannot be reached now to check its tools"
+            )),
+        }
+    }
+}
+
+/// Lines for the entries of `locked` and `now` that differ, group by group; one line when the
+/// lockfile predates this kind of pin and the plan has some.
+fn compare_groups(
     changes: &mut Vec<String>,
+    group: Group,
     locked: Option<&BTreeMap<String, BTreeMap<String, Value>>>,
     now: Option<&BTreeMap<String, BTreeMap<String, Value>>>,
 ) {
@@ -201,9 +254,7 @@ fn compare_corpora(
     let now = now.unwrap_or(&none);
     let Some(locked) = locked else {
         if !now.is_empty() {
-            changes.push(
-                "corpora: the lockfile was written before pagantic pinned corpus files".into(),
-            );
+            changes.push(group.predates().into());
         }
         return;
     };
@@ -212,13 +263,52 @@ fn compare_corpora(
         .keys()
         .chain(now.keys().filter(|n| !locked.contains_key(*n)));
     for name in names {
+        if locked.contains_key(name)
+            && !now.contains_key(name)
+            && let Some(line) = group.missing(name)
+        {
+            changes.push(line);
+            continue;
+        }
         compare(
             changes,
-            &format!("corpus `{name}` file"),
+            &group.label(name),
             locked.get(name).unwrap_or(&empty),
             now.get(name).unwrap_or(&empty),
         );
     }
+}
+
+/// The tools each MCP server of the plan lists now, by its tool's name in the plan; a server
+/// that cannot be reached is left out. None when the plan declares no MCP tool.
+fn mcp_pins(plan: &Plan) -> Option<BTreeMap<String, BTreeMap<String, Value>>> {
+    let dir = plan.dir();
+    let servers: Vec<_> = plan
+        .raw
+        .tools
+        .iter()
+        .filter_map(|(name, spec)| match spec {
+            ToolSpec::Mcp(server) => Some((name, server)),
+            _ => None,
+        })
+        .collect();
+    if servers.is_empty() {
+        return None;
+    }
+    let pins = servers.into_iter().filter_map(|(name, server)| {
+        let env = ToolEnv {
+            name,
+            dir: &dir,
+            dry_run: false,
+        };
+        let listed = server.server(&env).list_tools().ok()?;
+        let tools = listed
+            .into_iter()
+            .map(|tool| (tool.name, Value::String(tool.sha256)))
+            .collect();
+        Some((name.clone(), tools))
+    });
+    Some(pins.collect())
 }
 
 /// Each of `files` by its name relative to `dir`, with its SHA-256 (null when unreadable).
@@ -268,7 +358,34 @@ mod tests {
             models: serde_json::from_value(models).expect("models"),
             files: serde_json::from_value(files).expect("files"),
             corpora: Some(BTreeMap::new()),
+            mcp: None,
         }
+    }
+
+    #[test]
+    fn drift_names_each_mcp_tool_that_changed_and_a_server_out_of_reach() {
+        let pins = |servers: Value| Some(serde_json::from_value(servers).expect("pins"));
+        let locked = Lock {
+            mcp: pins(json!({ "files": { "read": "11", "list": "22" }, "web": { "get": "33" } })),
+            ..lock(json!({}), json!({}))
+        };
+        let now = Lock {
+            mcp: pins(json!({ "files": { "read": "44", "list": "22", "write": "55" } })),
+            ..lock(json!({}), json!({}))
+        };
+        assert_eq!(
+            locked.drift(&now),
+            [
+                r#"MCP server of tool `files`: tool `read`: locked "11", now "44""#,
+                r#"MCP server of tool `files`: tool `write`: not in the lockfile, now "55""#,
+                "MCP server of tool `web`: locked, but it cannot be reached now to check its tools",
+            ]
+        );
+        let old = lock(json!({}), json!({}));
+        assert_eq!(
+            old.drift(&now),
+            ["MCP tools: the lockfile was written before pagantic pinned them"]
+        );
     }
 
     #[test]

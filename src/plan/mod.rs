@@ -25,6 +25,7 @@ pub mod yaml;
 #[cfg(test)]
 mod mutants;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use diagnostic::{Diagnostic, PlanError, Source};
@@ -53,12 +54,14 @@ pub struct Plan {
     pub reads: Vec<Option<std::collections::BTreeSet<usize>>>,
     /// Per step, what the checks found out about it that building it needs.
     pub facts: Vec<steps::StepFacts>,
+    /// The policy from outside it that it was checked under (`--policy`, or its parent's).
+    pub outer_policy: Option<PolicyFile>,
 }
 
 impl Plan {
     /// The policy a `plan:` agent's plan is loaded under: this plan's policy in force.
     pub fn handed_down_policy(&self) -> PolicyFile {
-        PolicyFile::inherited(&self.policy, &self.path)
+        PolicyFile::inherited(&self.policy, &self.path, self.outer_policy.as_ref())
     }
 }
 
@@ -71,16 +74,46 @@ pub struct PolicyFile {
     pub path: PathBuf,
     /// Whether `path` is a plan handing its policy down to a sub-plan.
     pub inherited: bool,
+    /// For a policy handed down, who set each of its limits (by field): the handing plan's own
+    /// policy, or a policy file above it. A limit not listed was set by `path`.
+    pub set_by: BTreeMap<&'static str, String>,
 }
 
 impl PolicyFile {
-    /// The policy in force in the plan at `plan_path`, as its sub-plans inherit it.
-    pub fn inherited(policy: &EffectivePolicy, plan_path: &Path) -> Self {
+    /// The policy in force in the plan at `plan_path`, as its sub-plans inherit it; `outer` is
+    /// the policy from outside that plan it was checked under, which set the limits of
+    /// [`PolicyOrigin::File`](policy::PolicyOrigin::File) origin.
+    pub fn inherited(
+        policy: &EffectivePolicy,
+        plan_path: &Path,
+        outer: Option<&PolicyFile>,
+    ) -> Self {
+        let own = format!("policy of {}", plan_path.display());
+        let set_by = policy
+            .origins()
+            .into_iter()
+            .map(|(field, origin)| {
+                let name = match (origin, outer) {
+                    (policy::PolicyOrigin::File, Some(outer)) => outer.describe_limit(field),
+                    _ => own.clone(),
+                };
+                (field, name)
+            })
+            .collect();
         PolicyFile {
             policy: policy.handed_down(),
             path: plan_path.to_path_buf(),
             inherited: true,
+            set_by,
         }
+    }
+
+    /// How diagnostics name the policy that set the limit `field`.
+    pub fn describe_limit(&self, field: &str) -> String {
+        self.set_by
+            .get(field)
+            .cloned()
+            .unwrap_or_else(|| self.describe())
     }
 
     /// How diagnostics name it: "policy file ci.policy.yaml", "policy of plans/main.yaml".
@@ -111,6 +144,7 @@ pub fn load_policy(path: &Path) -> Result<PolicyFile, Vec<Diagnostic>> {
         policy: loaded.value,
         path: path.to_path_buf(),
         inherited: false,
+        set_by: BTreeMap::new(),
     })
 }
 
@@ -172,9 +206,8 @@ fn check_loaded(
     } else {
         dir
     };
-    let policy_name = policy_file.map(PolicyFile::describe);
     let nesting = check::Nesting { path, enclosing };
-    let analysis = check::analyse(&loaded, dir, policy, policy_name.as_deref(), &nesting);
+    let analysis = check::analyse(&loaded, dir, policy, policy_file, &nesting);
     if !analysis.diagnostics.is_empty() {
         return Err(analysis.diagnostics);
     }
@@ -186,5 +219,6 @@ fn check_loaded(
         policy: analysis.policy,
         reads: analysis.reads,
         facts: analysis.facts,
+        outer_policy: policy_file.cloned(),
     })
 }

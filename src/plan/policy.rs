@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::DurationSpec;
 use super::steps::StepType;
+use super::tools::Capability;
 
 /// Limits a plan must respect. Every field is optional; an absent field imposes nothing.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -32,6 +33,9 @@ pub struct PlanPolicy {
     /// Tools (by their name in `tools:`) that steps and agents may call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_tools: Option<Vec<String>>,
+    /// Capabilities the plan's tools may require (`filesystem`, `network`, `process`, `environment`): a tool that requires any other — by its `requires`, or by its kind (a command tool is a `process`) — is refused before anything runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_capabilities: Option<Vec<Capability>>,
     /// Upper bound for any agent step's `max_tool_iterations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -73,6 +77,7 @@ pub struct EffectivePolicy {
     pub require_linear: Option<Limit<bool>>,
     pub timeout_per_step: Option<Limit<DurationSpec>>,
     pub allowed_tools: Option<Limit<Vec<String>>>,
+    pub allowed_capabilities: Option<Limit<Vec<Capability>>>,
     pub max_tool_iterations: Option<Limit<u32>>,
     pub max_tokens: Option<Limit<u64>>,
     pub max_cost: Option<Limit<f64>>,
@@ -90,6 +95,7 @@ impl EffectivePolicy {
             require_linear: stricter(plan.require_linear, file.require_linear, |a, b| b && !a),
             timeout_per_step: stricter(plan.timeout_per_step, file.timeout_per_step, |a, b| b < a),
             allowed_tools: intersect(&plan.allowed_tools, &file.allowed_tools),
+            allowed_capabilities: intersect(&plan.allowed_capabilities, &file.allowed_capabilities),
             max_tool_iterations: stricter(
                 plan.max_tool_iterations,
                 file.max_tool_iterations,
@@ -114,10 +120,32 @@ impl EffectivePolicy {
             require_linear: value(&self.require_linear),
             timeout_per_step: value(&self.timeout_per_step),
             allowed_tools: value(&self.allowed_tools),
+            allowed_capabilities: value(&self.allowed_capabilities),
             max_tool_iterations: value(&self.max_tool_iterations),
             max_tokens: value(&self.max_tokens),
             max_cost: value(&self.max_cost),
         }
+    }
+
+    /// Each limit in force, by its field's name, with the policy that set it.
+    pub fn origins(&self) -> Vec<(&'static str, PolicyOrigin)> {
+        fn origin<T>(limit: &Option<Limit<T>>) -> Option<PolicyOrigin> {
+            limit.as_ref().map(|l| l.origin)
+        }
+        [
+            ("max_steps", origin(&self.max_steps)),
+            ("allowed_step_types", origin(&self.allowed_step_types)),
+            ("require_linear", origin(&self.require_linear)),
+            ("timeout_per_step", origin(&self.timeout_per_step)),
+            ("allowed_tools", origin(&self.allowed_tools)),
+            ("allowed_capabilities", origin(&self.allowed_capabilities)),
+            ("max_tool_iterations", origin(&self.max_tool_iterations)),
+            ("max_tokens", origin(&self.max_tokens)),
+            ("max_cost", origin(&self.max_cost)),
+        ]
+        .into_iter()
+        .filter_map(|(field, origin)| origin.map(|o| (field, o)))
+        .collect()
     }
 }
 

@@ -58,6 +58,31 @@ pub struct RawPlan {
     /// A template for the plan's result (default: the last step's output).
     #[serde(default)]
     pub output: Option<String>,
+    /// Makes a batch of this plan a map then a reduce: after one run per row, the rows' output
+    /// lines are grouped and another plan runs once per group (`run --batch` with `--group-by`).
+    #[serde(default)]
+    pub reduce: Option<ReduceSpec>,
+}
+
+/// The reduce that follows a batch of this plan.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReduceSpec {
+    /// The group key: a dotted path into each of the map's output lines (`input.product`,
+    /// `output.label`) or a template over the line as `row` ("{{ row.input.product }}").
+    #[schemars(length(min = 1))]
+    pub group_by: String,
+    /// The reduce plan, relative to this one; it declares `rows: { type: array }` (the group's
+    /// lines), and may declare `group` (the key) and `fold_level`.
+    pub plan: String,
+    /// Reduce a group of more than this many rows in chunks of it, then the partial results,
+    /// until one is left.
+    #[serde(default)]
+    #[schemars(range(min = 2))]
+    pub fold: Option<u64>,
+    /// Leave rows without the key out, instead of grouping them under `null`.
+    #[serde(default)]
+    pub skip_missing_key: bool,
 }
 
 /// A collection of documents, split into passages for retrieval.

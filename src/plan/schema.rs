@@ -210,7 +210,9 @@ impl ErrorMapper<'_> {
             kind if let Some(message) = limit_broken(kind) => {
                 self.out_of_range(node, place, message)
             }
-            ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
+            ValidationErrorKind::AnyOf { .. }
+            | ValidationErrorKind::OneOfNotValid { .. }
+            | ValidationErrorKind::OneOfMultipleValid { .. }
                 if let (Some(keys), NodeValue::Map(entries)) = (
                     single_key_branches(self.schema, keyword_parent, schema_path),
                     &node.value,

@@ -20,6 +20,7 @@ use super::catalog::{Catalog, Served};
 use super::connections::{BodyTooSlow, Connections};
 use super::metrics::{Metrics, Refusal};
 use super::origin::OriginPolicy;
+use super::trace_context::Caller;
 use crate::core::{Failure, FailureCode, text::suggestion};
 use crate::inference::TokenSink;
 use crate::orchestrate::{
@@ -183,16 +184,21 @@ impl App {
     /// Starts a run of `served` in a task of its own, holding `permit` until it ends; its record
     /// is what the task returns (and, with `stream`, the last thing sent there, after its events).
     /// Dropping the returned guard cancels the run: it then ends CANCELLED, counted like any
-    /// other, instead of being dropped mid-step. Its events and record carry `request_id`.
+    /// other, instead of being dropped mid-step. Its events and record carry the caller's
+    /// request id, and its trace continues the caller's.
     pub fn start(
         &self,
         served: Arc<Served>,
         inputs: Value,
         globals: Map<String, Value>,
-        request_id: Option<String>,
+        caller: impl Into<Caller>,
         permit: OwnedSemaphorePermit,
         stream: Option<mpsc::UnboundedSender<Streamed>>,
     ) -> (JoinHandle<RunRecord>, CancelOnDrop) {
+        let Caller {
+            request_id,
+            trace_parent,
+        } = caller.into();
         let (cancel, cancelled) = watch::channel(false);
         let guard = CancelOnDrop(cancel.clone());
         let watcher: Observer = {
@@ -226,6 +232,7 @@ impl App {
                     tokens,
                     request_id: request_id.clone(),
                 },
+                trace_parent,
                 ..RunRequest::default()
             };
             let run = runner.run(&served.pipeline, inputs, request);

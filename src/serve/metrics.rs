@@ -367,6 +367,7 @@ mod tests {
         RunRecord {
             run_id: "r".into(),
             request_id: None,
+            trace_id: None,
             plan: "p".into(),
             status,
             output: None,
@@ -374,10 +375,12 @@ mod tests {
             usage: TokenUsage {
                 prompt_tokens: 5,
                 completion_tokens: 7,
+                reasoning_tokens: None,
             },
             cost: None,
             model_calls: 1,
             cache: crate::orchestrate::CacheTally::default(),
+            rate_limit: crate::inference::Pacing::default(),
             duration_ms,
             started_at: crate::core::Timestamp::now(),
             ended_at: crate::core::Timestamp::now(),

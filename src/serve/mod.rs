@@ -29,11 +29,13 @@ mod app;
 mod auth;
 mod catalog;
 mod connections;
+mod mcp;
 mod metrics;
 mod openai;
 mod origin;
 mod request_id;
 mod routes;
+mod trace_context;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -48,6 +50,7 @@ use crate::cache::CallCache;
 use crate::core::{Failure, FailureCode};
 use crate::inference::Notice;
 use crate::orchestrate::Runner;
+use crate::orchestrate::tools::Approvals;
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
 
@@ -75,12 +78,17 @@ pub struct ServeOptions {
     pub watch: Option<Duration>,
     /// The call cache plans swapped in by `watch` are built with.
     pub cache: Option<Arc<CallCache>>,
+    /// The tools marked `approval: required` that may run anyway (`--approve`), in the plans
+    /// swapped in by `watch` as in those served from the start.
+    pub approvals: Approvals,
     /// Origins whose web pages may call the server (none by default; see [`origin`]).
     pub allowed_origins: Vec<String>,
     /// Host names requests may be addressed to besides loopback ones (see [`origin`]).
     pub allowed_hosts: Vec<String>,
     /// The bounds on connections: how many, how long idle, how long to send a request.
     pub limits: Limits,
+    /// Serve the plans as MCP tools at `/mcp` too (see [`mcp`]).
+    pub mcp: bool,
 }
 
 /// What the server tells its operator; the command prints it.
@@ -127,36 +135,21 @@ where
         )
     })?;
     let catalog = Arc::new(catalog);
-    let (stop_runs, stop_runs_seen) = watch::channel(false);
-    let connections = Arc::new(connections::Connections::new(options.limits));
-    let app = app::App::new(
-        runner,
-        Arc::clone(&catalog),
-        &options,
-        Arc::clone(&connections),
-        stop_runs_seen,
-    );
+    let (app, connections, stop_runs) = start(runner, &catalog, &options, &reporter);
     let in_flight = app.admission();
-    if let Some(every) = options.watch {
-        tokio::spawn(watch_files(
-            Arc::clone(&catalog),
-            every,
-            Arc::clone(&reporter),
-            options.cache.clone(),
-        ));
-    }
     let names: Vec<String> = catalog.all().keys().cloned().collect();
     reporter.line(&format!(
         "listening on http://{bound} — serving {}",
         names.join(", ")
     ));
     let (drain, drained) = oneshot::channel::<()>();
-    let serving =
-        tokio::spawn(
-            Arc::clone(&connections).serve(listener, routes::router(app), async move {
-                let _ = drained.await;
-            }),
-        );
+    let serving = tokio::spawn(Arc::clone(&connections).serve(
+        listener,
+        routes::router(app, options.mcp),
+        async move {
+            let _ = drained.await;
+        },
+    ));
     // Dropping a task's handle does not stop it: the connections are closed on every way out.
     let _close_all = AbortOnDrop(serving.abort_handle());
     let ended = async move {
@@ -199,6 +192,35 @@ where
     Ok(())
 }
 
+/// Serves `catalog`'s plans as MCP tools on stdin and stdout (see [`mcp`]) until the client
+/// closes its end or `shutdown` resolves; then cancels the runs still going and returns. Nothing
+/// listens, and nothing but the protocol is written on stdout.
+pub async fn serve_stdio<F>(
+    runner: Runner,
+    catalog: Catalog,
+    options: ServeOptions,
+    reporter: Arc<dyn Reporter>,
+    shutdown: F,
+) -> Result<(), Failure>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let catalog = Arc::new(catalog);
+    let (app, _, stop_runs) = start(runner, &catalog, &options, &reporter);
+    let names: Vec<String> = catalog.all().keys().cloned().collect();
+    reporter.line(&format!(
+        "serving {} as MCP tools on stdin/stdout",
+        names.join(", ")
+    ));
+    let served = tokio::select! {
+        served = mcp::serve_stdio(mcp::PlanTools::new(app)) => served,
+        () = shutdown => Ok(()),
+    };
+    stop_runs.send_replace(true);
+    reporter.line("stopped");
+    served
+}
+
 /// Aborts a spawned task when dropped.
 struct AbortOnDrop(tokio::task::AbortHandle);
 
@@ -208,13 +230,44 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What every request will share, the connections it comes on, and the switch that cancels the
+/// runs still going; with `options.watch`, the served plans' files are looked at for changes from
+/// now on.
+fn start(
+    runner: Runner,
+    catalog: &Arc<Catalog>,
+    options: &ServeOptions,
+    reporter: &Arc<dyn Reporter>,
+) -> (app::App, Arc<connections::Connections>, watch::Sender<bool>) {
+    let (stop_runs, stop_runs_seen) = watch::channel(false);
+    let connections = Arc::new(connections::Connections::new(options.limits));
+    let app = app::App::new(
+        runner,
+        Arc::clone(catalog),
+        options,
+        Arc::clone(&connections),
+        stop_runs_seen,
+    );
+    if let Some(every) = options.watch {
+        tokio::spawn(watch_files(
+            Arc::clone(catalog),
+            every,
+            Arc::clone(reporter),
+            options.cache.clone(),
+            options.approvals.clone(),
+        ));
+    }
+    (app, connections, stop_runs)
+}
+
 /// Looks at the served plans' files every `every`, swapping in the plans that changed and pass
-/// their checks, and reporting the ones that do not.
+/// their checks (built with `cache` and `approvals`), and reporting the ones that do not.
 async fn watch_files(
     catalog: Arc<Catalog>,
     every: Duration,
     reporter: Arc<dyn Reporter>,
     cache: Option<Arc<CallCache>>,
+    approvals: Approvals,
 ) {
     let notice: Notice = {
         let reporter = Arc::clone(&reporter);
@@ -223,6 +276,7 @@ async fn watch_files(
     let build = BuildOptions {
         notice: Some(notice),
         cache,
+        approvals,
         ..BuildOptions::default()
     };
     let mut ticks = tokio::time::interval(every);

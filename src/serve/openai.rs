@@ -7,15 +7,19 @@
 //! `chat.completion.chunk` events and `data: [DONE]`: the text as the model writes it when the
 //! plan's final step streams (an `infer` step whose answer is the plan's output), else the whole
 //! answer in one chunk when the run ends.
+//!
+//! `GET /v1/models` lists the served plans as models (what chat UIs and client libraries ask
+//! first) and `GET /v1/models/{id}` describes one; an unknown id gets OpenAI's 404 error.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
@@ -26,8 +30,10 @@ use tokio::sync::mpsc;
 use super::app::{
     App, CancelOnDrop, Refused, Streamed, json_response, lost_run, refuse, run_status,
 };
+use super::catalog::Served;
 use super::metrics::Refusal;
 use super::request_id::RequestId;
+use super::trace_context::{Caller, with_trace_id};
 use crate::core::{Failure, FailureCode, Message, Role};
 use crate::orchestrate::inputs::InputType;
 use crate::orchestrate::{RunRecord, new_run_id};
@@ -71,9 +77,10 @@ fn invalid(message: impl Into<String>, help: &str) -> Refused {
 pub async fn completions(
     State(app): State<App>,
     request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request_id = request_id.map(|Extension(RequestId(id))| id);
+    let caller = Caller::of(request_id.map(|Extension(RequestId(id))| id), &headers);
     let prepared = (|| {
         let body = App::json_body(body)?;
         let request: ChatRequest = serde_json::from_value(body).map_err(|e| {
@@ -128,36 +135,73 @@ pub async fn completions(
     let model = served.name.clone();
     if stream {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let (_, guard) = app.start(served, inputs, globals, request_id, permit, Some(sender));
+        let (_, guard) = app.start(served, inputs, globals, caller, permit, Some(sender));
         return Sse::new(chunks(model, receiver, guard)).into_response();
     }
-    let (handle, _cancel_if_gone) = app.start(served, inputs, globals, request_id, permit, None);
+    let (handle, _cancel_if_gone) = app.start(served, inputs, globals, caller, permit, None);
     let Ok(record) = handle.await else {
         return lost_run();
     };
     let status = run_status(&record);
     if status != StatusCode::OK {
-        return json_response(status, &json!({ "error": record.error, "record": record }));
+        let body = json!({ "error": record.error, "record": record });
+        return with_trace_id(json_response(status, &body), &record);
     }
-    json_response(
-        status,
-        &json!({
-            "id": completion_id(&record),
-            "object": "chat.completion",
-            "created": now(),
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": { "role": "assistant", "content": answer(&record) },
-                "finish_reason": "stop",
-            }],
-            "usage": {
-                "prompt_tokens": record.usage.prompt_tokens,
-                "completion_tokens": record.usage.completion_tokens,
-                "total_tokens": record.usage.total(),
-            },
-        }),
-    )
+    let body = json!({
+        "id": completion_id(&record),
+        "object": "chat.completion",
+        "created": now(),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": answer(&record) },
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": record.usage.prompt_tokens,
+            "completion_tokens": record.usage.completion_tokens,
+            "total_tokens": record.usage.total(),
+        },
+    });
+    with_trace_id(json_response(status, &body), &record)
+}
+
+/// `GET /v1/models`: every served plan as a model.
+pub async fn models(State(app): State<App>) -> Response {
+    let data: Vec<Value> = app.catalog.all().values().map(model).collect();
+    json_response(StatusCode::OK, &json!({ "object": "list", "data": data }))
+}
+
+/// `GET /v1/models/{id}`: the plan served as `id`, or OpenAI's `model_not_found` error (404).
+pub async fn one_model(State(app): State<App>, Path(id): Path<String>) -> Response {
+    match app.plan(&id) {
+        Ok(served) => json_response(StatusCode::OK, &model(&served)),
+        Err(refused) => {
+            app.metrics.refused(refused.why);
+            let error = json!({
+                "message": refused.failure.message,
+                "type": "invalid_request_error",
+                "param": "model",
+                "code": "model_not_found",
+            });
+            json_response(refused.status, &json!({ "error": error }))
+        }
+    }
+}
+
+/// A plan as an OpenAI model object; `created` is when its plan file last changed.
+fn model(served: &Arc<Served>) -> Value {
+    let created = std::fs::metadata(&served.path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    json!({
+        "id": served.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "pagantic",
+    })
 }
 
 /// Refuses (422) a `system` or `tool` message: the plan writes its agents' instructions and

@@ -1,6 +1,7 @@
 //! The routes: `GET /healthz`, `GET /metrics`, `GET /v1/plans`, `POST /v1/plans/{name}/runs`
-//! (JSON, or server-sent events when asked), `POST /v1/chat/completions` (in [`super::openai`]);
-//! and the bearer-token check in front of them.
+//! (JSON, or server-sent events when asked), `POST /v1/chat/completions` and `GET /v1/models`
+//! (in [`super::openai`]), `/mcp` with `--mcp` (in [`super::mcp`]); and the bearer-token check in
+//! front of them.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -23,17 +24,26 @@ use super::app::{
 };
 use super::metrics::{CONTENT_TYPE as METRICS_CONTENT_TYPE, Gauges, Refusal};
 use super::request_id::{self, RequestId};
+use super::trace_context::{Caller, with_trace_id};
 use crate::core::{Failure, FailureCode};
 
-/// Every route, behind the body limit and the token check, each answer carrying the caller's
-/// request id back.
-pub fn router(app: App) -> Router {
-    Router::new()
+/// Every route (with `mcp`, `/mcp` too), behind the body limit and the token check, each answer
+/// carrying the caller's request id back.
+pub fn router(app: App, mcp: bool) -> Router {
+    let routes = Router::new();
+    let routes = if mcp {
+        routes.route_service("/mcp", super::mcp::http_service(app.clone()))
+    } else {
+        routes
+    };
+    routes
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/plans", get(plans))
         .route("/v1/plans/{name}/runs", post(run))
         .route("/v1/chat/completions", post(super::openai::completions))
+        .route("/v1/models", get(super::openai::models))
+        .route("/v1/models/{id}", get(super::openai::one_model))
         .layer(DefaultBodyLimit::max(app.max_body_bytes))
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         .layer(middleware::from_fn_with_state(app.clone(), same_origin))
@@ -201,14 +211,16 @@ async fn run(
     };
     if wants_stream(&headers, query.as_deref()) {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let (_, guard) = app.start(served, inputs, Map::new(), request_id, permit, Some(sender));
+        let caller = Caller::of(request_id, &headers);
+        let (_, guard) = app.start(served, inputs, Map::new(), caller, permit, Some(sender));
         return Sse::new(events_then_record(receiver, guard))
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
             .into_response();
     }
-    let (handle, _cancel_if_gone) = app.start(served, inputs, Map::new(), request_id, permit, None);
+    let caller = Caller::of(request_id, &headers);
+    let (handle, _cancel_if_gone) = app.start(served, inputs, Map::new(), caller, permit, None);
     match handle.await {
-        Ok(record) => json_response(run_status(&record), &record),
+        Ok(record) => with_trace_id(json_response(run_status(&record), &record), &record),
         Err(_) => lost_run(),
     }
 }

@@ -59,6 +59,8 @@ pub struct SuiteOptions {
     pub dry_run: bool,
     /// Where one-time work (pulling, loading a model) is told.
     pub notice: Option<Notice>,
+    /// Who approves calls of tools marked `approval: required` (`--approve`).
+    pub approvals: crate::orchestrate::tools::Approvals,
 }
 
 /// One assertion's outcome.
@@ -321,6 +323,7 @@ async fn run_variant(
         dry_run: options.dry_run,
         notice: options.notice.clone(),
         cache: session.cache(),
+        approvals: options.approvals.clone(),
         ..BuildOptions::default()
     };
     let mut outcome = VariantResult {
@@ -381,6 +384,15 @@ struct CaseRuns<'a, 'c> {
 impl FanOut for CaseRuns<'_, '_> {
     /// The case's number, the repeat's, and the case's bound inputs.
     type Tag = (usize, usize, Value);
+
+    fn trace_attributes(&self, (case, repeat, _): &Self::Tag) -> Vec<(&'static str, String)> {
+        let name = self.cases.get(*case).map(|case| case.name.clone());
+        vec![
+            ("pagantic.test.case", name.unwrap_or_default()),
+            ("pagantic.test.variant", self.variant.to_string()),
+            ("pagantic.test.repeat", repeat.saturating_add(1).to_string()),
+        ]
+    }
 
     fn next(&mut self) -> Result<Option<Job<Self::Tag>>, Failure> {
         while self.next < self.cases.len() * self.repeat {

@@ -167,18 +167,18 @@ pub fn files_named(argv: &[String], dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Kills a process group with `SIGKILL`, once: explicitly, or when dropped.
-struct GroupKiller(Option<Pid>);
+pub(super) struct GroupKiller(Option<Pid>);
 
 impl GroupKiller {
     /// The group led by the child with this pid (`process_group(0)` makes its id the pid).
-    fn new(pid: Option<u32>) -> Self {
+    pub(super) fn new(pid: Option<u32>) -> Self {
         GroupKiller(
             pid.and_then(|pid| i32::try_from(pid).ok())
                 .map(Pid::from_raw),
         )
     }
 
-    fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
         if let Some(group) = self.0.take() {
             // ESRCH (every member already gone) is the usual error and means nothing is left to
             // kill; EPERM cannot happen for a group we created.
@@ -194,14 +194,16 @@ impl Drop for GroupKiller {
 }
 
 /// Our variables that the program may see: `PATH` and the allowed ones that are set.
-fn passed_env(allow: &[String]) -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+pub(super) fn passed_env(
+    allow: &[String],
+) -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
     std::env::vars_os().filter(move |(name, _)| {
         name.to_str()
             .is_some_and(|name| ALWAYS_PASSED.contains(&name) || allow.iter().any(|a| a == name))
     })
 }
 
-async fn check_working_dir(program: &str, dir: &Path) -> Result<(), Failure> {
+pub(super) async fn check_working_dir(program: &str, dir: &Path) -> Result<(), Failure> {
     let problem = match tokio::fs::metadata(dir).await {
         Ok(metadata) if metadata.is_dir() => return Ok(()),
         Ok(_) => "is not a directory".to_string(),
@@ -217,7 +219,7 @@ async fn check_working_dir(program: &str, dir: &Path) -> Result<(), Failure> {
     .with_help("create the directory or fix the tool's `working_dir`"))
 }
 
-fn spawn_failure(program: &str, error: &io::Error) -> Failure {
+pub(super) fn spawn_failure(program: &str, error: &io::Error) -> Failure {
     match error.kind() {
         io::ErrorKind::NotFound => Failure::new(
             FailureCode::ToolExecutionFailed,
@@ -281,7 +283,7 @@ fn exit_failure(program: &str, status: ExitStatus, stderr: &str) -> Failure {
 }
 
 /// The last `chars` characters of `text`, with `…` in front when some were cut.
-fn tail(text: &str, chars: usize) -> String {
+pub(super) fn tail(text: &str, chars: usize) -> String {
     match text.char_indices().rev().nth(chars) {
         Some((cut, c)) => format!("…{}", &text[cut + c.len_utf8()..]),
         None => text.to_string(),

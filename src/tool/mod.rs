@@ -1,4 +1,5 @@
-//! Layer 2: executing tools — programs run from an argv, and the tools compiled into pagantic.
+//! Layer 2: executing tools — programs run from an argv, the tools compiled into pagantic, and
+//! the tools of MCP servers.
 //!
 //! This module owns the part of a tool call that touches the operating system, so that its safety
 //! rules live in one place: a command runs directly (never through a shell), in its own process
@@ -14,6 +15,11 @@
 mod builtin;
 mod calculator;
 mod command;
+mod mcp;
 
 pub use builtin::Builtin;
 pub use command::{CommandOutput, CommandSpec, files_named, run_command};
+pub use mcp::{
+    MAX_MESSAGE_BYTES, MAX_SCHEMA_BYTES, MAX_SCHEMA_PROPERTIES, McpServer, McpServerSpec,
+    McpToolDefinition, McpTransport, server as mcp_server,
+};

@@ -9,18 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{Run, pagantic, root};
-
-thread_local! {
-    /// Each test runs on a thread of its own, so its files live in a directory of their own,
-    /// removed when the test (its thread) ends.
-    static SCRATCH: tempfile::TempDir = tempfile::tempdir().expect("temp dir");
-}
-
-/// A path named `name` in this test's own directory.
-fn scratch(name: &str) -> PathBuf {
-    SCRATCH.with(|dir| dir.path().join(name))
-}
+use crate::{Run, pagantic, root, scratch};
 
 fn rows_file(name: &str, count: usize, boom_at: Option<usize>) -> PathBuf {
     let path = scratch(name);
@@ -440,7 +429,7 @@ fn ctrl_c_during_a_batch_keeps_every_finished_row_and_resume_runs_the_rest() {
         std::thread::sleep(Duration::from_millis(5));
     }
     crate::send_signal(&child, nix::sys::signal::Signal::SIGINT);
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(75), "{stderr}");
     assert!(stderr.contains("cancelled; --resume continues"), "{stderr}");
@@ -486,7 +475,7 @@ fn rows_come_from_stdin_with_a_dash() {
             )
             .expect("rows written");
     }
-    let status = child.wait_with_output().expect("pagantic ends");
+    let status = crate::finish_within(child, crate::RUN_LIMIT);
     assert_eq!(
         status.status.code(),
         Some(0),

@@ -227,27 +227,27 @@ fn two_processes_fill_one_cache_at_once() {
         .collect();
     std::fs::write(dir.path().join("rows.jsonl"), many).expect("rows");
     let spawn = |shard: &str, out: &str| {
-        crate::command(&dir.path().join("unused"))
-            .current_dir(dir.path())
-            .args([
-                "run",
-                "plan.yaml",
-                "--batch",
-                "rows.jsonl",
-                "--id",
-                "id",
-                "-j",
-                "8",
-                "--quiet",
-                "--cache",
-                "cache",
-                "--shard",
-                shard,
-                "--out",
-                out,
-            ])
-            .output()
-            .expect("runs")
+        crate::output_of(
+            crate::command(&dir.path().join("unused"))
+                .current_dir(dir.path())
+                .args([
+                    "run",
+                    "plan.yaml",
+                    "--batch",
+                    "rows.jsonl",
+                    "--id",
+                    "id",
+                    "-j",
+                    "8",
+                    "--quiet",
+                    "--cache",
+                    "cache",
+                    "--shard",
+                    shard,
+                    "--out",
+                    out,
+                ]),
+        )
     };
     let (a, b) = std::thread::scope(|scope| {
         let a = scope.spawn(|| spawn("0/2", "a.jsonl"));

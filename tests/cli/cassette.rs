@@ -97,16 +97,11 @@ fn a_recorded_suite_replays_from_its_cassette_with_the_same_verdicts() {
     let cassette = dir.path().join("suite.jsonl").display().to_string();
     let cache = dir.path().join("cache").display().to_string();
     let suite = |flags: &[&str]| {
-        let mut args = vec![
-            "test",
-            "tests/evals/support.test.yaml",
-            "--format",
-            "json",
-            "-q",
-        ];
+        let mut args = vec!["test", "tests/evals/support.test.yaml", "--format", "json"];
         args.extend_from_slice(flags);
         pagantic_in(&root(), &args)
     };
+    // Not quiet: the record says how many entries it holds.
     let recorded = suite(&["--cache", &cache, "--record", &cassette]);
     let entries = recorded
         .stderr
@@ -121,7 +116,7 @@ fn a_recorded_suite_replays_from_its_cassette_with_the_same_verdicts() {
         "{}",
         cleared.stderr
     );
-    let replayed = suite(&["--cassette", &cassette]);
+    let replayed = suite(&["-q", "--cassette", &cassette]);
     assert_eq!(replayed.code, recorded.code, "{}", replayed.stderr);
     assert!(
         !replayed.stdout.contains("CACHE_MISS"),
@@ -472,4 +467,47 @@ fn a_cassette_replaces_the_cache_so_the_two_flags_do_not_go_together() {
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
+}
+
+/// `-q` silences what `--record` says it wrote (the cassette is still written); without it the
+/// line is there.
+#[test]
+fn quiet_runs_do_not_say_what_they_recorded() {
+    let dir = workspace(str::to_string);
+    let quiet = one_run_with(dir.path(), &["-q", "--record", "quiet.jsonl"]);
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    assert!(!quiet.stderr.contains("recorded"), "{}", quiet.stderr);
+    assert!(!read(&dir.path().join("quiet.jsonl")).is_empty());
+    let told = one_run_with(dir.path(), &["--record", "told.jsonl"]);
+    assert!(
+        told.stderr
+            .contains("pagantic: recorded 3 entries in told.jsonl"),
+        "{}",
+        told.stderr
+    );
+}
+
+/// A cassette that cannot be used fails before anything runs, and the events file still holds
+/// a closed lifecycle: INIT, then ERROR.
+#[test]
+fn a_bad_cassette_ends_the_events_lifecycle_in_error() {
+    let dir = workspace(str::to_string);
+    std::fs::write(dir.path().join("c.jsonl"), b"not a cassette\n").expect("written");
+    let events = dir.path().join("events.jsonl");
+    let run = one_run_with(
+        dir.path(),
+        &[
+            "--cassette",
+            "c.jsonl",
+            "--events",
+            events.to_str().expect("utf-8"),
+        ],
+    );
+    refused(&run, "c.jsonl:1: not a cassette header");
+    let states: Vec<Value> = crate::events_in(&events)
+        .iter()
+        .filter(|e| e["kind"] == "lifecycle")
+        .map(|e| e["data"]["state"].clone())
+        .collect();
+    assert_eq!(states, ["INIT", "ERROR"]);
 }

@@ -16,16 +16,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// Waits for `child` to end and takes what it printed, for at most [`PATIENCE`]; a chat still
 /// running then is killed and the test fails.
 fn finish(child: Child) -> Output {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
-    let (sender, ended) = mpsc::channel();
-    std::thread::spawn(move || sender.send(child.wait_with_output()));
-    match ended.recv_timeout(PATIENCE) {
-        Ok(output) => output.expect("pagantic ends"),
-        Err(_) => {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            panic!("the chat did not end within {PATIENCE:?}");
-        }
-    }
+    crate::finish_within(child, PATIENCE)
 }
 
 fn chat(lines: &str) -> (i32, String, String) {
@@ -181,12 +172,12 @@ fn message_input_names_the_input_each_line_goes_to() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "pirate hears: ahoy\n");
     // Without it, the line goes to the first string input (`persona`) and `message` is missing:
-    // each turn fails, the conversation does not (the second line gets its turn too).
+    // no turn could run, so the chat refuses to start (exit 2), as `run` would.
     let (code, stdout, stderr) = chat_plan(plan, &[], "ahoy\nagain\n");
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, 2, "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
     let missing = "error[CONFIG_INVALID_INPUT]: missing input `message`: give it with -i message=…";
-    assert_eq!(stderr.lines().collect::<Vec<_>>(), [missing, missing]);
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), [missing]);
     let (code, _, stderr) = chat_plan(plan, &["--message-input", "nope"], "ahoy\n");
     assert_eq!(code, 2);
     assert!(stderr.contains("no input `nope`"), "{stderr}");
@@ -312,4 +303,26 @@ fn each_turn_is_saved_at_once_and_ctrl_c_at_the_prompt_ends_the_chat() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(answers.try_recv().is_err(), "no answer after Ctrl-C");
     drop(stdin);
+}
+
+/// An input the plan does not declare is refused before the first turn, as `run` refuses it:
+/// exit 2, nothing answered, and the events' lifecycle ends in ERROR.
+#[test]
+fn an_undeclared_input_ends_the_chat_before_its_first_turn() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let events = dir.path().join("events.jsonl");
+    let e = events.display().to_string();
+    let (code, stdout, stderr) = chat_with(&["-i", "nope=1", "--events", &e], "hello\n");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("error[CONFIG_INVALID_INPUT]: `nope` is not an input of this plan"),
+        "{stderr}"
+    );
+    let states: Vec<serde_json::Value> = crate::events_in(&events)
+        .iter()
+        .filter(|e| e["kind"] == "lifecycle")
+        .map(|e| e["data"]["state"].clone())
+        .collect();
+    assert_eq!(states, ["INIT", "PLAN", "PREPARE", "ERROR"]);
 }

@@ -9,20 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{Run, pagantic, pagantic_with, root};
-
-thread_local! {
-    /// Each test's files, in a directory of its own removed when the test ends.
-    static SCRATCH: tempfile::TempDir = tempfile::tempdir().expect("temp dir");
-}
-
-fn scratch(name: &str) -> PathBuf {
-    SCRATCH.with(|dir| dir.path().join(name))
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("utf-8")
-}
+use crate::{Run, pagantic, pagantic_with, path_arg as s, root, scratch};
 
 /// Rows r0…r{count-1}; the text of row `boom` says "boom" (its check fails for good).
 fn rows(name: &str, count: usize, boom: Option<usize>) -> PathBuf {
@@ -326,7 +313,7 @@ fn sigterm_mid_batch_ends_preempted_with_75_and_the_resume_recomputes_nothing() 
         std::thread::yield_now();
     }
     crate::send_signal(&child, nix::sys::signal::Signal::SIGTERM);
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     assert_eq!(
         output.status.code(),
         Some(75),

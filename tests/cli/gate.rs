@@ -324,23 +324,20 @@ fn each_repeat_of_a_sampled_call_has_a_cache_entry_of_its_own() {
         );
         std::fs::write(dir.path().join("gate.yaml"), plan).expect("plan");
         let cache = fresh_cache_dir();
-        let run = command(&cache)
-            .args([
-                "test", TEST_FILE, "--quiet", "--repeat", "3", "--filter", "case-one",
-            ])
-            .current_dir(dir.path())
-            .output()
-            .expect("runs");
+        let run = crate::output_of(
+            command(&cache)
+                .args([
+                    "test", TEST_FILE, "--quiet", "--repeat", "3", "--filter", "case-one",
+                ])
+                .current_dir(dir.path()),
+        );
         assert_eq!(
             run.status.code(),
             Some(0),
             "{}",
             String::from_utf8_lossy(&run.stderr)
         );
-        let stats = command(&cache)
-            .args(["cache", "stats", "--format", "json"])
-            .output()
-            .expect("runs");
+        let stats = crate::output_of(command(&cache).args(["cache", "stats", "--format", "json"]));
         let _ = std::fs::remove_dir_all(&cache);
         let stats: Value = serde_json::from_slice(&stats.stdout).expect("JSON stats");
         stats["kinds"]

@@ -21,7 +21,9 @@ mod invalid_corpus;
 #[cfg(not(feature = "local"))]
 mod light;
 mod lock;
+mod mcp;
 mod onnx;
+mod openai_compat;
 mod outside_numbers;
 mod patterns;
 mod policy;
@@ -29,22 +31,29 @@ mod promises;
 mod rate_limit;
 #[cfg(feature = "local")]
 mod real_model;
+mod reduce;
 mod retrieval;
 mod robustness;
 mod route;
 mod run;
 mod schema;
 mod semantics;
+mod semantics3;
 mod serve;
+mod serve_approve;
+mod serve_mcp;
 mod session;
+mod streaming;
 mod suite;
 mod timeline;
 mod tool_cache;
+mod tracing;
 mod validate;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// What a run of the binary printed, and how it exited.
 #[derive(Debug)]
@@ -68,12 +77,12 @@ pub fn pagantic_in(dir: &Path, args: &[&str]) -> Run {
 /// cache of its own (see [`command`]) that is deleted afterwards.
 pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let cache = fresh_cache_dir();
-    let output = command(&cache)
-        .args(args)
-        .current_dir(dir)
-        .envs(env.iter().copied())
-        .output()
-        .expect("the pagantic binary runs");
+    let output = output_of(
+        command(&cache)
+            .args(args)
+            .current_dir(dir)
+            .envs(env.iter().copied()),
+    );
     let _ = std::fs::remove_dir_all(&cache);
     Run {
         code: output.status.code().unwrap_or(-1),
@@ -105,6 +114,38 @@ pub fn command(cache: &Path) -> Command {
         command.env_remove(setting);
     }
     command
+}
+
+/// How long one command a test runs may take before the test fails: generous, so a starved
+/// machine (or a real model on its CPU) passes, and bounded, so a command that hangs fails its
+/// test instead of hanging `cargo test`.
+pub const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// Waits for `child` to end and takes what it printed (what was piped), for at most `limit`; a
+/// child still running then is killed and the test fails.
+pub fn finish_within(child: Child, limit: Duration) -> Output {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+    let (sender, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(child.wait_with_output()));
+    match ended.recv_timeout(limit) {
+        Ok(output) => output.expect("the command ends"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("the command did not end within {limit:?}");
+        }
+    }
+}
+
+/// What `command` printed and how it exited, as [`Command::output`] gives it (stdin empty),
+/// within [`RUN_LIMIT`].
+pub fn output_of(command: &mut Command) -> Output {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    finish_within(child, RUN_LIMIT)
 }
 
 /// Sends `signal` to a running child (no `kill` binary needed).
@@ -158,6 +199,22 @@ pub fn spawn(args: &[&str]) -> std::process::Child {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("pagantic starts")
+}
+
+thread_local! {
+    /// Each test runs on a thread of its own, so its files live in a directory of their own,
+    /// removed when the test (its thread) ends.
+    static SCRATCH: tempfile::TempDir = tempfile::tempdir().expect("temp dir");
+}
+
+/// A path named `name` in this test's own directory.
+pub fn scratch(name: &str) -> PathBuf {
+    SCRATCH.with(|dir| dir.path().join(name))
+}
+
+/// A test path as the argument text a command takes.
+pub fn path_arg(path: &Path) -> &str {
+    path.to_str().expect("utf-8")
 }
 
 /// Runs `pagantic ARGS…` at the repository root.

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 
 use crate::engines::serve_on_loopback;
-use crate::{Run, pagantic_in};
+use crate::{Run, events_in, pagantic_in};
 
 /// What the stub has seen.
 #[derive(Default)]
@@ -112,6 +112,11 @@ async fn answer_within_limit(State(window): State<Window>) -> Response {
 /// Writes a plan calling the stub with `rate_limit` (a YAML flow mapping, or none) and `rows`
 /// rows, then runs it as a batch at `-j 8`.
 fn batch_against(dir: &Path, port: u16, rate_limit: Option<&str>, rows: usize) -> Run {
+    batch_with(dir, port, rate_limit, rows, &[])
+}
+
+/// [`batch_against`] with more arguments.
+fn batch_with(dir: &Path, port: u16, rate_limit: Option<&str>, rows: usize, more: &[&str]) -> Run {
     let limit = rate_limit.map_or(String::new(), |limit| format!(", rate_limit: {limit}"));
     std::fs::write(
         dir.join("paced.yaml"),
@@ -124,21 +129,23 @@ fn batch_against(dir: &Path, port: u16, rate_limit: Option<&str>, rows: usize) -
         .map(|i| format!("{{\"id\": \"r{i}\", \"text\": \"row {i}\"}}\n"))
         .collect();
     std::fs::write(dir.join("rows.jsonl"), text).expect("rows written");
-    pagantic_in(
-        dir,
-        &[
-            "run",
-            "paced.yaml",
-            "--batch",
-            "rows.jsonl",
-            "--id",
-            "id",
-            "--out",
-            "out.jsonl",
-            "-j",
-            "8",
-        ],
-    )
+    let args: Vec<&str> = [
+        "run",
+        "paced.yaml",
+        "--batch",
+        "rows.jsonl",
+        "--id",
+        "id",
+        "--out",
+        "out.jsonl",
+        "-j",
+        "8",
+    ]
+    .iter()
+    .chain(more)
+    .copied()
+    .collect();
+    pagantic_in(dir, &args)
 }
 
 /// At `-j 8`, 12 rows against a server that accepts 2 requests a second (plus a burst of 2) all
@@ -189,5 +196,132 @@ fn max_in_flight_bounds_the_requests_at_once() {
         (8, 0, 2),
         "{}",
         run.stderr
+    );
+}
+
+/// `--dry-run` says how long the real batch takes at least at the model's `rate_limit`: 90
+/// calls at 60 a minute, a minute and a half; nothing reaches the server.
+#[test]
+fn a_dry_run_estimates_the_paced_duration() {
+    let server = LimitedServer::start(1000, Duration::from_secs(60), Duration::ZERO);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = batch_with(
+        dir.path(),
+        server.port,
+        Some("{ requests_per_minute: 60 }"),
+        90,
+        &["--dry-run"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("at model `remote`'s rate_limit, 90 model calls")
+            && run.stderr.contains("take at least 1:30"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(server.counts().0, 0, "a dry run calls no model");
+}
+
+/// Without a `rate_limit`, 8 rows at `-j 8` against a server that takes 4 requests a second:
+/// the refused rows wait out its `Retry-After` and the spacing its 429s impose, every row
+/// succeeds, and the batch summary counts the 429s and the time waited.
+#[test]
+fn the_summary_counts_the_429s_and_the_time_waited() {
+    let server = LimitedServer::start(4, Duration::from_secs(1), Duration::ZERO);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let summary = dir.path().join("summary.json");
+    let run = batch_with(
+        dir.path(),
+        server.port,
+        None,
+        8,
+        &["--summary", summary.to_str().expect("utf-8 path")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (accepted, refused, _) = server.counts();
+    assert_eq!(accepted, 8);
+    assert!(refused > 0, "the stub refused some: {}", run.stderr);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).expect("the summary"))
+            .expect("JSON");
+    assert_eq!(summary["rate_limited"], refused as u64, "{summary}");
+    assert!(
+        summary["rate_limit_wait_ms"]
+            .as_f64()
+            .is_some_and(|ms| ms > 0.0),
+        "{summary}"
+    );
+    assert!(run.stderr.contains("rate limits: "), "{}", run.stderr);
+}
+
+/// Runs a plan of two calls in turn (the second fed by the first) against the stub, once, its
+/// model declared with `more` fields: the run record and the events.
+fn two_calls_against(
+    dir: &Path,
+    port: u16,
+    more: &str,
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    std::fs::write(
+        dir.join("twice.yaml"),
+        format!(
+            "version: 1\nname: twice\ninputs:\n  text: {{ type: string }}\nmodels:\n  remote: {{ kind: openai, base_url: \"http://127.0.0.1:{port}/v1\", model: served{more} }}\nsteps:\n  - {{ name: first, type: infer, model: remote, template: \"{{{{ inputs.text }}}}\", max_tokens: 4 }}\n  - {{ name: second, type: infer, model: remote, template: \"again {{{{ steps.first.output }}}}\", max_tokens: 4 }}\n"
+        ),
+    )
+    .expect("plan written");
+    let events = dir.join("events.jsonl");
+    let events_arg = events.to_str().expect("utf-8 path");
+    let args = ["run", "twice.yaml", "-i", "text=hello", "--format", "json"];
+    let run = pagantic_in(dir, &[&args[..], &["--events", events_arg]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record = serde_json::from_str(&run.stdout).expect("the run record");
+    (record, events_in(&events))
+}
+
+/// A run's record carries what its calls waited for the model's pace and the 429s they were
+/// answered: against a server taking one request a second, the second call is refused once and
+/// waits out the second; a server with room to spare leaves `rate_limit` out of the record.
+#[test]
+fn the_run_record_counts_its_waits_and_429s() {
+    let server = LimitedServer::start(1, Duration::from_secs(1), Duration::ZERO);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (record, _) = two_calls_against(dir.path(), server.port, "");
+    let (accepted, refused, _) = server.counts();
+    assert_eq!(accepted, 2, "{record}");
+    assert_eq!(record["rate_limit"]["refused"], refused as u64, "{record}");
+    assert!(refused >= 1, "{record}");
+    assert!(
+        record["rate_limit"]["waited_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms >= 900),
+        "{record}"
+    );
+
+    let roomy = LimitedServer::start(1000, Duration::from_secs(60), Duration::ZERO);
+    let (record, _) = two_calls_against(dir.path(), roomy.port, "");
+    assert!(record.get("rate_limit").is_none(), "{record}");
+}
+
+/// An `openai` model's declared `context_window` is reported with each of its calls, as a
+/// local model's is; undeclared, the events leave it out.
+#[test]
+fn a_declared_context_window_reaches_the_inference_events() {
+    let server = LimitedServer::start(1000, Duration::from_secs(60), Duration::ZERO);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let windows = |more: &str| -> Vec<serde_json::Value> {
+        let (_, events) = two_calls_against(dir.path(), server.port, more);
+        events
+            .iter()
+            .filter(|event| event["kind"] == "inference")
+            .map(|event| event["data"]["context_window"].clone())
+            .collect()
+    };
+    assert_eq!(
+        windows(", context_window: 8192"),
+        [serde_json::json!(8192), serde_json::json!(8192)]
+    );
+    assert_eq!(
+        windows(""),
+        [serde_json::Value::Null, serde_json::Value::Null]
     );
 }

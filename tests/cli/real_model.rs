@@ -321,12 +321,16 @@ fn a_signal_during_the_model_load_cancels_the_run() {
             let _ = sender.send(line);
         }
     });
-    let loading = lines
-        .iter()
-        .find(|line| line.contains("loading "))
-        .expect("the load starts");
+    let deadline = std::time::Instant::now() + crate::RUN_LIMIT;
+    let loading = std::iter::from_fn(|| {
+        lines
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .ok()
+    })
+    .find(|line| line.contains("loading "))
+    .expect("the load starts");
     crate::send_signal(&child, nix::sys::signal::Signal::SIGINT);
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     let said: Vec<String> = lines.iter().collect();
     assert_eq!(output.status.code(), Some(75), "{loading}\n{said:#?}");
     assert!(

@@ -267,14 +267,24 @@ fn a_plan_agent_runs_nested_in_the_route_step() {
     assert!(nested.iter().all(|e| e["parent_run_id"] == parent.as_str()));
     let child = nested[0]["run_id"].as_str().expect("its run id");
     assert_eq!(states(child), ["EXECUTE", "VALIDATE", "COMPLETE"]);
-    // Its run-level events hang from an attempt span of the route step in the calling run.
+    // Its run-level events hang from the span of its agent, a child of an attempt span of the
+    // route step in the calling run.
     let route_spans: Vec<&Value> = events
         .iter()
         .filter(|e| e["run_id"] == parent.as_str() && e["kind"] == "step_start")
         .map(|e| &e["span"])
         .collect();
     let hangs_from = &nested[0]["parent_span"];
-    assert!(route_spans.contains(&hangs_from), "{hangs_from}");
+    let agent = events
+        .iter()
+        .find(|e| e["kind"] == "agent_start" && &e["span"] == hangs_from)
+        .unwrap_or_else(|| panic!("an agent's span: {hangs_from}"));
+    assert_eq!(agent["data"]["agent"], "summary");
+    assert!(
+        route_spans.contains(&&agent["parent_span"]),
+        "{}",
+        agent["parent_span"]
+    );
     let shown = |prefix: &str| run.stderr.lines().any(|line| line.starts_with(prefix));
     assert!(shown("      ✓ summary ("), "{}", run.stderr);
     assert!(shown("  ✓ assist ("), "{}", run.stderr);

@@ -633,7 +633,7 @@ fn a_reader_that_stops_reading_is_not_an_error() {
     ]);
     drop(child.stdout.take());
     drop(child.stdin.take());
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -677,19 +677,19 @@ fn a_command_tool_cannot_read_pagantics_environment() {
         }
         false => Command::new(&pagantic),
     };
-    let output = command
-        .args([
-            "run",
-            "parent-environ.yaml",
-            "-i",
-            "script=cat /proc/$PPID/environ",
-        ])
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .env("HOME", dir.path())
-        .env("PAGANTIC_TEST_API_KEY", secret)
-        .output()
-        .expect("pagantic runs");
+    let output = crate::output_of(
+        command
+            .args([
+                "run",
+                "parent-environ.yaml",
+                "-i",
+                "script=cat /proc/$PPID/environ",
+            ])
+            .current_dir(dir.path())
+            .env("NO_COLOR", "1")
+            .env("HOME", dir.path())
+            .env("PAGANTIC_TEST_API_KEY", secret),
+    );
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),

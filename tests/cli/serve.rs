@@ -91,7 +91,7 @@ impl Server {
         &self.seen
     }
 
-    fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -121,11 +121,16 @@ impl Drop for Server {
     }
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::new()
+/// A client whose requests fail after twice [`PATIENCE`] (a run under test takes a minute at
+/// most) rather than wait forever on a server that hangs.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(2 * PATIENCE)
+        .build()
+        .expect("a client")
 }
 
-async fn metrics(server: &Server) -> String {
+pub async fn metrics(server: &Server) -> String {
     client()
         .get(server.url("/metrics"))
         .send()
@@ -137,7 +142,7 @@ async fn metrics(server: &Server) -> String {
 }
 
 /// Waits until the metrics have a line `line`.
-async fn wait_for_metric(server: &Server, line: &str) {
+pub async fn wait_for_metric(server: &Server, line: &str) {
     let deadline = Instant::now() + PATIENCE;
     while Instant::now() < deadline {
         if metrics(server).await.lines().any(|l| l == line) {
@@ -418,7 +423,7 @@ async fn a_run_streams_its_events_then_its_record() {
 }
 
 /// A final `infer` step whose answer is the plan's output streams its text as `token` events
-/// (the scripted engine gives its whole answer as one piece), before the record.
+/// (the scripted engine gives its answer word by word), before the record.
 #[tokio::test]
 async fn the_text_of_a_streamed_step_arrives_as_token_events() {
     let server = Server::start(&["tests/plans/serve/stream.yaml"], &[]);
@@ -454,7 +459,7 @@ fn token_text(events: &[(String, Value)]) -> String {
 }
 
 /// `event:` and `data:` of every server-sent event in `text` (keep-alive comments skipped).
-fn sse_events(text: &str) -> Vec<(String, Value)> {
+pub fn sse_events(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
         .filter_map(|block| {
             let mut kind = String::from("message");
@@ -586,14 +591,18 @@ async fn sigterm_drains_the_runs_in_flight_then_exits_0() {
     }
 }
 
-/// A second SIGTERM during the grace period cancels the runs in flight at once: a one-minute run
-/// under 60 s of grace is answered as cancelled, and the server exits 0.
+/// While the runs in flight drain after SIGTERM, new connections are refused (the listener is
+/// closed, so a client is told at once rather than left waiting). A second SIGTERM during the
+/// grace period cancels the runs in flight at once: a one-minute run under 60 s of grace is
+/// answered as cancelled, and the server exits 0.
 #[tokio::test]
-async fn a_second_sigterm_cancels_the_runs_in_flight_at_once() {
+async fn while_runs_drain_connections_are_refused_and_a_second_sigterm_cancels_them() {
     let mut server = Server::start(&["tests/plans/serve/slow.yaml", "--grace", "60"], &[]);
     let request = run_in_flight(&server, "slow", json!({ "question": "still here" })).await;
     server.terminate();
     server.wait_for_line(|l| l.contains("shutting down"));
+    assert_refuses_connections(&server).await;
+    assert!(!request.is_finished(), "the one-minute run is in flight");
     server.terminate();
     server.wait_for_line(|l| l.contains("signalled again: cancelling the runs still in flight"));
     let response = request.await.expect("joined").expect("answered");
@@ -601,6 +610,56 @@ async fn a_second_sigterm_cancels_the_runs_in_flight_at_once() {
     let record: Value = response.json().await.expect("json");
     assert_eq!(record["status"], "cancelled");
     assert_eq!(server.exit_code(), Some(0));
+}
+
+/// A streamed run that fails is still answered 200 (the stream had begun): its lifecycle ends
+/// in ERROR and its last event is the record, with the failure's code.
+#[tokio::test]
+async fn a_failing_streamed_run_ends_with_its_error_in_the_record() {
+    let server = Server::start(&["tests/plans/failing.yaml"], &[]);
+    let response = client()
+        .post(server.url("/v1/plans/failing/runs?stream=true"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let events = sse_events(&response.text().await.expect("the stream"));
+    let states: Vec<&Value> = events
+        .iter()
+        .filter(|(kind, _)| kind == "lifecycle")
+        .map(|(_, event)| &event["data"]["state"])
+        .collect();
+    assert_eq!(states.last(), Some(&&json!("ERROR")), "{events:?}");
+    let check = events
+        .iter()
+        .find(|(kind, event)| kind == "step_end" && event["step"] == "check")
+        .expect("the check's end");
+    assert_eq!(check.1["data"]["error"]["code"], "VALIDATION_RULE_FAILED");
+    let (last, record) = events.last().expect("events");
+    assert_eq!(last, "record");
+    assert_eq!(record["status"], "error");
+    assert_eq!(record["error"]["code"], "VALIDATION_RULE_FAILED");
+    wait_for_metric(
+        &server,
+        "pagantic_runs_total{plan=\"failing\",status=\"error\"} 1",
+    )
+    .await;
+}
+
+/// Waits until the server refuses a connection (it says it is shutting down just before it
+/// closes its listener, so one may still be taken until then).
+async fn assert_refuses_connections(server: &Server) {
+    let deadline = Instant::now() + PATIENCE;
+    let refused = loop {
+        match TcpStream::connect_timeout(&address(server), PATIENCE) {
+            Err(error) => break error,
+            Ok(accepted) => drop(accepted),
+        }
+        assert!(Instant::now() < deadline, "connections still taken");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refused.kind(), ErrorKind::ConnectionRefused, "{refused}");
 }
 
 /// `--watch`: a valid change is swapped in; an invalid one is reported and the last valid
@@ -724,9 +783,18 @@ async fn web_pages_and_rebound_host_names_are_refused() {
     assert_eq!(allowed.status(), StatusCode::OK);
 }
 
+/// The server's address.
+fn address(server: &Server) -> std::net::SocketAddr {
+    server
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("a socket address")
+}
+
 /// A raw connection to the server: what a misbehaving client holds open.
 fn raw(server: &Server) -> TcpStream {
-    TcpStream::connect(server.base.trim_start_matches("http://")).expect("a connection")
+    TcpStream::connect_timeout(&address(server), PATIENCE).expect("a connection")
 }
 
 /// Whether the server closed `stream` within `bound`: reading it ends (or is reset) in time.

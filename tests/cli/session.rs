@@ -62,7 +62,7 @@ fn interrupted_run(extra: &[&str], name: &str) -> (Output, Vec<Value>) {
     let child = spawn(&args);
     wait_for_event(&events_file, |e| is_step(e, "step_start", "long"));
     signal(&child, name);
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     (output, events(&events_file))
 }
 
@@ -114,7 +114,7 @@ fn cancelled_tool_calls_and_steps_get_their_end_events() {
     ]);
     wait_for_event(&events_file, |e| is_step(e, "tool_start", "nap"));
     signal(&child, "INT");
-    let output = child.wait_with_output().expect("pagantic ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     assert_eq!(output.status.code(), Some(75));
     let status_of = |events: &[Value], kind: &str, step: &str| -> Vec<Value> {
         events
@@ -266,7 +266,7 @@ fn the_policy_timeout_holds_in_run_chat_and_render() {
         .expect("stdin")
         .write_all(b"hello\n")
         .expect("a message");
-    let output = chat.wait_with_output().expect("chat ends");
+    let output = crate::finish_within(chat, crate::RUN_LIMIT);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains(timed_out), "chat: {stderr}");
@@ -293,7 +293,7 @@ fn ctrl_c_in_chat_cancels_the_reply_in_flight() {
         .write_all(b"and now quick\n/exit\n")
         .expect("more messages");
     drop(stdin);
-    let output = child.wait_with_output().expect("chat ends");
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");

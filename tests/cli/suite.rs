@@ -372,18 +372,18 @@ fn chromium() -> PathBuf {
 
 fn headless(page: &Path, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().expect("profile dir");
-    let output = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("chromium runs");
+    let output = crate::output_of(
+        Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("file://{}", page.display())),
+    );
     assert!(
         output.status.success(),
         "{}",

@@ -26,19 +26,8 @@ if ! "$venv/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
   "$venv/bin/pip" install --quiet 'llama-cpp-python[server]==0.3.36'
 fi
 
-server=
-# Stops the server, keeping the script's own exit status: the server's (143, killed by TERM) is
-# not the script's result.
-stop_server() {
-  local status=$?
-  if [ -n "$server" ]; then
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-  fi
-  exit "$status"
-}
-trap stop_server EXIT
-trap 'exit 130' INT TERM
+# Stops the server by PID however the script ends, keeping the script's exit status.
+source tests/compat/stop_server.sh
 "$venv/bin/python" -m llama_cpp.server --model "$model" --chat_format chatml-function-calling \
   --host 127.0.0.1 --port "$port" --n_threads "$threads" --n_ctx 4096 >"$work/server.log" 2>&1 &
 server=$!

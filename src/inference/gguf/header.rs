@@ -147,7 +147,7 @@ fn fixed_size(value_type: u32) -> Result<Option<u64>, Problem> {
 
 /// A metadata value, as far as the check keeps it.
 enum Value {
-    /// An integer (for `general.alignment`).
+    /// An integer (for `general.alignment` and the context length).
     Integer(i128),
     /// A string short enough to be read (for `general.architecture`).
     Text(String),
@@ -170,10 +170,11 @@ fn value(cursor: &mut Cursor, value_type: u32) -> Result<Value, Problem> {
                 1 => i128::from(raw as u8 as i8),
                 3 => i128::from(raw as u16 as i16),
                 5 => i128::from(raw as u32 as i32),
+                11 => i128::from(raw as u64 as i64),
                 _ => raw,
             };
             Ok(match value_type {
-                0..=5 => Value::Integer(signed),
+                0..=5 | 10 | 11 => Value::Integer(signed),
                 _ => Value::Skipped,
             })
         }
@@ -222,6 +223,9 @@ pub struct Header {
     pub data_start: u64,
     /// The alignment of tensor data (`general.alignment`, else 32).
     pub alignment: u64,
+    /// Every `<architecture>.context_length` entry with a count for its value, by key, in file
+    /// order: the context the model was trained for.
+    pub context_lengths: Vec<(String, u64)>,
 }
 
 /// One metadata entry of a header.
@@ -277,74 +281,28 @@ pub fn check(file: File) -> Result<Header, Problem> {
             cursor.remaining()
         ));
     }
-    let mut alignment = DEFAULT_ALIGNMENT;
-    let mut architecture = None;
+    let mut known = Known {
+        alignment: DEFAULT_ALIGNMENT,
+        architecture: None,
+        context_lengths: Vec::new(),
+    };
     let mut kept_entries = Vec::new();
     for _ in 0..entries {
         let start = cursor.position;
         let key = cursor.string("a metadata key")?;
         let value_type = cursor.u32()?;
         let value = value(&mut cursor, value_type)?;
+        known.keep(key.as_deref(), value)?;
         kept_entries.push(Entry {
-            key: key.clone(),
+            key,
             bytes: start..cursor.position,
         });
-        match (key.as_deref(), value) {
-            (Some("general.alignment"), Value::Integer(number)) => {
-                alignment = u64::try_from(number)
-                    .ok()
-                    .filter(|a| a.is_power_of_two())
-                    .ok_or_else(|| {
-                        format!("its alignment is {number}, not a power of two above zero")
-                    })?;
-            }
-            (Some("general.architecture"), Value::Text(text)) => architecture = Some(text),
-            _ => {}
-        }
     }
     let mut listed = Vec::new();
     for _ in 0..tensors {
-        let read_name = cursor.string("a tensor name")?;
-        let name = read_name.as_deref().unwrap_or("(a long name)");
-        let count = cursor.u32()?;
-        if count > MAX_DIMENSIONS {
-            return Err(format!(
-                "tensor `{name}` has {count} dimensions (at most {MAX_DIMENSIONS})"
-            ));
-        }
-        let mut dimensions = Vec::new();
-        let mut elements: u64 = 1;
-        for _ in 0..count {
-            let size = cursor.length()?;
-            dimensions.push(size);
-            elements = elements
-                .checked_mul(size)
-                .ok_or_else(|| format!("tensor `{name}` has more elements than can be counted"))?;
-        }
-        let code = cursor.u32()?;
-        let kind = TensorType::from_code(code)
-            .ok_or_else(|| format!("tensor `{name}` has unknown type {code}"))?;
-        let (block, bytes_per_block) = (kind.block_elements(), kind.block_bytes());
-        if !elements.is_multiple_of(block) {
-            return Err(format!(
-                "tensor `{name}` has {elements} elements, not a whole number of {block}-element blocks"
-            ));
-        }
-        let size = (elements / block)
-            .checked_mul(bytes_per_block)
-            .ok_or_else(|| format!("tensor `{name}` is larger than can be counted"))?;
-        let offset = cursor.u64()?;
-        offset
-            .checked_add(size)
-            .ok_or_else(|| format!("tensor `{name}` lies past any file (offset {offset})"))?;
-        listed.push(TensorInfo {
-            name: read_name,
-            dimensions,
-            kind,
-            offset,
-            size,
-        });
+        listed.push(tensor_info(&mut cursor)?);
     }
+    let alignment = known.alignment;
     let data_start = cursor.position.div_ceil(alignment) * alignment;
     for tensor in &listed {
         let name = tensor.name.as_deref().unwrap_or("(a long name)");
@@ -359,12 +317,90 @@ pub fn check(file: File) -> Result<Header, Problem> {
     }
     Ok(Header {
         version,
-        architecture,
+        architecture: known.architecture,
         entries: kept_entries,
         tensors: listed,
         data_start,
         alignment,
+        context_lengths: known.context_lengths,
     })
+}
+
+/// Reads one tensor entry of the header: its name, dimensions, type and offset, refusing counts
+/// that overflow and element counts that are not whole blocks of its type.
+fn tensor_info(cursor: &mut Cursor) -> Result<TensorInfo, Problem> {
+    let read_name = cursor.string("a tensor name")?;
+    let name = read_name.as_deref().unwrap_or("(a long name)");
+    let count = cursor.u32()?;
+    if count > MAX_DIMENSIONS {
+        return Err(format!(
+            "tensor `{name}` has {count} dimensions (at most {MAX_DIMENSIONS})"
+        ));
+    }
+    let mut dimensions = Vec::new();
+    let mut elements: u64 = 1;
+    for _ in 0..count {
+        let size = cursor.length()?;
+        dimensions.push(size);
+        elements = elements
+            .checked_mul(size)
+            .ok_or_else(|| format!("tensor `{name}` has more elements than can be counted"))?;
+    }
+    let code = cursor.u32()?;
+    let kind = TensorType::from_code(code)
+        .ok_or_else(|| format!("tensor `{name}` has unknown type {code}"))?;
+    let (block, bytes_per_block) = (kind.block_elements(), kind.block_bytes());
+    if !elements.is_multiple_of(block) {
+        return Err(format!(
+            "tensor `{name}` has {elements} elements, not a whole number of {block}-element blocks"
+        ));
+    }
+    let size = (elements / block)
+        .checked_mul(bytes_per_block)
+        .ok_or_else(|| format!("tensor `{name}` is larger than can be counted"))?;
+    let offset = cursor.u64()?;
+    offset
+        .checked_add(size)
+        .ok_or_else(|| format!("tensor `{name}` lies past any file (offset {offset})"))?;
+    Ok(TensorInfo {
+        name: read_name,
+        dimensions,
+        kind,
+        offset,
+        size,
+    })
+}
+
+/// What the check keeps of the metadata values it reads.
+struct Known {
+    alignment: u64,
+    architecture: Option<String>,
+    context_lengths: Vec<(String, u64)>,
+}
+
+impl Known {
+    /// Keeps what the entry `key` says, when the check needs it: the alignment (refused unless
+    /// a power of two), the architecture, a context length.
+    fn keep(&mut self, key: Option<&str>, value: Value) -> Result<(), Problem> {
+        match (key, value) {
+            (Some("general.alignment"), Value::Integer(number)) => {
+                self.alignment = u64::try_from(number)
+                    .ok()
+                    .filter(|a| a.is_power_of_two())
+                    .ok_or_else(|| {
+                        format!("its alignment is {number}, not a power of two above zero")
+                    })?;
+            }
+            (Some("general.architecture"), Value::Text(text)) => self.architecture = Some(text),
+            (Some(key), Value::Integer(number)) if key.ends_with(".context_length") => {
+                if let Ok(tokens) = u64::try_from(number) {
+                    self.context_lengths.push((key.to_string(), tokens));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -418,6 +454,7 @@ mod tests {
                 }],
                 data_start: header_end.div_ceil(32) * 32,
                 alignment: 32,
+                context_lengths: Vec::new(),
             })
         );
     }

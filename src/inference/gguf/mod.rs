@@ -40,6 +40,9 @@ pub struct GgufSummary {
     pub tensors: usize,
     /// Tensor count per quantisation type, e.g. `Q5_0: 133`.
     pub dtypes: BTreeMap<String, usize>,
+    /// The context the model was trained for (`<architecture>.context_length`), when the file
+    /// says.
+    pub context_length: Option<u64>,
 }
 
 fn unusable(path: &Path, reason: impl std::fmt::Display) -> Failure {
@@ -86,10 +89,17 @@ pub fn inspect(path: &Path) -> Result<GgufSummary, Failure> {
     for tensor in &header.tensors {
         *dtypes.entry(format!("{:?}", tensor.kind)).or_insert(0) += 1;
     }
+    let context_key = format!("{architecture}.context_length");
+    let context_length = header
+        .context_lengths
+        .iter()
+        .find(|(key, _)| *key == context_key)
+        .map(|&(_, tokens)| tokens);
     Ok(GgufSummary {
         architecture,
         tensors: header.tensors.len(),
         dtypes,
+        context_length,
     })
 }
 
@@ -152,6 +162,26 @@ mod tests {
                 block[2..].iter().map(move |&q| f32::from(q as i8) * scale)
             })
             .collect()
+    }
+
+    #[test]
+    fn the_context_length_of_the_file_s_own_architecture_is_read() {
+        let (_path_dir, path) = scratch("context.gguf");
+        GgufBytes::new(0, 3)
+            .string("llama.context_length")
+            .u32(4)
+            .u32(99)
+            .text_entry("general.architecture", "qwen2")
+            .string("qwen2.context_length")
+            .u32(10)
+            .u64(32768)
+            .write(&path);
+        assert_eq!(
+            inspect(&path).expect("supported").context_length,
+            Some(32768)
+        );
+        tiny(&path, "qwen2");
+        assert_eq!(inspect(&path).expect("supported").context_length, None);
     }
 
     #[test]

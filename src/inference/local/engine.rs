@@ -47,6 +47,8 @@ pub(super) struct Weights {
     grammar_ends: Vec<String>,
     /// Counts the tokens of a text with the model's tokenizer (none: the model has no tokenizer).
     count_tokens: Option<TokenCounter>,
+    /// The context the model was trained for, as its GGUF file says.
+    pub(super) context_length: Option<u64>,
 }
 
 /// A model file's load, shared by every [`LocalModel`] over the same source and `max_batch`.
@@ -162,7 +164,7 @@ impl LocalEngine {
 impl Weights {
     /// Reads the file at `path` into a runner that decodes up to `max_batch` sequences together.
     async fn load(path: &Path, max_batch: usize) -> Result<Self, Failure> {
-        crate::inference::gguf::inspect(path)?;
+        let summary = crate::inference::gguf::inspect(path)?;
         let dir = path
             .parent()
             .unwrap_or(Path::new("."))
@@ -231,6 +233,7 @@ impl Weights {
             runner,
             grammar_ends,
             count_tokens,
+            context_length: summary.context_length,
             name: path
                 .file_name()
                 .map_or_else(|| "local".into(), |f| f.to_string_lossy().into_owned()),
@@ -404,6 +407,7 @@ impl Engine for LocalEngine {
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
+            context_window: self.settings.context_window(self.weights.context_length),
         }
     }
 }

@@ -47,6 +47,14 @@ pub struct LocalSettings {
     pub decoder_constraints: bool,
 }
 
+impl LocalSettings {
+    /// The most tokens one call may hold: the configured `context_length`, which requests are
+    /// held to, else what the model was `trained` for (known once its file is read).
+    pub fn context_window(&self, trained: Option<u64>) -> Option<u64> {
+        self.context_length.map(u64::from).or(trained)
+    }
+}
+
 /// A local model loaded on first use, so commands that never call it never pay for it; a failed
 /// load is remembered and reported to every caller.
 pub struct LocalModel {
@@ -116,11 +124,19 @@ impl Engine for LocalModel {
     }
 
     fn model_info(&self) -> ModelInfo {
+        #[cfg(feature = "local")]
+        let trained = match self.loaded.get() {
+            Some(Ok(weights)) => weights.context_length,
+            _ => None,
+        };
+        #[cfg(not(feature = "local"))]
+        let trained = None;
         ModelInfo {
             name: self.source.describe(),
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
+            context_window: self.settings.context_window(trained),
         }
     }
 

@@ -125,6 +125,7 @@ fn usage_and_timings(usage: &mistralrs::Usage) -> (TokenUsage, Timings) {
     let usage_tokens = TokenUsage {
         prompt_tokens: usage.prompt_tokens as u64,
         completion_tokens: usage.completion_tokens as u64,
+        reasoning_tokens: None,
     };
     let timings = Timings {
         prompt: engine_seconds(usage.total_prompt_time_sec),

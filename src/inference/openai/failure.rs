@@ -1,6 +1,7 @@
 //! What goes wrong talking to a server, as failures with the codes the executor's retry rules
 //! expect: transport errors, HTTP statuses, error bodies (read up to a cap, the key redacted),
-//! refusals of a part of the request (never retried), and when and how long to wait before trying
+//! refusals of a part of the request (never retried), what an error teaches about the server's
+//! dialect, and when and how long to wait before trying
 //! again (`Retry-After`, else exponential backoff).
 
 use std::time::Duration;
@@ -9,7 +10,7 @@ use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
 
-use super::negotiate::{Refused, refused_part};
+use super::negotiate::{Lesson, Refused, lesson, refused_part};
 use super::{MAX_BODY, OpenAiEngine};
 use crate::core::{Failure, FailureCode};
 
@@ -55,7 +56,11 @@ impl OpenAiEngine {
             .unwrap_or_default();
         body.truncate(MAX_ERROR_BODY);
         let text = String::from_utf8_lossy(&body);
-        let refused = (!mentions_context_limit(&text))
+        let about_the_request = !mentions_context_limit(&text);
+        let lesson = about_the_request
+            .then(|| lesson(status, &text, sent))
+            .flatten();
+        let refused = about_the_request
             .then(|| refused_part(status, &text, sent))
             .flatten();
         if let Some(refused) = refused {
@@ -64,9 +69,11 @@ impl OpenAiEngine {
                 failure: self.refusal(refused, &self.redact(&said)),
                 retry: Retry::Never,
                 refused: Some(refused),
+                lesson,
             };
         }
         let retry = match status {
+            _ if lesson.is_some() => Retry::Never,
             StatusCode::TOO_MANY_REQUESTS => wait.map_or(Retry::Backoff, Retry::After),
             status if status.is_server_error() => Retry::Backoff,
             _ => Retry::Never,
@@ -75,6 +82,7 @@ impl OpenAiEngine {
             failure: self.reply_failure(status, &body),
             retry,
             refused: None,
+            lesson,
         }
     }
 
@@ -182,6 +190,8 @@ pub(super) struct AttemptError {
     pub(super) retry: Retry,
     /// The part of the request the server refused, when its error names one.
     pub(super) refused: Option<Refused>,
+    /// What the error teaches about the server's dialect, when it says how to ask instead.
+    pub(super) lesson: Option<Lesson>,
 }
 
 /// The wait before retry number `retries` (from 0): 200 ms, 400 ms, 800 ms…, at most a minute.
@@ -191,16 +201,70 @@ pub(super) fn backoff(retries: u32) -> Duration {
         .min(MAX_WAIT)
 }
 
-/// The wait a `Retry-After` header asks for, when given in seconds.
+/// The wait a server asks for before the next request: `retry-after-ms`, a `Retry-After` in
+/// seconds, or what [`exhausted_reset`] reads; at most [`MAX_WAIT`].
 pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let seconds: u64 = headers
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(seconds).min(MAX_WAIT))
+    let millis = header_number(headers, "retry-after-ms").map(|ms| ms / 1000.0);
+    let seconds = millis.or_else(|| header_number(headers, RETRY_AFTER.as_str()));
+    seconds
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .or_else(|| exhausted_reset(headers))
+        .map(|wait| wait.min(MAX_WAIT))
+}
+
+/// When the server says a quota is used up — `x-ratelimit-remaining-requests` or
+/// `x-ratelimit-remaining-tokens` is 0 — how long until it is reset, from the matching
+/// `x-ratelimit-reset-requests` or `-tokens` (`1s`, `6m0s`, `20ms`, or seconds); the longer of
+/// the two; at most [`MAX_WAIT`].
+pub(super) fn exhausted_reset(headers: &HeaderMap) -> Option<Duration> {
+    ["requests", "tokens"]
+        .into_iter()
+        .filter(|quota| {
+            header_number(headers, &format!("x-ratelimit-remaining-{quota}")) == Some(0.0)
+        })
+        .filter_map(|quota| {
+            let reset = headers.get(format!("x-ratelimit-reset-{quota}"))?;
+            reset_duration(reset.to_str().ok()?)
+        })
+        .max()
+        .map(|wait| wait.min(MAX_WAIT))
+}
+
+/// A header's value as a number, when it is a finite, non-negative one.
+fn header_number(headers: &HeaderMap, name: &str) -> Option<f64> {
+    let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
+    (value.is_finite() && value >= 0.0).then_some(value)
+}
+
+/// A reset time as OpenAI-compatible servers write it: Go-style durations (`1s`, `6m0s`,
+/// `1m30.5s`, `20ms`, `1h2m`) or plain seconds.
+fn reset_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    let mut seconds = 0.0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_end);
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let scale = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return None,
+        };
+        seconds += number.parse::<f64>().ok()? * scale;
+        rest = next;
+    }
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 /// Whether an error reply says the prompt is too long for the model.

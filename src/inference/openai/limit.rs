@@ -1,23 +1,36 @@
-//! A model's `rate_limit`, and the pause a server's `Retry-After` asks of the whole model.
+//! A model's `rate_limit`, and the pace a server's refusals and headers ask of the whole model.
 //!
 //! One [`Limiter`] belongs to one engine, which every step, vote candidate, agent round and
 //! batch row of the process shares, so the pace holds for the model, not for one caller.
 //! Requests and tokens each have a GCRA bucket (`governor`) refilled at the per-minute rate:
 //! the request bucket holds `burst` requests (default one second's worth, at least one), the
 //! token bucket one second's worth of tokens (at least one); a request larger than the token
-//! bucket waits for a full one. A semaphore bounds the requests in flight. When a server
-//! refuses with a `Retry-After`, every request of the model waits it out, not only the refused
-//! one: the others would be refused too.
+//! bucket takes it a bucketful at a time. A request is charged its estimated tokens before it goes; once
+//! the server reports its `usage`, the difference is carried to the next request's charge (more
+//! when the estimate was short, less when it was long). A semaphore bounds the requests in
+//! flight.
+//!
+//! The server's own word adapts the pace, with or without a `rate_limit`: a wait it asks for
+//! (`Retry-After`, `retry-after-ms`, or an exhausted `x-ratelimit-remaining-*` with its
+//! `x-ratelimit-reset-*`) holds back every request of the model, not only the refused one; each
+//! 429 also doubles a spacing between the model's requests (from 100 ms, at most 10 s), which
+//! every answered request shrinks by a quarter until it is gone. Time spent waiting here is off
+//! the step's clock (a step's `timeout` is not charged for it), and is added up, with the 429s
+//! seen, for the process ([`pacing`]) and for each call ([`tallied`]).
 
+use std::cell::Cell;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota};
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
+
+use crate::core::step_clock::off_the_clock;
 
 /// How fast a model may be called: any subset of the four limits (none set, no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -49,6 +62,117 @@ pub(super) struct Limiter {
     in_flight: Option<Semaphore>,
     /// Until when no request of the model may be sent (a server's `Retry-After`).
     paused_until: Mutex<Option<Instant>>,
+    /// Tokens used beyond the estimates charged (negative: charged beyond what was used), for
+    /// the next request's charge.
+    owed: Mutex<i64>,
+    /// The spacing the server's 429s impose between the model's requests.
+    slowed: Mutex<Slowdown>,
+}
+
+/// A spacing between requests, and when the next may go.
+#[derive(Debug, Default)]
+struct Slowdown {
+    spacing: Duration,
+    next: Option<Instant>,
+}
+
+/// The first spacing a 429 imposes; each further 429 doubles it.
+const FIRST_SPACING: Duration = Duration::from_millis(100);
+
+/// The widest spacing 429s impose.
+const MOST_SPACING: Duration = Duration::from_secs(10);
+
+/// A spacing narrower than this is dropped.
+const LEAST_SPACING: Duration = Duration::from_millis(20);
+
+/// Microseconds every model of the process has waited for its pace, and the 429s seen.
+static WAITED_MICROS: AtomicU64 = AtomicU64::new(0);
+static RATE_LIMITED: AtomicU64 = AtomicU64::new(0);
+
+tokio::task_local! {
+    /// What the model call in progress on this task has waited for its pace so far.
+    static CALL: Cell<Pacing>;
+}
+
+/// What models waited for their pace (their `rate_limit`, a server's `Retry-After`, a place
+/// among the requests in flight) and how many 429s they were answered: the process's since it
+/// started ([`pacing`]), one call's (in its response), or a run's (in its record, as
+/// `{waited_ms, refused}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pacing {
+    #[serde(rename = "waited_ms", serialize_with = "whole_millis")]
+    pub waited: Duration,
+    #[serde(rename = "refused")]
+    pub rate_limited: u64,
+}
+
+/// Writes a duration as whole milliseconds.
+fn whole_millis<S: serde::Serializer>(waited: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Pacing {
+    /// Nothing waited and nothing refused.
+    pub fn is_none(&self) -> bool {
+        *self == Pacing::default()
+    }
+
+    /// This and `more` together.
+    pub fn and(self, more: Pacing) -> Pacing {
+        Pacing {
+            waited: self.waited.saturating_add(more.waited),
+            rate_limited: self.rate_limited.saturating_add(more.rate_limited),
+        }
+    }
+
+    /// What happened after `earlier` was taken.
+    pub fn since(self, earlier: Pacing) -> Pacing {
+        Pacing {
+            waited: self.waited.saturating_sub(earlier.waited),
+            rate_limited: self.rate_limited.saturating_sub(earlier.rate_limited),
+        }
+    }
+}
+
+/// The process's pacing so far.
+pub fn pacing() -> Pacing {
+    Pacing {
+        waited: Duration::from_micros(WAITED_MICROS.load(Ordering::Relaxed)),
+        rate_limited: RATE_LIMITED.load(Ordering::Relaxed),
+    }
+}
+
+/// Runs `call`, one model call, and returns with its output what it waited for the model's
+/// pace and the 429s it was answered (every attempt's).
+pub(super) async fn tallied<F: Future>(call: F) -> (F::Output, Pacing) {
+    CALL.scope(Cell::new(Pacing::default()), async move {
+        let output = call.await;
+        (output, CALL.with(Cell::get))
+    })
+    .await
+}
+
+/// Adds `more` to the pacing of the call in progress, when one is being tallied.
+fn tally(more: Pacing) {
+    // Outside [`tallied`] (a test driving the limiter alone) there is no call to add to.
+    let _ = CALL.try_with(|call| call.set(call.get().and(more)));
+}
+
+/// Awaits `wait`, a wait for the model's pace: off the step's clock, and added to the process's
+/// time waited when it took a millisecond or more (a request that went at once did not wait).
+async fn paced<F: Future>(wait: F) -> F::Output {
+    let started = Instant::now();
+    let output = off_the_clock(wait).await;
+    let waited = started.elapsed();
+    if waited >= Duration::from_millis(1) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        WAITED_MICROS.fetch_add(micros, Ordering::Relaxed);
+        tally(Pacing {
+            waited,
+            rate_limited: 0,
+        });
+    }
+    output
 }
 
 impl Limiter {
@@ -72,30 +196,125 @@ impl Limiter {
             tokens,
             in_flight,
             paused_until: Mutex::new(None),
+            owed: Mutex::new(0),
+            slowed: Mutex::new(Slowdown::default()),
         }
     }
 
     /// Waits for a place among the requests in flight; the place is held until the permit drops
     /// (the whole call: its retries and reading its answer).
     pub(super) async fn in_flight(&self) -> Option<SemaphorePermit<'_>> {
+        let semaphore = self.in_flight.as_ref()?;
         // The semaphore is never closed, so acquiring only fails if it were.
-        self.in_flight.as_ref()?.acquire().await.ok()
+        paced(semaphore.acquire()).await.ok()
     }
 
-    /// Waits until the model may send one more request of about `tokens` tokens: past any pause,
-    /// then for a request and its tokens from the buckets.
+    /// Waits until the model may send one more request of about `tokens` tokens: past any pause
+    /// and the spacing 429s imposed, then for a request and its tokens (with what earlier
+    /// estimates owe) from the buckets.
     pub(super) async fn admit(&self, tokens: u32) {
-        while let Some(until) = self.pause() {
-            tokio::time::sleep_until(until).await;
+        paced(async {
+            while let Some(until) = self.pause() {
+                tokio::time::sleep_until(until).await;
+            }
+            if let Some(at) = self.next_slot() {
+                tokio::time::sleep_until(at).await;
+            }
+            if let Some(bucket) = &self.requests {
+                bucket.until_ready().await;
+            }
+            if let Some((bucket, capacity)) = &self.tokens {
+                // A charge larger than the bucket is taken a bucketful at a time.
+                let mut left = self.charge(tokens, capacity.get());
+                while left > 0 {
+                    let taken = left.min(u64::from(capacity.get()));
+                    let wanted = u32::try_from(taken).map_or(*capacity, |taken| {
+                        NonZeroU32::new(taken).unwrap_or(NonZeroU32::MIN)
+                    });
+                    // `wanted` is at most the bucket's capacity, which is the only refusal.
+                    let _ = bucket.until_n_ready(wanted).await;
+                    left = left.saturating_sub(taken);
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Waits out `wait` before a request is tried again, as a wait for the pace when the server
+    /// refused for its rate limit.
+    pub(super) async fn wait_to_retry(&self, wait: Duration, rate_limited: bool) {
+        if rate_limited {
+            paced(tokio::time::sleep(wait)).await;
+        } else {
+            tokio::time::sleep(wait).await;
         }
-        if let Some(bucket) = &self.requests {
-            bucket.until_ready().await;
+    }
+
+    /// What to take from the token bucket for a request estimated at `tokens`: the estimate
+    /// with what earlier ones owe, less what they were overcharged (a credit kept up to one
+    /// bucket's `capacity`), at least one token.
+    fn charge(&self, tokens: u32, capacity: u32) -> u64 {
+        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
+        let wanted = i64::from(tokens).saturating_add(*owed);
+        let charged = wanted.max(1);
+        *owed = wanted
+            .saturating_sub(charged)
+            .max(i64::from(capacity).saturating_neg());
+        u64::try_from(charged).unwrap_or(1)
+    }
+
+    /// Carries the difference between a request's estimate and what the server says it used to
+    /// the next charge.
+    pub(super) fn used(&self, estimated: u32, used: u64) {
+        if self.tokens.is_none() {
+            return;
         }
-        if let Some((bucket, capacity)) = &self.tokens {
-            let wanted = NonZeroU32::new(tokens.min(capacity.get())).unwrap_or(NonZeroU32::MIN);
-            // `wanted` is at most the bucket's capacity, which is the only refusal.
-            let _ = bucket.until_n_ready(wanted).await;
+        let used = i64::try_from(used).unwrap_or(i64::MAX);
+        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
+        *owed = owed
+            .saturating_add(used)
+            .saturating_sub(i64::from(estimated));
+    }
+
+    /// A 429: counted, and the model's requests spaced out (twice as far as before).
+    pub(super) fn refused(&self) {
+        RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
+        tally(Pacing {
+            waited: Duration::ZERO,
+            rate_limited: 1,
+        });
+        let mut slowed = self.slowed.lock().unwrap_or_else(PoisonError::into_inner);
+        slowed.spacing = slowed
+            .spacing
+            .saturating_mul(2)
+            .clamp(FIRST_SPACING, MOST_SPACING);
+    }
+
+    /// An answered request: the spacing 429s imposed shrinks by a quarter, and goes below the
+    /// least.
+    pub(super) fn answered(&self) {
+        let mut slowed = self.slowed.lock().unwrap_or_else(PoisonError::into_inner);
+        if slowed.spacing.is_zero() {
+            return;
         }
+        slowed.spacing = slowed.spacing.mul_f64(0.75);
+        if slowed.spacing < LEAST_SPACING {
+            slowed.spacing = Duration::ZERO;
+            slowed.next = None;
+        }
+    }
+
+    /// When the next request may go under the spacing 429s imposed (None: now), the one after
+    /// a spacing later.
+    fn next_slot(&self) -> Option<Instant> {
+        let mut slowed = self.slowed.lock().unwrap_or_else(PoisonError::into_inner);
+        if slowed.spacing.is_zero() {
+            return None;
+        }
+        let now = Instant::now();
+        let at = slowed.next.map_or(now, |next| next.max(now));
+        slowed.next = at.checked_add(slowed.spacing);
+        Some(at)
     }
 
     /// Holds every request of the model back for `wait` (or longer, if a pause already runs).
@@ -174,6 +393,37 @@ mod tests {
         assert_eq!(started.elapsed().as_secs(), 3, "the longer hold wins");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_the_pace_is_off_the_step_s_clock() {
+        let limiter = Limiter::new(&RateLimit::default());
+        limiter.hold(Duration::from_secs(5));
+        let before = pacing();
+        let admitted =
+            crate::core::step_clock::timeout(Duration::from_secs(1), limiter.admit(1)).await;
+        assert!(admitted.is_some(), "a 1 s step timeout outlasts a 5 s wait");
+        assert!(pacing().since(before).waited >= Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_tallies_its_own_waits_and_429s_only() {
+        let limiter = Limiter::new(&RateLimit::default());
+        limiter.refused();
+        let ((), call) = tallied(async {
+            limiter.hold(Duration::from_secs(2));
+            limiter.admit(1).await;
+            limiter.refused();
+            limiter.wait_to_retry(Duration::from_secs(1), true).await;
+        })
+        .await;
+        assert_eq!(
+            call.rate_limited, 1,
+            "the 429 before the call is not its own"
+        );
+        assert!(call.waited >= Duration::from_secs(3), "{call:?}");
+        let ((), idle) = tallied(async {}).await;
+        assert!(idle.is_none());
+    }
+
     #[tokio::test]
     async fn in_flight_is_bounded() {
         let limit = RateLimit {
@@ -195,16 +445,66 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_request_larger_than_the_token_bucket_takes_all_of_it() {
+    async fn a_request_larger_than_the_token_bucket_takes_a_bucketful_at_a_time() {
         let limit = RateLimit {
             tokens_per_minute: NonZeroU32::new(600),
             ..RateLimit::default()
         };
         let limiter = Limiter::new(&limit);
-        limiter.admit(25).await;
+        let started = std::time::Instant::now();
+        limiter.admit(12).await;
         let (bucket, capacity) = limiter.tokens.as_ref().expect("a token bucket");
         assert_eq!(capacity.get(), 10, "one second of 600 a minute");
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "the 2 tokens past the full bucket take 0.2 s to come"
+        );
         assert!(bucket.check().is_err(), "the bucket is empty");
+    }
+
+    #[test]
+    fn usage_corrects_the_next_charge() {
+        let limit = RateLimit {
+            tokens_per_minute: NonZeroU32::new(6000),
+            ..RateLimit::default()
+        };
+        let limiter = Limiter::new(&limit);
+        assert_eq!(limiter.charge(30, 100), 30);
+        limiter.used(30, 50);
+        assert_eq!(limiter.charge(30, 100), 50, "20 short the last time");
+        limiter.used(30, 0);
+        assert_eq!(limiter.charge(40, 100), 10, "30 long the last time");
+        limiter.used(0, 500);
+        assert_eq!(
+            limiter.charge(10, 100),
+            510,
+            "paid in full, a bucketful at a time"
+        );
+        assert_eq!(limiter.charge(0, 100), 1, "at least one token");
+        limiter.used(10_000, 0);
+        // A credit of at most a bucket: 100 left after the first charge, then 51, then 2.
+        let charges: Vec<u64> = (0..4).map(|_| limiter.charge(50, 100)).collect();
+        assert_eq!(charges, [1, 1, 1, 48]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_spaces_the_requests_out_until_answers_come_back() {
+        let limiter = Limiter::new(&RateLimit::default());
+        limiter.refused();
+        limiter.refused();
+        let started = Instant::now();
+        for _ in 0..3 {
+            limiter.admit(1).await;
+        }
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(400),
+            "one at once, then one each 200 ms"
+        );
+        for _ in 0..9 {
+            limiter.answered();
+        }
+        assert!(limiter.next_slot().is_none(), "back to full speed");
     }
 
     #[test]

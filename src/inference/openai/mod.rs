@@ -1,30 +1,35 @@
 //! The OpenAI-compatible engine (`kind: openai`): a model served over HTTP by vLLM, a llama.cpp
-//! server, mistralrs-server or OpenAI itself.
+//! server, Text Generation Inference, Ollama, LM Studio, mistralrs-server or OpenAI itself.
 //!
-//! Each request is one `POST {base_url}/chat/completions`. A JSON schema is negotiated with the
-//! server ([`negotiate`]): a `response_format` of type `json_schema`, else `json_object` with the
-//! schema, else the schema described in the prompt; what the server accepted is remembered for
-//! the engine's life (one engine per model per process) and each answer says which mode produced
-//! it. Grammars are not part of the API and are refused rather than ignored. A server that refuses
-//! `tools` is remembered too: later requests with tools fail at once with
-//! INFERENCE_REQUEST_REFUSED, for the agent to describe the tools in the prompt instead. Rate
-//! limits (429), server errors (5xx) and refused connections are retried here, up to
-//! `max_retries` times, waiting as the server asks (`Retry-After`, capped at a minute) or with an
-//! exponential backoff from 200 ms — except an error that names a part of the request, which no
-//! retry can fix; every other failure is returned at once with the code the executor's retry
-//! rules expect. Streaming reads the server-sent events of `stream: true` ([`stream`]) — or,
-//! from a server that ignores `stream` and answers with one JSON completion, that completion,
-//! its text given to the sink whole; the wire format is in [`wire`], failures and waits in
-//! [`failure`]. Replies are read defensively: a
-//! missing field is empty, a body past its size cap is cut off, nothing a server sends panics.
-//! The API key is sent as a bearer token and never appears in a message. Numbers a server sends
-//! (token counts, `Retry-After`) are read saturating or capped: clippy's
+//! Each request is one `POST {base_url}/chat/completions`, in the server's dialect ([`dialect`]:
+//! named by the model's `compat:`, else negotiated and remembered across runs in the call
+//! cache's store). A JSON schema is negotiated with the server ([`negotiate`]): a
+//! `response_format` of type `json_schema` (or Text Generation Inference's `json`), else
+//! `json_object` with the schema, else the schema described in the prompt; an error that says how
+//! the server wants the request instead (another `response_format` shape, `max_completion_tokens`)
+//! is learned from and the request sent again at once. Each answer says which mode produced it,
+//! and an answer asked for under a decoding constraint that does not conform to the schema (a
+//! server that ignored a schema it could not compile) says [`SchemaMode::Ignored`], so the caller
+//! treats it as unconstrained. Grammars are not part of the API and are refused rather than
+//! ignored. A server that refuses `tools` is remembered too: later requests with tools fail at
+//! once with INFERENCE_REQUEST_REFUSED, for the agent to describe the tools in the prompt
+//! instead. The model's pace ([`limit`]) is kept across every caller. Rate limits (429), server
+//! errors (5xx) and refused connections are retried here, up to `max_retries` times, waiting as
+//! the server asks (`Retry-After`, `retry-after-ms`, capped at a minute) or with an exponential
+//! backoff from 200 ms — except an error that names a part of the request, which no retry can
+//! fix; every other failure is returned at once with the code the executor's retry rules expect.
+//! Streaming reads the server-sent events of `stream: true` ([`stream`]) — or, from a server that
+//! ignores `stream` and answers with one JSON completion, that completion, its text given to the
+//! sink whole; the wire format is in [`wire`], failures and waits in [`failure`]. Replies are read
+//! defensively: a missing field is empty, a body past its size cap is cut off, nothing a server
+//! sends panics. The API key is sent as a bearer token and never appears in a message. Numbers a
+//! server sends (token counts, `Retry-After`) are read saturating or capped: clippy's
 //! `arithmetic_side_effects` is denied here.
 #![deny(clippy::arithmetic_side_effects)]
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use reqwest::Url;
@@ -34,8 +39,9 @@ use super::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Notice, Request,
     Response, SchemaMode, Timings, TokenSink,
 };
-use crate::core::{Failure, FailureCode};
+use crate::core::{Failure, FailureCode, Memo};
 
+mod dialect;
 mod failure;
 mod limit;
 mod negotiate;
@@ -44,12 +50,17 @@ mod stream;
 mod tests;
 mod wire;
 
-pub use limit::RateLimit;
+pub use dialect::Compat;
+pub use limit::{Pacing, RateLimit, pacing};
 
-use failure::{AttemptError, Retry, backoff, error_chain, read_body, too_long};
+use dialect::{Dialect, Remembered};
+use failure::{AttemptError, Retry, backoff, error_chain, exhausted_reset, read_body, too_long};
 use limit::Limiter;
-use negotiate::{Refused, describe_schema, fallback_after, response_format};
+use negotiate::{Lesson, Refused, describe_schema, response_format};
 use wire::{PartialCall, WireReply, WireUsage, completions_url, wire_message, wire_tool};
+
+/// How many lessons from error replies one request may act on (each asks again at once).
+const MAX_LESSONS: u32 = 3;
 
 /// How much of a successful reply (or stream) is read before giving up.
 const MAX_BODY: usize = 32 * 1024 * 1024;
@@ -71,6 +82,13 @@ pub struct OpenAiConfig {
     pub notice: Option<Notice>,
     /// How fast the model may be called, by every caller of the engine together.
     pub rate_limit: RateLimit,
+    /// The server's dialect, when named; else negotiated.
+    pub compat: Option<Compat>,
+    /// Where a negotiated dialect is kept across runs (the call cache's store).
+    pub memo: Option<Arc<dyn Memo>>,
+    /// The most tokens one call may hold, as the plan declares it (the API does not say);
+    /// reported with each call, not enforced.
+    pub context_window: Option<u64>,
 }
 
 impl OpenAiConfig {
@@ -84,6 +102,9 @@ impl OpenAiConfig {
             max_retries: 3,
             notice: None,
             rate_limit: RateLimit::default(),
+            compat: None,
+            memo: None,
+            context_window: None,
         }
     }
 }
@@ -99,6 +120,9 @@ impl fmt::Debug for OpenAiConfig {
             .field("max_retries", &self.max_retries)
             .field("notice", &self.notice.is_some())
             .field("rate_limit", &self.rate_limit)
+            .field("compat", &self.compat)
+            .field("memo", &self.memo.is_some())
+            .field("context_window", &self.context_window)
             .finish()
     }
 }
@@ -110,10 +134,12 @@ pub struct OpenAiEngine {
     /// `{base_url}/chat/completions`.
     url: Url,
     client: reqwest::Client,
-    /// The first schema mode to try: what the server last accepted.
-    schema_mode: Mutex<SchemaMode>,
-    /// Whether the server refused `tools`.
-    tools_refused: AtomicBool,
+    /// What the server takes: named, remembered from an earlier run, or learned in this one.
+    dialect: Mutex<Dialect>,
+    /// Where what is learned is kept for later runs.
+    remembered: Option<Remembered>,
+    /// Whether the notice has said that the server ignored a schema (it says so once).
+    said_ignored: AtomicBool,
     /// The model's pace, shared by every request.
     limiter: Limiter,
 }
@@ -135,59 +161,80 @@ impl OpenAiEngine {
                 format!("cannot build an HTTP client: {}", error_chain(&err)),
             )
         })?;
+        // A named dialect is the start; negotiation then goes on from it, but only what it
+        // learns without a name is worth keeping for the next run.
+        let remembered = match (&config.memo, config.compat) {
+            (Some(memo), None) => Some(Remembered::new(
+                Arc::clone(memo),
+                &config.base_url,
+                &config.model,
+            )),
+            _ => None,
+        };
+        let dialect = match config.compat {
+            Some(compat) => compat.dialect(),
+            None => remembered
+                .as_ref()
+                .and_then(Remembered::recall)
+                .unwrap_or_default(),
+        };
         Ok(OpenAiEngine {
             limiter: Limiter::new(&config.rate_limit),
             config,
             url,
             client,
-            schema_mode: Mutex::new(SchemaMode::JsonSchema),
-            tools_refused: AtomicBool::new(false),
+            dialect: Mutex::new(dialect),
+            remembered,
+            said_ignored: AtomicBool::new(false),
         })
     }
 
-    /// Runs `request`, streamed to `sink` when there is one, falling back through the schema
-    /// modes as the server refuses them.
+    /// Runs `request`, streamed to `sink` when there is one (and the dialect keeps tool calls
+    /// in a stream), falling back through the schema modes as the server refuses them and
+    /// asking again at once when an error teaches how the server wants the request.
     async fn complete(
         &self,
         request: &Request,
         sink: Option<&TokenSink>,
     ) -> Result<Response, Failure> {
         refuse_grammar(request)?;
-        if !request.tools.is_empty() && self.tools_refused.load(Ordering::Relaxed) {
+        let mut dialect = self.dialect();
+        if !request.tools.is_empty() && !dialect.tools {
             return Err(self.refusal(Refused::Tools, "it refused them before"));
         }
         let _in_flight = self.limiter.in_flight().await;
         let tokens = estimated_tokens(request);
-        let mut mode = request.json_schema.as_ref().map(|_| self.schema_mode());
+        let mut mode = request.json_schema.as_ref().map(|_| dialect.schema_mode);
+        let mut lessons = 0;
         loop {
-            let body = self.body(request, mode, sink.is_some());
+            let stream = sink.filter(|_| request.tools.is_empty() || dialect.stream_tools);
+            let body = self.body(request, mode, stream.is_some(), &dialect);
             let error = match self.send(&body, tokens).await {
                 Ok(reply) => {
-                    let mut response = match sink {
-                        Some(sink) if !is_json(&reply) => self.read_stream(reply, sink).await?,
-                        // A server that ignores `stream` answers with one whole completion:
-                        // its text goes to the sink in one piece.
-                        Some(sink) => {
-                            let response = self.read_completion(reply).await?;
-                            if !response.text.is_empty() {
-                                sink(&response.text);
-                            }
-                            response
-                        }
-                        None => self.read_completion(reply).await?,
-                    };
-                    response.schema_mode = mode;
+                    let response = self.answer(reply, request, mode, sink).await?;
+                    self.limiter.used(tokens, response.usage.total());
                     return Ok(response);
                 }
                 Err(error) => error,
             };
-            match (error.refused, mode.and_then(fallback_after)) {
+            if let Some(lesson) = error.lesson.filter(|_| lessons < MAX_LESSONS) {
+                lessons = lessons.saturating_add(1);
+                let learned = self.learn(lesson, &error.failure);
+                if learned != dialect {
+                    dialect = learned;
+                    continue;
+                }
+            }
+            match (
+                error.refused,
+                mode.and_then(|mode| dialect.fallback_after(mode)),
+            ) {
                 (Some(Refused::ResponseFormat), Some(next)) => {
                     self.settle(mode.unwrap_or(next), next, &error.failure);
                     mode = Some(next);
                 }
                 (Some(Refused::Tools), _) => {
-                    self.tools_refused.store(true, Ordering::Relaxed);
+                    self.update(|dialect| dialect.tools = false);
                     return Err(error.failure);
                 }
                 _ => return Err(error.failure),
@@ -195,30 +242,91 @@ impl OpenAiEngine {
         }
     }
 
-    /// The schema mode to start with.
-    fn schema_mode(&self) -> SchemaMode {
-        *self
-            .schema_mode
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// Reads a successful reply: streamed to `sink`, or whole (its text given to the sink in one
+    /// piece, from a server that ignores `stream` or a request not streamed). An answer asked
+    /// for in a decoded `mode` that does not conform to the schema was not held to it: it says
+    /// [`SchemaMode::Ignored`].
+    async fn answer(
+        &self,
+        reply: reqwest::Response,
+        request: &Request,
+        mode: Option<SchemaMode>,
+        sink: Option<&TokenSink>,
+    ) -> Result<Response, Failure> {
+        let mut response = match sink {
+            Some(sink) if !is_json(&reply) => self.read_stream(reply, sink).await?,
+            Some(sink) => {
+                let response = self.read_completion(reply).await?;
+                if !response.text.is_empty() {
+                    sink(&response.text);
+                }
+                response
+            }
+            None => self.read_completion(reply).await?,
+        };
+        response.schema_mode = match (mode, &request.json_schema) {
+            (Some(mode), Some(schema)) if mode.decoded() && !conforms(&response.text, schema) => {
+                if !self.said_ignored.swap(true, Ordering::Relaxed) {
+                    self.say(&format!(
+                        "the server answered a `{}` request with text that does not conform \
+                         to the schema (it ignored the schema); such answers are treated as \
+                         unconstrained",
+                        mode.name()
+                    ));
+                }
+                Some(SchemaMode::Ignored)
+            }
+            (mode, _) => mode,
+        };
+        Ok(response)
+    }
+
+    /// The dialect as it stands.
+    fn dialect(&self) -> Dialect {
+        *self.dialect.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes the dialect with `change`, keeps it for later runs when it changed, and returns
+    /// it.
+    fn update(&self, change: impl FnOnce(&mut Dialect)) -> Dialect {
+        let mut dialect = self.dialect.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = *dialect;
+        change(&mut dialect);
+        if *dialect != before
+            && let Some(remembered) = &self.remembered
+        {
+            remembered.keep(&dialect);
+        }
+        *dialect
+    }
+
+    /// Applies what an error taught, saying so when it changed anything; the dialect after.
+    fn learn(&self, lesson: Lesson, why: &Failure) -> Dialect {
+        let before = self.dialect();
+        let after = self.update(|dialect| *dialect = lesson.applied(*dialect));
+        if after != before {
+            self.say(&format!(
+                "the server refused a request ({}); {} from now on",
+                why.message,
+                lesson.described()
+            ));
+        }
+        after
     }
 
     /// Remembers that the server refused `refused` and that `next` comes next, saying so (once,
     /// however many requests were refused at the same time).
     fn settle(&self, refused: SchemaMode, next: SchemaMode, why: &Failure) {
-        let mut current = self
-            .schema_mode
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if next <= *current {
-            return;
-        }
-        *current = next;
-        if let Some(notice) = &self.config.notice {
-            notice(&format!(
-                "model `{}`: the server refused a `{}` response format ({}); \
-                 asking with `{}` from now on",
-                self.config.model,
+        let mut moved = false;
+        self.update(|dialect| {
+            if next > dialect.schema_mode {
+                dialect.schema_mode = next;
+                moved = true;
+            }
+        });
+        if moved {
+            self.say(&format!(
+                "the server refused a `{}` response format ({}); asking with `{}` from now on",
                 refused.name(),
                 why.message,
                 next.name()
@@ -226,14 +334,28 @@ impl OpenAiEngine {
         }
     }
 
-    /// The request body of the API for `request`, its schema (if any) sent in `mode`.
-    fn body(&self, request: &Request, mode: Option<SchemaMode>, stream: bool) -> Value {
+    /// Tells the notice, when there is one, about the model.
+    fn say(&self, line: &str) {
+        if let Some(notice) = &self.config.notice {
+            notice(&format!("model `{}`: {line}", self.config.model));
+        }
+    }
+
+    /// The request body of the API for `request`, its schema (if any) sent in `mode`, in the
+    /// server's dialect.
+    fn body(
+        &self,
+        request: &Request,
+        mode: Option<SchemaMode>,
+        stream: bool,
+        dialect: &Dialect,
+    ) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(self.config.model));
         let mut messages = request.messages.iter().map(wire_message).collect();
         if let (Some(schema), Some(mode)) = (&request.json_schema, mode) {
             describe_schema(&mut messages, schema, mode);
-            if let Some(format) = response_format(schema, mode) {
+            if let Some(format) = response_format(schema, mode, dialect.schema_shape) {
                 body.insert("response_format".into(), format);
             }
         }
@@ -243,7 +365,7 @@ impl OpenAiEngine {
             body.insert("tools".into(), Value::Array(tools));
         }
         if let Some(max_tokens) = request.max_tokens {
-            body.insert("max_tokens".into(), json!(max_tokens));
+            body.insert(dialect.tokens_field.name().into(), json!(max_tokens));
         }
         if let Some(temperature) = request.temperature {
             body.insert("temperature".into(), json!(temperature));
@@ -262,16 +384,27 @@ impl OpenAiEngine {
     }
 
     /// Sends `body` (about `tokens` tokens) when the model's pace allows, retrying as the failure
-    /// allows, and returns the first successful reply. A `Retry-After` holds back every request
-    /// of the model.
+    /// allows, and returns the first successful reply. A wait the server asks for (on a 429, or
+    /// an exhausted quota on any reply) holds back every request of the model; a 429 also
+    /// spaces the model's requests out.
     async fn send(&self, body: &Value, tokens: u32) -> Result<reqwest::Response, AttemptError> {
         let mut retries = 0;
         loop {
             self.limiter.admit(tokens).await;
             let error = match self.attempt(body).await {
-                Ok(response) => return Ok(response),
+                Ok(response) => {
+                    self.limiter.answered();
+                    if let Some(wait) = exhausted_reset(response.headers()) {
+                        self.limiter.hold(wait);
+                    }
+                    return Ok(response);
+                }
                 Err(error) => error,
             };
+            let rate_limited = error.failure.code == FailureCode::InferenceRateLimited;
+            if rate_limited {
+                self.limiter.refused();
+            }
             let wait = match error.retry {
                 Retry::Never => None,
                 Retry::After(wait) => {
@@ -282,7 +415,7 @@ impl OpenAiEngine {
             };
             match wait {
                 Some(wait) if retries < self.config.max_retries => {
-                    tokio::time::sleep(wait).await;
+                    self.limiter.wait_to_retry(wait, rate_limited).await;
                     retries = retries.saturating_add(1);
                 }
                 _ => return Err(error),
@@ -300,6 +433,9 @@ impl OpenAiEngine {
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
+        if let Some(traceparent) = super::traceparent::current() {
+            builder = builder.header("traceparent", traceparent);
+        }
         let response = builder.send().await.map_err(|err| AttemptError {
             retry: if err.is_connect() && !err.is_timeout() {
                 Retry::Backoff
@@ -308,6 +444,7 @@ impl OpenAiEngine {
             },
             failure: self.transport_failure(&err),
             refused: None,
+            lesson: None,
         })?;
         if response.status().is_success() {
             return Ok(response);
@@ -356,6 +493,7 @@ impl OpenAiEngine {
             timings: Timings::default(),
             cache: CacheStatus::Unused,
             schema_mode: None,
+            rate_limit: Pacing::default(),
         })
     }
 }
@@ -377,6 +515,7 @@ impl Engine for OpenAiEngine {
             engine: "openai",
             constrained_decoding: true,
             price: None,
+            context_window: self.config.context_window,
         }
     }
 
@@ -413,6 +552,15 @@ fn estimated_tokens(request: &Request) -> u32 {
         .saturating_add(request.max_tokens.unwrap_or(0))
 }
 
+/// Whether `text` is JSON valid against `schema` as it stands, with no repair. A schema that does
+/// not compile cannot be held to either: nothing conforms to it.
+fn conforms(text: &str, schema: &Value) -> bool {
+    let Ok(value) = serde_json::from_str::<Value>(text.trim()) else {
+        return false;
+    };
+    jsonschema::validator_for(schema).is_ok_and(|validator| validator.is_valid(&value))
+}
+
 /// Refuses a grammar: the API has no way to enforce one.
 fn refuse_grammar(request: &Request) -> Result<(), Failure> {
     let Some(grammar) = &request.grammar else {
@@ -432,10 +580,13 @@ fn refuse_grammar(request: &Request) -> Result<(), Failure> {
     ))
 }
 
-/// Times a call; the whole call counts as completion.
+/// Times a call, and tallies what it waited for the model's pace; the whole call counts as
+/// completion.
 async fn timed(call: impl Future<Output = Result<Response, Failure>>) -> Result<Response, Failure> {
     let started = Instant::now();
-    let mut response = call.await?;
+    let (answered, rate_limit) = limit::tallied(call).await;
+    let mut response = answered?;
+    response.rate_limit = rate_limit;
     response.timings = Timings {
         prompt: Duration::ZERO,
         completion: started.elapsed(),

@@ -12,7 +12,7 @@ use futures_util::{Stream, StreamExt};
 use super::wire::{PartialCall, WireReply};
 use super::{MAX_BODY, OpenAiEngine, failure::too_long};
 use crate::core::{Failure, FailureCode, TokenUsage};
-use crate::inference::{CacheStatus, Response, Timings, TokenSink};
+use crate::inference::{CacheStatus, Pacing, Response, Timings, TokenSink};
 
 impl OpenAiEngine {
     /// Reads a streamed reply, passing text to `sink` as it arrives.
@@ -128,6 +128,7 @@ impl StreamState {
             timings: Timings::default(),
             cache: CacheStatus::Unused,
             schema_mode: None,
+            rate_limit: Pacing::default(),
         }
     }
 }

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 
 use reqwest::header::RETRY_AFTER;
 
-use super::failure::{MAX_WAIT, retry_after};
+use super::failure::{MAX_WAIT, exhausted_reset, retry_after};
 use super::*;
 use crate::core::{Message, TokenUsage, ToolCall, ToolDefinition};
 use crate::inference::SchemaMode;
@@ -232,7 +232,8 @@ async fn a_plain_answer_with_usage_and_the_request_it_came_from() {
         response.usage,
         TokenUsage {
             prompt_tokens: 12,
-            completion_tokens: 3
+            completion_tokens: 3,
+            reasoning_tokens: None,
         }
     );
     assert!(response.tool_calls.is_empty());
@@ -556,7 +557,8 @@ async fn a_stream_split_anywhere_reaches_the_sink_in_order() {
         response.usage,
         TokenUsage {
             prompt_tokens: 9,
-            completion_tokens: 4
+            completion_tokens: 4,
+            reasoning_tokens: None,
         }
     );
     let body = &stub.bodies()[0];
@@ -680,6 +682,52 @@ fn retry_waits() {
     );
     assert_eq!(header("-1"), None);
     assert_eq!(retry_after(&HeaderMap::new()), None);
+    let headers = |pairs: &[(&'static str, &str)]| {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, value.parse().expect("header value"));
+        }
+        headers
+    };
+    assert_eq!(
+        retry_after(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")])),
+        Some(Duration::from_millis(250)),
+        "milliseconds first"
+    );
+    // An exhausted quota waits for its reset, written as OpenAI does; one left does not.
+    let spent = headers(&[
+        ("x-ratelimit-remaining-requests", "0"),
+        ("x-ratelimit-reset-requests", "1m30.5s"),
+        ("x-ratelimit-remaining-tokens", "0"),
+        ("x-ratelimit-reset-tokens", "20ms"),
+    ]);
+    assert_eq!(
+        exhausted_reset(&spent),
+        Some(MAX_WAIT),
+        "the longer, capped"
+    );
+    let tokens_spent = headers(&[
+        ("x-ratelimit-remaining-requests", "12"),
+        ("x-ratelimit-reset-requests", "6m0s"),
+        ("x-ratelimit-remaining-tokens", "0"),
+        ("x-ratelimit-reset-tokens", "1.5s"),
+    ]);
+    assert_eq!(
+        exhausted_reset(&tokens_spent),
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(
+        retry_after(&tokens_spent),
+        Some(Duration::from_millis(1500)),
+        "a 429 without Retry-After waits for the reset"
+    );
+    assert_eq!(
+        exhausted_reset(&headers(&[
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "soon")
+        ])),
+        None
+    );
     let waits: Vec<u128> = (0..4).map(|n| backoff(n).as_millis()).collect();
     assert_eq!(waits, [200, 400, 800, 1600]);
     assert_eq!(backoff(40), MAX_WAIT);
@@ -710,6 +758,7 @@ fn model_info_names_the_model() {
             engine: "openai",
             constrained_decoding: true,
             price: None,
+            context_window: None,
         }
     );
 }
@@ -880,3 +929,5 @@ fn a_request_is_estimated_at_four_characters_a_token_plus_its_answer() {
     request.max_tokens = Some(50);
     assert_eq!(estimated_tokens(&request), 150);
 }
+
+mod dialects;

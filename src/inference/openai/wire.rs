@@ -116,6 +116,16 @@ pub(super) struct WireUsage {
     pub(super) prompt_tokens: u64,
     #[serde(default, deserialize_with = "saturating_count")]
     pub(super) completion_tokens: u64,
+    /// What the completion tokens were spent on, when the server says (`reasoning_tokens`).
+    #[serde(default)]
+    pub(super) completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+/// A server's breakdown of the completion tokens; only the reasoning is kept.
+#[derive(Deserialize)]
+pub(super) struct WireCompletionDetails {
+    #[serde(default, deserialize_with = "saturating_count")]
+    pub(super) reasoning_tokens: u64,
 }
 
 /// A tool call being put together from its streamed pieces (or given whole).
@@ -131,6 +141,11 @@ impl WireUsage {
         TokenUsage {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
+            // A count of 0 is no reasoning reported (servers send it for every model).
+            reasoning_tokens: self
+                .completion_tokens_details
+                .map(|details| details.reasoning_tokens)
+                .filter(|&tokens| tokens > 0),
         }
     }
 }

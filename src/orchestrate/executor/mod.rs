@@ -319,6 +319,7 @@ impl<'r> Execution<'r> {
         RunRecord {
             run_id: events.run_id().to_string(),
             request_id: None,
+            trace_id: events.trace_id(),
             plan: self.pipeline.name.clone(),
             status,
             output,
@@ -327,6 +328,7 @@ impl<'r> Execution<'r> {
             cost,
             model_calls: self.run.ledger.model_calls(),
             cache: self.run.ledger.cache_tally(),
+            rate_limit: self.run.ledger.rate_limit(),
             duration_ms: took.as_secs_f64() * 1000.0,
             started_at: ended_at.before(took),
             ended_at,

@@ -54,12 +54,14 @@ impl StepHandler for Probe {
             let usage = TokenUsage {
                 prompt_tokens: 1,
                 completion_tokens: 2,
+                reasoning_tokens: None,
             };
             // Tokens reach the record through the ledger, as a model call books them.
             let booking = Booking {
                 usage,
                 cost: None,
                 cache: CacheStatus::Unused,
+                rate_limit: Default::default(),
             };
             ctx.ledger.book_call("call", booking);
             Ok(StepOutput {
@@ -609,7 +611,8 @@ async fn events_carry_run_id_spans_and_the_lifecycle() {
         record.usage,
         TokenUsage {
             prompt_tokens: 2,
-            completion_tokens: 4
+            completion_tokens: 4,
+            reasoning_tokens: None,
         }
     );
 }

@@ -13,6 +13,12 @@
 //! step when the server refuses the tools or the model's first turn answers without calling any.
 //! Each turn's `inference` event lists the ids of the tool calls it made, and those calls' tool
 //! events are children of its span.
+//!
+//! An agent whose answer is the plan's output streams it. A native round's text streams as it is
+//! generated and is never withdrawn: a round that turns into a tool call has shown its text, and
+//! is shown as the call (its tool events). Where a tool call is only recognisable once the round
+//! is decoded (`constrained`, `prompt`, and an `auto` round that may yet be asked again in the
+//! prompt), a round's answer is sent whole once it is known to be final.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,7 +32,7 @@ use super::infer::SamplingSettings;
 use super::memory::Memory;
 use crate::constraint::parse_json_lenient;
 use crate::core::{Failure, FailureCode, Message, Role, TokenUsage, ToolCall, ToolDefinition};
-use crate::inference::{Engine, Request, Response};
+use crate::inference::{Engine, Request, Response, TokenSink};
 use crate::orchestrate::events::{CallKind, SpanId, ToolResult};
 use crate::orchestrate::pipeline::{Rendered, StepContext, StepFuture, StepHandler, StepOutput};
 use crate::orchestrate::tools::{ToolRuntime, record_refusal};
@@ -70,6 +76,8 @@ pub struct Agent {
     /// Ephemeral context template, shown before the user message on every turn.
     pub context: Option<String>,
     pub tool_calls: ToolCalls,
+    /// Where the final answer streams (when the agent's answer is the plan's output).
+    pub stream: Option<TokenSink>,
 }
 
 impl Agent {
@@ -218,6 +226,39 @@ impl Agent {
         }
     }
 
+    /// Runs one tool call: what the step's detail says of it, and the result message the model
+    /// is shown (a failure as an error result, so it can recover).
+    async fn run_call(
+        &self,
+        call: ToolCall,
+        ctx: &StepContext,
+        turn_span: SpanId,
+    ) -> (Value, Message) {
+        let result = self.call_tool(&call, ctx, turn_span).await;
+        let content = match &result {
+            Ok(Value::String(text)) => text.clone(),
+            Ok(other) => other.to_string(),
+            Err(failure) => format!("error: {failure}"),
+        };
+        let mut made = json!({ "id": call.id, "tool": call.name, "ok": result.is_ok() });
+        match &result {
+            Ok(value) => made["result"] = json!(ToolResult::of(value)),
+            Err(failure) => made["error"] = json!(failure),
+        }
+        (made, Message::tool_result(call.id, content))
+    }
+
+    /// Sends a final answer that was not streamed as it was generated, whole, where the agent
+    /// streams.
+    fn stream_final(&self, ctx: &StepContext, answer: &str) {
+        if let Some(sink) = ctx
+            .streamed(self.stream.clone())
+            .filter(|_| !answer.is_empty())
+        {
+            sink(answer);
+        }
+    }
+
     /// The step's detail once the agent answered: its rounds and tool calls, and under `auto`
     /// which way of calling tools was used and why it fell back.
     fn detail(&self, rounds: u32, calls_made: Vec<Value>, fallback: Option<Fallback>) -> Value {
@@ -277,12 +318,27 @@ impl StepHandler for Agent {
                 };
                 let messages = with_context(memory.messages(), context.as_deref());
                 let request = self.turn_request(mode, messages, must_answer);
+                // `auto` asks the turn again in prompt mode when the server refuses the tools,
+                // or when a first turn that was offered tools answers without calling one: such
+                // a turn's text is provisional until it calls a tool, so it is not streamed.
+                let can_fall_back = mode == ToolCalls::Auto && fallback.is_none();
+                let provisional = can_fall_back
+                    && calls_made.is_empty()
+                    && !must_answer
+                    && !self.tools.is_empty();
+                let live = match mode {
+                    ToolCalls::Native => self.stream.clone(),
+                    ToolCalls::Auto if !provisional => self.stream.clone(),
+                    _ => None,
+                };
+                let streamed_live = live.is_some();
                 // A constrained turn is read into its tool call (or final text) before the
                 // call's event is written, so the event lists the call's id like a native one.
                 let turn = ctx
                     .infer_turn(
                         self.engine.as_ref(),
                         request,
+                        live,
                         CallKind::Round(round + 1),
                         |response| match mode {
                             ToolCalls::Native | ToolCalls::Auto => Ok(response),
@@ -292,9 +348,6 @@ impl StepHandler for Agent {
                         },
                     )
                     .await;
-                // `auto` asks the turn again in prompt mode when the server refuses the tools,
-                // or when a first turn that was offered tools answers without calling one.
-                let can_fall_back = mode == ToolCalls::Auto && fallback.is_none();
                 let (response, turn_span) = match turn {
                     Err(failure)
                         if can_fall_back
@@ -305,18 +358,15 @@ impl StepHandler for Agent {
                     }
                     turn => turn?,
                 };
-                if can_fall_back
-                    && response.tool_calls.is_empty()
-                    && calls_made.is_empty()
-                    && !must_answer
-                    && !self.tools.is_empty()
-                {
-                    usage += response.usage;
+                usage += response.usage;
+                if provisional && response.tool_calls.is_empty() {
                     fallback = Some(Fallback::Ignored);
                     continue;
                 }
-                usage += response.usage;
                 if response.tool_calls.is_empty() {
+                    if !streamed_live {
+                        self.stream_final(ctx, &response.text);
+                    }
                     let detail = self.detail(round + 1, calls_made, fallback);
                     return Ok(StepOutput {
                         output: Value::String(response.text),
@@ -348,20 +398,9 @@ impl StepHandler for Agent {
                     ..Message::assistant(response.text)
                 });
                 for call in calls {
-                    let result = self.call_tool(&call, ctx, turn_span).await;
-                    let content = match &result {
-                        Ok(Value::String(text)) => text.clone(),
-                        Ok(other) => other.to_string(),
-                        Err(failure) => format!("error: {failure}"),
-                    };
-                    let mut made =
-                        json!({ "id": call.id, "tool": call.name, "ok": result.is_ok() });
-                    match &result {
-                        Ok(value) => made["result"] = json!(ToolResult::of(value)),
-                        Err(failure) => made["error"] = json!(failure),
-                    }
+                    let (made, result) = self.run_call(call, ctx, turn_span).await;
                     calls_made.push(made);
-                    memory.push(Message::tool_result(call.id, content));
+                    memory.push(result);
                 }
                 memory.trim();
                 round += 1;
@@ -552,6 +591,7 @@ mod tests {
                 engine: "scripted",
                 constrained_decoding: false,
                 price: None,
+                context_window: None,
             }
         }
     }
@@ -591,6 +631,7 @@ mod tests {
             memory: None,
             context: None,
             tool_calls,
+            stream: None,
         }
     }
 
@@ -735,5 +776,50 @@ mod tests {
         assert_eq!(detail["tool_calls_mode"], "native");
         assert!(detail.get("fallback").is_none());
         assert!(engine.requests().iter().all(|r| r.json_schema.is_none()));
+    }
+
+    /// What an agent built to stream sends to its sink, piece by piece.
+    fn streamed(agent: Agent) -> (Agent, Arc<Mutex<Vec<String>>>) {
+        let pieces = Arc::new(Mutex::new(Vec::new()));
+        let sink: TokenSink = {
+            let pieces = Arc::clone(&pieces);
+            Arc::new(move |piece: &str| pieces.lock().expect("pieces").push(piece.into()))
+        };
+        let agent = Agent {
+            stream: Some(sink),
+            ..agent
+        };
+        (agent, pieces)
+    }
+
+    #[tokio::test]
+    async fn native_rounds_stream_as_written_and_read_rounds_once_final() {
+        let said = Response {
+            text: "Adding.".into(),
+            ..calculate("c1", "2+2")
+        };
+        let engine = Recording::new([Ok(said), Ok(turn("4"))]);
+        let (agent, pieces) = streamed(calculator_agent(engine, ToolCalls::Native));
+        agent.run(&context()).await.expect("the agent answers");
+        assert_eq!(*pieces.lock().expect("pieces"), ["Adding.", "4"]);
+
+        let engine = Recording::new([
+            Ok(turn(
+                r#"{"tool": "calculator", "arguments": {"expression": "2+2"}}"#,
+            )),
+            Ok(turn(r#"{"final": "4"}"#)),
+        ]);
+        let (agent, pieces) = streamed(calculator_agent(engine, ToolCalls::Prompt));
+        agent.run(&context()).await.expect("the agent answers");
+        assert_eq!(*pieces.lock().expect("pieces"), ["4"]);
+
+        // `auto`'s first round may be discarded: it is not shown, the answer asked again is.
+        let engine = Recording::new([
+            Ok(turn("It is probably 10.")),
+            Ok(turn(r#"{"final": "9"}"#)),
+        ]);
+        let (agent, pieces) = streamed(calculator_agent(engine, ToolCalls::Auto));
+        agent.run(&context()).await.expect("the agent answers");
+        assert_eq!(*pieces.lock().expect("pieces"), ["9"]);
     }
 }

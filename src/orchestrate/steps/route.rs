@@ -14,8 +14,13 @@
 //! An agent runs a tool, another plan file, or a template sent to a model (the last two may call
 //! models themselves; a template agent's call is recorded like the step's own, as `call: agent`). The route decision is kept in the run record (the step's detail) as a
 //! plan trace.
+//!
+//! A route is visible while it runs: a `route_decision` event (mode, agents, rationale) comes
+//! before the first agent starts, and each agent runs between `agent_start` and `agent_end`
+//! events on a span of its own, which its tool call, model call or sub-plan run hang from.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -27,7 +32,7 @@ use crate::constraint::conform;
 use crate::core::{Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{Engine, Request, TokenSink};
 use crate::orchestrate::RunStatus;
-use crate::orchestrate::events::CallKind;
+use crate::orchestrate::events::{AgentOutcome, CallKind, EventData, OnDrop, SpanId, ToolResult};
 use crate::orchestrate::pipeline::{
     Pipeline, Rendered, StepContext, StepFuture, StepHandler, StepOutput,
 };
@@ -255,81 +260,173 @@ fn skipped_result(name: &str, args: &Value, failed: &str) -> Value {
     })
 }
 
+impl Route {
+    /// Asks the router for a route, retrying an invalid one once with its errors.
+    async fn route(&self, ctx: &StepContext) -> Result<(Decision, TokenUsage, usize), Failure> {
+        let question = JsonQuestion {
+            engine: self.engine.as_ref(),
+            request: Request {
+                json_schema: Some(self.route_schema()),
+                temperature: Some(0.0),
+                ..self.sampling.request(self.router_messages(ctx)?)
+            },
+            // An invalid route is retried once, with the errors: the only extra call.
+            max_attempts: 2,
+            call: |attempt| CallKind::Route { attempt },
+        };
+        let routed = ask_json(
+            ctx,
+            question,
+            |text| self.decide(text),
+            |failure| {
+                format!(
+                    "That route is invalid: {}. Reply with a corrected route.",
+                    failure.message
+                )
+            },
+        )
+        .await?
+        .map_err(|failure| {
+            Failure::new(
+                FailureCode::OrchestrationStepMismatch,
+                format!("the router gave no valid route: {}", failure.message),
+            )
+        })?;
+        Ok((routed.value, routed.usage, routed.attempts.len()))
+    }
+
+    /// Runs the decided agents (after a `route_decision` event saying which): a sequence in
+    /// order, each seeing the results before it, the others concurrently. Their results in
+    /// the route's order; what they used is added to `usage`.
+    async fn run_agents(
+        decision: &Decision,
+        ctx: &StepContext,
+        usage: &mut TokenUsage,
+    ) -> Vec<Value> {
+        on_a_span_of_its_own(
+            ctx,
+            EventData::RouteDecision {
+                mode: decision.mode.clone(),
+                agents: decision.steps.iter().map(|(a, _)| a.name.clone()).collect(),
+                rationale: decision.trace["rationale"].as_str().map(str::to_string),
+            },
+        );
+        let mut results: Vec<Value> = Vec::new();
+        if decision.mode == "sequential" {
+            let mut failed: Option<String> = None;
+            for (index, (agent, args)) in decision.steps.iter().enumerate() {
+                if let Some(earlier) = &failed {
+                    skipped(agent, index, earlier, ctx);
+                    results.push(skipped_result(&agent.name, args, earlier));
+                    continue;
+                }
+                let outcome = run_traced(agent, index, args, &results, ctx).await;
+                if outcome.is_err() {
+                    failed = Some(agent.name.clone());
+                }
+                results.push(agent_result(&agent.name, args, outcome, usage));
+            }
+        } else {
+            let mut running = JoinSet::new();
+            for (index, (agent, args)) in decision.steps.iter().enumerate() {
+                let (agent, args) = (Arc::clone(agent), args.clone());
+                let shared = sharing(ctx, ctx.span);
+                running.spawn(async move {
+                    let outcome = run_traced(&agent, index, &args, &[], &shared).await;
+                    (index, agent.name.clone(), args, outcome)
+                });
+            }
+            let mut finished = running.join_all().await;
+            finished.sort_by_key(|(index, ..)| *index);
+            for (_, name, args, outcome) in finished {
+                results.push(agent_result(&name, &args, outcome, usage));
+            }
+        }
+        results
+    }
+}
+
+/// `ctx` for work of this step under `span`: the same scope, templates, ledger and nesting, the
+/// events it emits children of `span`.
+fn sharing(ctx: &StepContext, span: SpanId) -> StepContext {
+    StepContext {
+        scope: ctx.scope.clone(),
+        templates: Arc::clone(&ctx.templates),
+        events: ctx.events.clone(),
+        step: ctx.step.clone(),
+        span,
+        ledger: Arc::clone(&ctx.ledger),
+        feedback: ctx.feedback.clone(),
+        nesting: Arc::clone(&ctx.nesting),
+        sample: ctx.sample,
+    }
+}
+
+/// Runs the agent at `index` of the route between its `agent_start` and `agent_end` events, on a
+/// span of its own that its tool call, model call or sub-plan run hang from. An agent stopped
+/// while it runs (the run cancelled, the step's timeout) still ends, `cancelled`.
+async fn run_traced(
+    agent: &RouteAgent,
+    index: usize,
+    args: &Value,
+    results: &[Value],
+    ctx: &StepContext,
+) -> Result<(Value, TokenUsage), Failure> {
+    let span = ctx.events.new_span();
+    let emit = |data| ctx.events.emit(Some(&ctx.step), span, Some(ctx.span), data);
+    emit(EventData::AgentStart {
+        agent: agent.name.clone(),
+        index,
+        args: args.clone(),
+    });
+    let started = Instant::now();
+    let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
+    let end = |outcome| EventData::AgentEnd {
+        agent: agent.name.clone(),
+        index,
+        outcome,
+        duration_ms: elapsed_ms(),
+    };
+    let cancelled = OnDrop::new(|| emit(end(AgentOutcome::Cancelled)));
+    let outcome = Route::run_agent(agent, args, results, &sharing(ctx, span)).await;
+    cancelled.disarm();
+    emit(end(match &outcome {
+        Ok((output, _)) => AgentOutcome::Ok {
+            result: ToolResult::of(output),
+        },
+        Err(error) => AgentOutcome::Failed {
+            error: error.clone(),
+        },
+    }));
+    outcome
+}
+
+/// Records `data` as an event of this step, on a span of its own.
+fn on_a_span_of_its_own(ctx: &StepContext, data: EventData) {
+    let span = ctx.events.new_span();
+    ctx.events.emit(Some(&ctx.step), span, Some(ctx.span), data);
+}
+
+/// Records that the agent at `index` was not run because agent `failed` before it failed.
+fn skipped(agent: &RouteAgent, index: usize, failed: &str, ctx: &StepContext) {
+    on_a_span_of_its_own(
+        ctx,
+        EventData::AgentEnd {
+            agent: agent.name.clone(),
+            index,
+            outcome: AgentOutcome::Skipped {
+                after: failed.to_string(),
+            },
+            duration_ms: 0.0,
+        },
+    );
+}
+
 impl StepHandler for Route {
     fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
         Box::pin(async move {
-            let question = JsonQuestion {
-                engine: self.engine.as_ref(),
-                request: Request {
-                    json_schema: Some(self.route_schema()),
-                    temperature: Some(0.0),
-                    ..self.sampling.request(self.router_messages(ctx)?)
-                },
-                // An invalid route is retried once, with the errors: the only extra call.
-                max_attempts: 2,
-                call: |attempt| CallKind::Route { attempt },
-            };
-            let routed = ask_json(
-                ctx,
-                question,
-                |text| self.decide(text),
-                |failure| {
-                    format!(
-                        "That route is invalid: {}. Reply with a corrected route.",
-                        failure.message
-                    )
-                },
-            )
-            .await?
-            .map_err(|failure| {
-                Failure::new(
-                    FailureCode::OrchestrationStepMismatch,
-                    format!("the router gave no valid route: {}", failure.message),
-                )
-            })?;
-            let mut usage = routed.usage;
-            let mut model_calls = routed.attempts.len();
-            let decision = routed.value;
-            let mut results: Vec<Value> = Vec::new();
-            if decision.mode == "sequential" {
-                let mut failed: Option<String> = None;
-                for (agent, args) in &decision.steps {
-                    if let Some(earlier) = &failed {
-                        results.push(skipped_result(&agent.name, args, earlier));
-                        continue;
-                    }
-                    let outcome = Self::run_agent(agent, args, &results, ctx).await;
-                    if outcome.is_err() {
-                        failed = Some(agent.name.clone());
-                    }
-                    results.push(agent_result(&agent.name, args, outcome, &mut usage));
-                }
-            } else {
-                let mut running = JoinSet::new();
-                for (i, (agent, args)) in decision.steps.iter().enumerate() {
-                    let (agent, args) = (Arc::clone(agent), args.clone());
-                    let scoped = StepContext {
-                        scope: ctx.scope.clone(),
-                        templates: Arc::clone(&ctx.templates),
-                        events: ctx.events.clone(),
-                        step: ctx.step.clone(),
-                        span: ctx.span,
-                        ledger: Arc::clone(&ctx.ledger),
-                        feedback: ctx.feedback.clone(),
-                        nesting: Arc::clone(&ctx.nesting),
-                        sample: ctx.sample,
-                    };
-                    running.spawn(async move {
-                        let outcome = Self::run_agent(&agent, &args, &[], &scoped).await;
-                        (i, agent.name.clone(), args, outcome)
-                    });
-                }
-                let mut finished = running.join_all().await;
-                finished.sort_by_key(|(i, ..)| *i);
-                for (_, name, args, outcome) in finished {
-                    results.push(agent_result(&name, &args, outcome, &mut usage));
-                }
-            }
+            let (decision, mut usage, mut model_calls) = self.route(ctx).await?;
+            let results = Self::run_agents(&decision, ctx, &mut usage).await;
             let synthesis_prompt = match &self.synthesis {
                 Some(template) => {
                     let mut scope = ctx.scope.clone();

@@ -105,6 +105,7 @@ impl Checker<'_> {
                 self.inline_template(&at_tool, template, TemplateSource::Inline, &scope);
             }
             self.tool_policy(name, &path(&["tools", name]));
+            self.capability_policy(name, tool);
             if tool.cache()
                 && let Some(reason) = tool.uncacheable()
             {
@@ -184,6 +185,64 @@ impl Checker<'_> {
     /// A `plan:` agent's plan: it exists, does not lead back here, and passes every check under
     /// the policy in force here (which it inherits); its own diagnostics follow this one.
     pub(super) fn sub_plan(&mut self, at: &[String], agent: &str, file: &str) {
+        self.nested_plan(
+            at,
+            file,
+            PlanError::SubPlanCycle {
+                agent: agent.to_string(),
+                path: file.to_string(),
+            },
+            |count| PlanError::SubPlanInvalid {
+                agent: agent.to_string(),
+                path: file.to_string(),
+                count,
+                plural: if count == 1 { "" } else { "s" },
+            },
+        );
+    }
+
+    /// The `reduce:` plan: a valid plan here (as a sub-plan is) that takes the group's rows as
+    /// `rows`, a list.
+    pub(super) fn reduce(&mut self) {
+        let Some(reduce) = &self.plan.reduce else {
+            return;
+        };
+        let at = path(&["reduce", "plan"]);
+        let file = reduce.plan.as_str();
+        let invalid = |count: usize| PlanError::ReduceInvalid {
+            path: file.to_string(),
+            count,
+            plural: if count == 1 { "" } else { "s" },
+        };
+        let Some(plan) = self.nested_plan(&at, file, invalid(1), invalid) else {
+            return;
+        };
+        let found = match plan.raw.inputs.get("rows") {
+            Some(spec) if spec.kind == crate::plan::raw::InputType::Array => return,
+            Some(spec) => format!("declares `rows` as {}", spec.kind.name()),
+            None => "has no input `rows`".to_string(),
+        };
+        let span = self.span(&at);
+        self.emit(
+            PlanError::ReduceRows {
+                path: file.to_string(),
+                found,
+            },
+            span,
+            "this plan",
+        );
+    }
+
+    /// A plan this one runs (a `plan:` agent's, the `reduce:` plan): it exists, does not lead
+    /// back here (`cycle`), and passes every check under the policy in force here, which it
+    /// inherits (else `invalid` of its problem count, its own diagnostics following).
+    fn nested_plan(
+        &mut self,
+        at: &[String],
+        file: &str,
+        cycle: PlanError,
+        invalid: impl FnOnce(usize) -> PlanError,
+    ) -> Option<crate::plan::Plan> {
         let path = self.dir.join(file);
         let span = self.span(at);
         if !path.is_file() {
@@ -195,35 +254,23 @@ impl Checker<'_> {
                 span,
                 "not found",
             );
-            return;
+            return None;
         }
         let mut enclosing = self.nesting.enclosing.to_vec();
         enclosing.push(crate::plan::canonical(self.nesting.path));
         if enclosing.contains(&crate::plan::canonical(&path)) {
-            self.emit(
-                PlanError::SubPlanCycle {
-                    agent: agent.to_string(),
-                    path: file.to_string(),
-                },
-                span,
-                "leads back here",
-            );
-            return;
+            self.emit(cycle, span, "leads back here");
+            return None;
         }
-        let handed_down = crate::plan::PolicyFile::inherited(self.policy, self.nesting.path);
-        if let Err(problems) = crate::plan::load_within(&path, Some(&handed_down), &enclosing) {
-            let count = problems.len();
-            self.emit(
-                PlanError::SubPlanInvalid {
-                    agent: agent.to_string(),
-                    path: file.to_string(),
-                    count,
-                    plural: if count == 1 { "" } else { "s" },
-                },
-                span,
-                "this plan",
-            );
-            self.out.extend(problems);
+        let handed_down =
+            crate::plan::PolicyFile::inherited(self.policy, self.nesting.path, self.policy_file);
+        match crate::plan::load_within(&path, Some(&handed_down), &enclosing) {
+            Ok(plan) => Some(plan),
+            Err(problems) => {
+                self.emit(invalid(problems.len()), span, "this plan");
+                self.out.extend(problems);
+                None
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use super::PolicyFile;
 use super::diagnostic::{
     Diagnostic, PlanError, Source, did_you_mean, first_line_of, regex_reason, suggestion,
 };
@@ -64,7 +65,7 @@ pub fn analyse(
     plan: &Loaded<RawPlan>,
     plan_dir: &Path,
     policy: EffectivePolicy,
-    policy_name: Option<&str>,
+    policy_file: Option<&PolicyFile>,
     nesting: &Nesting<'_>,
 ) -> Analysis {
     let (graph, graph_problems) = StepGraph::build(&plan.value.steps);
@@ -75,7 +76,7 @@ pub fn analyse(
         source: &plan.source,
         dir: plan_dir,
         policy: &policy,
-        policy_name,
+        policy_file,
         nesting,
         graph: &graph,
         prompts: HashMap::new(),
@@ -90,6 +91,7 @@ pub fn analyse(
     checker.corpora();
     checker.tools();
     checker.agents();
+    checker.reduce();
     for index in 0..plan.value.steps.len() {
         checker.step(index);
     }
@@ -169,7 +171,8 @@ struct Checker<'a> {
     source: &'a Source,
     dir: &'a Path,
     policy: &'a EffectivePolicy,
-    policy_name: Option<&'a str>,
+    /// The policy from outside the plan (`--policy`, or handed down to a sub-plan), if any.
+    policy_file: Option<&'a PolicyFile>,
     nesting: &'a Nesting<'a>,
     graph: &'a StepGraph,
     prompts: HashMap<String, Option<Rc<PromptFile>>>,

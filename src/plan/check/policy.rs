@@ -3,11 +3,14 @@
 
 use super::*;
 use crate::core::{Price, TokenUsage};
+use crate::plan::tools::{Capability, ToolKind};
 
 impl Checker<'_> {
-    pub(super) fn origin_name(&self, origin: PolicyOrigin) -> String {
-        match (origin, self.policy_name) {
-            (PolicyOrigin::File, Some(name)) => name.to_string(),
+    /// Who set the limit `field`: the plan's own policy, or the policy file (for a sub-plan,
+    /// the policy file or plan above it that set that limit).
+    pub(super) fn origin_name(&self, origin: PolicyOrigin, field: &str) -> String {
+        match (origin, self.policy_file) {
+            (PolicyOrigin::File, Some(file)) => file.describe_limit(field),
             _ => "plan's policy".to_string(),
         }
     }
@@ -22,15 +25,8 @@ impl Checker<'_> {
             && at.first().is_some_and(|s| s == "steps")
         {
             let span = self.span(at);
-            let hint = format!(
-                "allowed tools: {}",
-                if allowed.is_empty() {
-                    "none".to_string()
-                } else {
-                    allowed.join(", ")
-                }
-            );
-            let origin = self.origin_name(*origin);
+            let hint = allowed_hint("tools", allowed.iter().map(String::as_str));
+            let origin = self.origin_name(*origin, "allowed_tools");
             self.emit(
                 PlanError::ToolNotAllowed {
                     name: name.into(),
@@ -41,6 +37,46 @@ impl Checker<'_> {
             )
             .hint = Some(hint);
         }
+    }
+
+    /// A tool whose requirements (declared, and implied by its kind) the policy does not all
+    /// grant, located at its `requires` (or its `kind`, when it declares none).
+    pub(super) fn capability_policy(&mut self, name: &str, tool: &dyn ToolKind) {
+        let Some(Limit {
+            value: allowed,
+            origin,
+        }) = &self.policy.allowed_capabilities
+        else {
+            return;
+        };
+        let missing: Vec<&str> = tool
+            .access()
+            .required(&tool.implied())
+            .into_iter()
+            .filter(|needed| !allowed.contains(needed))
+            .map(Capability::name)
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let field = if tool.access().requires.is_empty() {
+            "kind"
+        } else {
+            "requires"
+        };
+        let span = self.span(&path(&["tools", name, field]));
+        let hint = allowed_hint("capabilities", allowed.iter().map(|c| c.name()));
+        let origin = self.origin_name(*origin, "allowed_capabilities");
+        self.emit(
+            PlanError::CapabilityNotGranted {
+                name: name.into(),
+                missing: missing.join(", "),
+                origin,
+            },
+            span,
+            "not granted",
+        )
+        .hint = Some(hint);
     }
 
     pub(super) fn step_policy(
@@ -58,19 +94,8 @@ impl Checker<'_> {
             && !allowed.contains(&step.step_type())
         {
             let span = self.span(&step_path(index, &path(&["type"])));
-            let hint = format!(
-                "allowed step types: {}",
-                if allowed.is_empty() {
-                    "none".to_string()
-                } else {
-                    allowed
-                        .iter()
-                        .map(|t| t.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            );
-            let origin = self.origin_name(*origin);
+            let hint = allowed_hint("step types", allowed.iter().map(|t| t.name()));
+            let origin = self.origin_name(*origin, "allowed_step_types");
             self.emit(
                 PlanError::StepTypeNotAllowed {
                     step_type: step.step_type().name().into(),
@@ -86,7 +111,7 @@ impl Checker<'_> {
             && timeout > *max
         {
             let span = self.span(&step_path(index, &path(&["timeout"])));
-            let origin = self.origin_name(*origin);
+            let origin = self.origin_name(*origin, "timeout_per_step");
             self.emit(
                 PlanError::TimeoutExceeds {
                     found: timeout.to_string(),
@@ -102,7 +127,7 @@ impl Checker<'_> {
             && tokens > max
         {
             let span = self.span(&step_path(index, at));
-            let origin = self.origin_name(*origin);
+            let origin = self.origin_name(*origin, "max_tokens");
             self.emit(
                 PlanError::MaxTokensExceed {
                     found: *tokens,
@@ -121,10 +146,11 @@ impl Checker<'_> {
             let cost = price.cost(TokenUsage {
                 prompt_tokens: 0,
                 completion_tokens: *tokens,
+                reasoning_tokens: None,
             });
             if cost.amount() > *max {
                 let span = self.span(&step_path(index, at));
-                let origin = self.origin_name(*origin);
+                let origin = self.origin_name(*origin, "max_cost");
                 self.emit(
                     PlanError::MaxCostExceed {
                         tokens: *tokens,
@@ -143,7 +169,7 @@ impl Checker<'_> {
             && found > max
         {
             let span = self.span(&step_path(index, at));
-            let origin = self.origin_name(*origin);
+            let origin = self.origin_name(*origin, "max_tool_iterations");
             self.emit(
                 PlanError::ToolIterationsExceed {
                     found: *found,
@@ -162,7 +188,7 @@ impl Checker<'_> {
             && count > *max as usize
         {
             let span = self.span(&step_path(*max as usize, &path(&["name"])));
-            let origin = self.origin_name(*origin);
+            let origin = self.origin_name(*origin, "max_steps");
             self.emit(
                 PlanError::TooManySteps {
                     count,
@@ -178,7 +204,7 @@ impl Checker<'_> {
             origin,
         }) = &self.policy.require_linear
         {
-            let origin = self.origin_name(*origin);
+            let origin = self.origin_name(*origin, "require_linear");
             for index in 0..count {
                 let predecessors = self.graph.predecessors(index);
                 let successors = self.graph.successors(index);
@@ -216,4 +242,15 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// The hint under an allow-list violation: `allowed WHAT: a, b`, or `none` for an empty list.
+fn allowed_hint<'a>(what: &str, names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    let listed = if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    };
+    format!("allowed {what}: {listed}")
 }

@@ -68,10 +68,10 @@ model_kinds! {
     Onnx(OnnxModelSpec) = "onnx",
 }
 
-/// The SHA-256 of a model file for a lockfile; null when it cannot be read (so a file that
-/// appears or goes away later is drift too).
+/// The SHA-256 of a model file for a lockfile (read once per process and version of the file);
+/// null when it cannot be read (so a file that appears or goes away later is drift too).
 pub fn file_sha256(path: &Path) -> Value {
-    store::sha256_file(path).map_or(Value::Null, Value::String)
+    store::sha256_file_once(path).map_or(Value::Null, Value::String)
 }
 
 /// A mistake a model kind finds in its own settings: the field (relative to the model), the

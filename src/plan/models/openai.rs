@@ -4,13 +4,15 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
 
+use std::num::NonZeroU32;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind};
 use crate::core::{Failure, FailureCode, Price};
-use crate::inference::{OpenAiConfig, OpenAiEngine, RateLimit};
+use crate::inference::{Compat, OpenAiConfig, OpenAiEngine, RateLimit};
 use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
 
@@ -41,6 +43,32 @@ pub struct OpenaiModel {
     /// `burst` (any subset, each at least 1).
     #[serde(default)]
     pub rate_limit: Option<RateLimit>,
+    /// The server's dialect of the API, when negotiation cannot find it alone: `openai`,
+    /// `vllm`, `tgi`, `llama.cpp`, `ollama` or `lmstudio` (default: negotiated from the server's
+    /// errors, and remembered in the call cache's store).
+    #[serde(default)]
+    pub compat: Option<Compat>,
+    /// The most tokens (prompt and answer) one call to the model may hold, as its server is
+    /// configured: inference events and usage records report it (an OpenAI-compatible server
+    /// does not say). Reported only: requests are not held to it.
+    #[serde(default)]
+    pub context_window: Option<NonZeroU32>,
+}
+
+impl OpenaiModel {
+    /// The least time `calls` model calls using about `tokens` tokens in all take at this
+    /// model's `rate_limit` (None without a per-minute quota): the longer of the requests' and
+    /// the tokens' share of their quotas.
+    pub fn paced_at_least(&self, calls: u64, tokens: u64) -> Option<Duration> {
+        let limit = self.rate_limit?;
+        let minutes = |amount: u64, per_minute: Option<NonZeroU32>| {
+            per_minute.map(|quota| amount as f64 / f64::from(quota.get()))
+        };
+        let requests = minutes(calls, limit.requests_per_minute);
+        let tokens = minutes(tokens, limit.tokens_per_minute);
+        let most = requests.into_iter().chain(tokens).reduce(f64::max)?;
+        Duration::try_from_secs_f64(most * 60.0).ok()
+    }
 }
 
 impl ModelKind for OpenaiModel {
@@ -86,6 +114,9 @@ impl ModelKind for OpenaiModel {
         config.api_key = api_key;
         config.notice = env.verbose.then(|| env.notice.clone());
         config.rate_limit = self.rate_limit.unwrap_or_default();
+        config.compat = self.compat;
+        config.memo = env.memo.clone();
+        config.context_window = self.context_window.map(|tokens| u64::from(tokens.get()));
         if let Some(timeout) = self.timeout {
             config.timeout = timeout.get();
         }

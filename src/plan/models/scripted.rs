@@ -79,6 +79,9 @@ pub struct ScriptCall {
     /// Its arguments.
     #[serde(default)]
     pub arguments: serde_json::Map<String, Value>,
+    /// Text the model writes before the call (streamed like an answer's text).
+    #[serde(default)]
+    pub text: String,
 }
 
 impl ScriptReply {
@@ -89,6 +92,7 @@ impl ScriptReply {
             ScriptReply::Call { call } => ScriptedReply::Call {
                 tool: call.tool.clone(),
                 arguments: Value::Object(call.arguments.clone()),
+                text: call.text.clone(),
             },
         }
     }

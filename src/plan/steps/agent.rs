@@ -74,6 +74,7 @@ impl StepConfig for AgentStep {
             memory: self.memory.map(|m| m as usize),
             context: self.context.clone(),
             tool_calls: self.tool_calls,
+            stream: context.stream(),
         }))
     }
 }

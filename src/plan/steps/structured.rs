@@ -67,6 +67,8 @@ impl StepConfig for StructuredStep {
                 } else {
                     ToolCalls::Native
                 },
+                // Its answer feeds the structured phase: it is never the plan's output.
+                stream: None,
             })
         };
         Ok(Arc::new(Structured {

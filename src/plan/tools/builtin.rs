@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{ToolEnv, ToolKind};
+use super::{Capability, ToolAccess, ToolEnv, ToolKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::{SideEffects, ToolAction, ToolRuntime};
 use crate::plan::steps::OutputKind;
@@ -12,7 +12,7 @@ use crate::tool::Builtin;
 
 /// A tool compiled into pagantic.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct BuiltinToolSpec {
     /// Which built-in tool.
     pub builtin: BuiltinTool,
@@ -25,6 +25,8 @@ pub struct BuiltinToolSpec {
     /// Keep the tool's results in the call cache, so that a later call with the same arguments, in this run or a later one, is answered without running it (default false). For `calculator` and `read_file` (which then answers with what it read the first time); `current_time` is refused.
     #[serde(default)]
     pub cache: bool,
+    #[serde(flatten)]
+    pub access: ToolAccess,
 }
 
 /// Tools compiled into pagantic.
@@ -47,6 +49,18 @@ impl ToolKind for BuiltinToolSpec {
 
     fn cache(&self) -> bool {
         self.cache
+    }
+
+    fn access(&self) -> &ToolAccess {
+        &self.access
+    }
+
+    /// `read_file` reads files.
+    fn implied(&self) -> Vec<Capability> {
+        match self.builtin {
+            BuiltinTool::ReadFile => vec![Capability::Filesystem],
+            BuiltinTool::Calculator | BuiltinTool::CurrentTime => Vec::new(),
+        }
     }
 
     fn uncacheable(&self) -> Option<String> {

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolEnv, ToolKind};
+use super::{Capability, ToolAccess, ToolEnv, ToolKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
 use crate::plan::duration::DurationSpec;
@@ -20,7 +20,7 @@ const DEFAULT_TOOL_OUTPUT: usize = 64 * 1024;
 
 /// Runs a program directly (never through a shell) with an argv template.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct CommandTool {
     /// What the tool does, for the model.
     pub description: String,
@@ -55,6 +55,8 @@ pub struct CommandTool {
     /// Keep the tool's results in the call cache, so that a later call with the same arguments, in this run or a later one, is answered without running it (default false). Only for a tool that is `idempotent: true` with `side_effects` `none` or `read`. The key covers the tool's definition, its arguments and the contents of the files its `argv` names in the plan's directory (a script, a data file), so editing one runs the tool again; other state a `read` tool reads is not covered.
     #[serde(default)]
     pub cache: bool,
+    #[serde(flatten)]
+    pub access: ToolAccess,
 }
 
 impl CommandTool {
@@ -72,6 +74,19 @@ impl ToolKind for CommandTool {
 
     fn cache(&self) -> bool {
         self.cache
+    }
+
+    fn access(&self) -> &ToolAccess {
+        &self.access
+    }
+
+    /// A program is a process; variables passed through are the environment's.
+    fn implied(&self) -> Vec<Capability> {
+        let mut implied = vec![Capability::Process];
+        if !self.env.is_empty() {
+            implied.push(Capability::Environment);
+        }
+        implied
     }
 
     fn uncacheable(&self) -> Option<String> {
@@ -175,6 +190,7 @@ mod tests {
             side_effects: SideEffects::Read,
             idempotent: true,
             cache: true,
+            access: ToolAccess::default(),
         }
     }
 

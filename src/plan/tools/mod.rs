@@ -16,11 +16,15 @@ use super::steps::{FieldPath, OutputKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::ToolRuntime;
 
+mod access;
 mod builtin;
 mod command;
+mod mcp;
 
+pub use access::{Capability, NO_ACCESS, ToolAccess};
 pub use builtin::{BuiltinTool, BuiltinToolSpec};
 pub use command::CommandTool;
+pub use mcp::McpTool;
 
 /// Declares the tool kinds: `Variant(Config) = "kind-name"`, each with its doc comment.
 macro_rules! tool_kinds {
@@ -48,6 +52,8 @@ tool_kinds! {
     Command(CommandTool) = "command",
     /// A tool compiled into pagantic.
     Builtin(BuiltinToolSpec) = "builtin",
+    /// The tools of an MCP server (a program over stdio, or a streamable HTTP URL) named in `allow`.
+    Mcp(McpTool) = "mcp",
 }
 
 /// What building a tool needs from the plan around it.
@@ -88,6 +94,21 @@ pub trait ToolKind {
     fn output(&self) -> OutputKind {
         OutputKind::Unknown
     }
+    /// Its `requires` and `approval`: a kind has them by flattening [`ToolAccess`] into its
+    /// config (`#[serde(flatten)] pub access: ToolAccess`) and returning that field here.
+    fn access(&self) -> &ToolAccess {
+        &NO_ACCESS
+    }
+    /// What it needs whatever it declares (a command starts a process): `validate` and `run`
+    /// refuse it unless the policy grants these and its `requires`.
+    fn implied(&self) -> Vec<Capability> {
+        Vec::new()
+    }
     /// The run-time tool.
     fn build(&self, env: &ToolEnv<'_>) -> Result<ToolRuntime, Failure>;
+    /// For a kind that offers a model several tools (an MCP server's allowed tools), those
+    /// tools; None for a kind whose one tool is [`build`](ToolKind::build)'s.
+    fn build_set(&self, _env: &ToolEnv<'_>) -> Option<Result<Vec<ToolRuntime>, Failure>> {
+        None
+    }
 }

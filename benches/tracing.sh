@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The cost of exporting traces: the 100,000-row scripted batch of benches/batch.sh with export
+# off and on (OTLP/HTTP to a receiver on loopback that takes every request), ROUNDS runs of each,
+# alternated; prints the median rows/s and wall time of each side, the slowdown, the peak RSS,
+# and the spans dropped (the batch summary's `trace_spans_dropped`; must be 0).
+#
+#   bash benches/tracing.sh            # ROWS=100000 ROUNDS=5 by default
+#
+# The dev build, as benches/batch.sh uses; GNU time for the peak RSS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --locked --quiet
+bin=./target/debug/pagantic
+dir=target/bench-tracing
+mkdir -p "$dir"
+rows=${ROWS:-100000}
+rounds=${ROUNDS:-5}
+python3 benches/gen_rows.py "$dir" "$rows"
+rm -f "$dir/receiver.port"
+# The receiver: answers every POST with 200 and counts the bytes it was sent.
+python3 - "$dir/receiver.port" <<'PY' &
+import http.server, sys
+class Take(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Take)
+open(sys.argv[1], "w").write(str(server.server_address[1]))
+server.serve_forever()
+PY
+receiver=$!
+trap 'kill "$receiver" 2>/dev/null || true' EXIT
+while [ ! -s "$dir/receiver.port" ]; do sleep 0.1; done
+url="http://127.0.0.1:$(cat "$dir/receiver.port")"
+: > "$dir/results.txt"
+measure() { # label, extra flags…
+  local label=$1; shift
+  rm -f "$dir/out.jsonl"
+  /usr/bin/time -f "%M %e" -o "$dir/time.txt" "$bin" run --quiet benches/plans/batch-scripted.yaml \
+    --batch "$dir/rows-$rows.jsonl" --out "$dir/out.jsonl" --id id -j 16 \
+    --summary "$dir/summary.json" --no-cache "$@"
+  read -r rss_kb wall < "$dir/time.txt"
+  python3 - "$dir/summary.json" "$label" "$rss_kb" "$wall" >> "$dir/results.txt" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(sys.argv[2], s["rows_per_s"], sys.argv[4], int(sys.argv[3]) // 1024, s.get("trace_spans_dropped", 0), s["rows_ok"])
+PY
+}
+for _ in $(seq "$rounds"); do
+  measure off
+  measure on --otlp "$url"
+done
+python3 - "$dir/results.txt" <<'PY'
+import statistics, sys
+runs = [line.split() for line in open(sys.argv[1])]
+def side(label):
+    mine = [r for r in runs if r[0] == label]
+    return (statistics.median(float(r[1]) for r in mine), statistics.median(float(r[2]) for r in mine),
+            max(int(r[3]) for r in mine), sum(int(r[4]) for r in mine), len(mine), mine[0][5])
+off, on = side("off"), side("on")
+for label, (rate, wall, rss, dropped, n, rows) in (("export off", off), ("export on", on)):
+    print(f"{label:<11} {rows} rows x {n}: median {rate:9.1f} rows/s, {wall:6.2f} s wall, "
+          f"peak RSS {rss} MiB, spans dropped {dropped}")
+print(f"slowdown with export on: {100 * (off[0] / on[0] - 1):+.1f}% (rows/s, median of medians)")
+PY
