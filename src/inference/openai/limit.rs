@@ -13,8 +13,8 @@
 //! The server's own word adapts the pace, with or without a `rate_limit`: a wait it asks for
 //! (`Retry-After`, `retry-after-ms`, or an exhausted `x-ratelimit-remaining-*` with its
 //! `x-ratelimit-reset-*`) holds back every request of the model, not only the refused one; each
-//! 429 also doubles a spacing between the model's requests (from 100 ms, at most 10 s), which
-//! every answered request shrinks by a quarter until it is gone. Time spent waiting here is off
+//! 429 that does not say when to retry also doubles a spacing between the model's requests (from
+//! 100 ms, at most 10 s), which every answered request shrinks by a quarter until it is gone. Time spent waiting here is off
 //! the step's clock (a step's `timeout` is not charged for it), and is added up, with the 429s
 //! seen, for the process ([`pacing`]) and for each call ([`tallied`]).
 
@@ -276,13 +276,18 @@ impl Limiter {
             .saturating_sub(i64::from(estimated));
     }
 
-    /// A 429: counted, and the model's requests spaced out (twice as far as before).
-    pub(super) fn refused(&self) {
+    /// A 429: counted, and, unless the server said when to retry (`Retry-After`, which the
+    /// caller holds the model for instead), the model's requests spaced out twice as far as
+    /// before. A server's own word wins: one that answers `Retry-After: 0` means "now".
+    pub(super) fn refused(&self, server_said_when: bool) {
         RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
         tally(Pacing {
             waited: Duration::ZERO,
             rate_limited: 1,
         });
+        if server_said_when {
+            return;
+        }
         let mut slowed = self.slowed.lock().unwrap_or_else(PoisonError::into_inner);
         slowed.spacing = slowed
             .spacing
@@ -407,11 +412,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_tallies_its_own_waits_and_429s_only() {
         let limiter = Limiter::new(&RateLimit::default());
-        limiter.refused();
+        limiter.refused(false);
         let ((), call) = tallied(async {
             limiter.hold(Duration::from_secs(2));
             limiter.admit(1).await;
-            limiter.refused();
+            limiter.refused(false);
             limiter.wait_to_retry(Duration::from_secs(1), true).await;
         })
         .await;
@@ -490,8 +495,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_429_spaces_the_requests_out_until_answers_come_back() {
         let limiter = Limiter::new(&RateLimit::default());
-        limiter.refused();
-        limiter.refused();
+        limiter.refused(false);
+        limiter.refused(false);
         let started = Instant::now();
         for _ in 0..3 {
             limiter.admit(1).await;

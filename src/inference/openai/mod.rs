@@ -403,7 +403,7 @@ impl OpenAiEngine {
             };
             let rate_limited = error.failure.code == FailureCode::InferenceRateLimited;
             if rate_limited {
-                self.limiter.refused();
+                self.limiter.refused(matches!(error.retry, Retry::After(_)));
             }
             let wait = match error.retry {
                 Retry::Never => None,
