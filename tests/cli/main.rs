@@ -63,6 +63,17 @@ pub struct Run {
     pub stderr: String,
 }
 
+impl Run {
+    /// Standard output read as JSON Lines, one value a line (a line that is not JSON fails the
+    /// test).
+    pub fn stdout_json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    }
+}
+
 /// The repository root (tests run with it as the working directory unless told otherwise).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

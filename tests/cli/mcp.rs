@@ -455,11 +455,7 @@ fn tools_lists_every_server_tool_and_the_allow_list_entries_it_lacks() {
     let (dir, _) = plan(&tools, "[done]", &agent("files"));
     let run = pagantic_with(dir.path(), &["tools", "plan.yaml", "--format", "json"], &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let lines: Vec<Value> = run
-        .stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect();
+    let lines = run.stdout_json_lines();
     let line = |name: &str| {
         lines
             .iter()

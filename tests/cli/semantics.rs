@@ -257,11 +257,7 @@ fn a_tool_that_cannot_run_is_refused_as_unavailable_saying_why() {
 fn tools_lists_every_tool_with_its_availability() {
     let run = pagantic(&["tools", "tests/plans/availability.yaml", "--format", "json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let lines: Vec<Value> = run
-        .stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect();
+    let lines = run.stdout_json_lines();
     let availability: Vec<(&str, &str)> = lines
         .iter()
         .map(|l| {
