@@ -19,14 +19,15 @@
 #
 # The paced run declares `rate_limit: { requests_per_minute: LIMIT, max_in_flight: IN_FLIGHT }`
 # (MODE=tokens: `tokens_per_minute: TOKENS`; PACED=0 skips it); the unpaced one (UNPACED=0 skips
-# it) declares none.
+# it) declares none. BIN=path runs that build of pagantic instead of building the dev one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${MODE:-requests}" ROWS="${ROWS:-200}" LIMIT="${LIMIT:-60}" IN_FLIGHT="${IN_FLIGHT:-5}"
 JOBS="${JOBS:-16}" TOKENS="${TOKENS:-30000}" ROW_TOKENS="${ROW_TOKENS:-500}"
 if [ "$MODE" = tokens ]; then LIMIT=1000000; else TOKENS=1000000000; fi
-cargo build --locked --quiet
-bin="${CARGO_TARGET_DIR:-target}/debug/pagantic"
+# BIN: a built pagantic to run (default: the dev build, built here).
+if [ -z "${BIN:-}" ]; then cargo build --locked --quiet; fi
+bin="${BIN:-${CARGO_TARGET_DIR:-target}/debug/pagantic}"
 work="$(mktemp -d)"
 trap 'kill "${stub:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The cost of exporting traces: the 100,000-row scripted batch of benches/batch.sh with export
 # off and on (OTLP/HTTP to a receiver on loopback that takes every request), ROUNDS runs of each,
-# alternated; prints the median rows/s and wall time of each side, the slowdown, the peak RSS,
-# and the spans dropped (the batch summary's `trace_spans_dropped`; must be 0).
+# alternated; prints the median rows/s, wall time and CPU time (user + system) of each side, the
+# slowdown, the peak RSS, and the spans dropped (the batch summary's `trace_spans_dropped`; must
+# be 0). The receiver shares the machine: its own CPU time is printed too, since on a small
+# machine it is part of the wall-time slowdown though no part of pagantic's cost.
 #
 #   bash benches/tracing.sh            # ROWS=100000 ROUNDS=5 by default
 #
@@ -17,10 +19,11 @@ rows=${ROWS:-100000}
 rounds=${ROUNDS:-5}
 python3 benches/gen_rows.py "$dir" "$rows"
 rm -f "$dir/receiver.port"
-# The receiver: answers every POST with 200 and counts the bytes it was sent.
+# The receiver: answers every POST with 200, keeping the connection open as collectors do.
 python3 - "$dir/receiver.port" <<'PY' &
 import http.server, sys
 class Take(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         self.send_response(200)
@@ -41,14 +44,21 @@ url="http://127.0.0.1:$(cat "$dir/receiver.port")"
 measure() { # label, extra flags…
   local label=$1; shift
   rm -f "$dir/out.jsonl"
-  /usr/bin/time -f "%M %e" -o "$dir/time.txt" "$bin" run --quiet benches/plans/batch-scripted.yaml \
+  local before after
+  before=$(awk '{print $14 + $15}' "/proc/$receiver/stat")
+  /usr/bin/time -f "%M %e %U %S" -o "$dir/time.txt" "$bin" run --quiet benches/plans/batch-scripted.yaml \
     --batch "$dir/rows-$rows.jsonl" --out "$dir/out.jsonl" --id id -j 16 \
     --summary "$dir/summary.json" --no-cache "$@"
-  read -r rss_kb wall < "$dir/time.txt"
-  python3 - "$dir/summary.json" "$label" "$rss_kb" "$wall" >> "$dir/results.txt" <<'PY'
+  after=$(awk '{print $14 + $15}' "/proc/$receiver/stat")
+  read -r rss_kb wall user sys < "$dir/time.txt"
+  python3 - "$dir/summary.json" "$label" "$rss_kb" "$wall" "$user" "$sys" "$((after - before))" \
+    "$(getconf CLK_TCK)" >> "$dir/results.txt" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(sys.argv[2], s["rows_per_s"], sys.argv[4], int(sys.argv[3]) // 1024, s.get("trace_spans_dropped", 0), s["rows_ok"])
+label, rss_kb, wall, user, system, ticks, hz = sys.argv[2:]
+cpu = float(user) + float(system)
+print(label, s["rows_per_s"], wall, int(rss_kb) // 1024, s.get("trace_spans_dropped", 0), s["rows_ok"],
+      f"{cpu:.2f}", f"{int(ticks) / int(hz):.2f}")
 PY
 }
 for _ in $(seq "$rounds"); do
@@ -60,11 +70,14 @@ import statistics, sys
 runs = [line.split() for line in open(sys.argv[1])]
 def side(label):
     mine = [r for r in runs if r[0] == label]
-    return (statistics.median(float(r[1]) for r in mine), statistics.median(float(r[2]) for r in mine),
-            max(int(r[3]) for r in mine), sum(int(r[4]) for r in mine), len(mine), mine[0][5])
+    median = lambda column: statistics.median(float(r[column]) for r in mine)
+    return (median(1), median(2), max(int(r[3]) for r in mine), sum(int(r[4]) for r in mine),
+            len(mine), mine[0][5], median(6), median(7))
 off, on = side("off"), side("on")
-for label, (rate, wall, rss, dropped, n, rows) in (("export off", off), ("export on", on)):
+for label, (rate, wall, rss, dropped, n, rows, cpu, receiver) in (("export off", off), ("export on", on)):
     print(f"{label:<11} {rows} rows x {n}: median {rate:9.1f} rows/s, {wall:6.2f} s wall, "
-          f"peak RSS {rss} MiB, spans dropped {dropped}")
+          f"{cpu:5.2f} s CPU (receiver {receiver:4.2f} s), peak RSS {rss} MiB, spans dropped {dropped}")
 print(f"slowdown with export on: {100 * (off[0] / on[0] - 1):+.1f}% (rows/s, median of medians)")
+print(f"pagantic's CPU time with export on: {100 * (on[6] / off[6] - 1):+.1f}% "
+      f"({1e6 * (on[6] - off[6]) / (int(on[5]) * 5):.2f} µs a span, at 5 spans a row)")
 PY

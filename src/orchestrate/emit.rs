@@ -107,7 +107,7 @@ impl Events {
             .inner
             .trace
             .as_ref()
-            .map(|trace| trace.span_context(&self.inner.run_id, SpanId::RUN));
+            .map(|trace| trace.span_context(SpanId::RUN));
         Self::run_of(
             Arc::clone(&self.inner.sinks),
             Arc::new(watch),
@@ -127,7 +127,7 @@ impl Events {
         };
         let tracer = self.inner.trace.as_ref().and(self.inner.tracer.clone());
         let origin = match &self.inner.trace {
-            Some(trace) => Origin::Nested(trace.span_context(&self.inner.run_id, step_span)),
+            Some(trace) => Origin::Nested(trace.span_context(step_span)),
             None => Origin::Session,
         };
         Self::run_of(
@@ -170,7 +170,7 @@ impl Events {
         self.inner
             .trace
             .as_ref()
-            .map(|trace| trace.traceparent(&self.inner.run_id, span))
+            .map(|trace| trace.traceparent(span))
     }
 
     /// Where this run's streamed text goes besides the build's sink, if anyone watches it.

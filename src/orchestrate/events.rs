@@ -32,6 +32,11 @@ impl SpanId {
     pub(super) fn numbered(n: u64) -> SpanId {
         SpanId(n)
     }
+
+    /// Its number in its run.
+    pub fn number(self) -> u64 {
+        self.0
+    }
 }
 
 impl std::fmt::Display for SpanId {
@@ -85,10 +90,14 @@ pub enum EventData {
         engine: &'static str,
         duration_ms: f64,
         usage: TokenUsage,
-        /// Completion tokens per second of the call's wall time; absent when the cache answered
+        /// Completion tokens per second of the call's own time; absent when the cache answered
         /// or the answer had no tokens.
         #[serde(skip_serializing_if = "Option::is_none")]
         tokens_per_second: Option<f64>,
+        /// What the call waited for its model's rate limit (or a server's `Retry-After`), in
+        /// milliseconds: not part of `duration_ms`. Absent when it did not wait.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rate_limit_wait_ms: Option<u64>,
         /// The most tokens one call of the model may hold, when its engine knows.
         #[serde(skip_serializing_if = "Option::is_none")]
         context_window: Option<u64>,
@@ -197,6 +206,7 @@ impl EventData {
             duration_ms: after.as_secs_f64() * 1000.0,
             usage: TokenUsage::default(),
             tokens_per_second: None,
+            rate_limit_wait_ms: None,
             context_window: None,
             call,
             sent,
@@ -538,6 +548,7 @@ mod tests {
             duration_ms: 4.0,
             usage: TokenUsage::default(),
             tokens_per_second: None,
+            rate_limit_wait_ms: None,
             context_window: None,
             call,
             sent,

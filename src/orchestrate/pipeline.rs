@@ -250,8 +250,12 @@ impl StepContext {
             },
             _ => failure,
         });
-        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        // The call's own time: what it waited for the model's rate limit is reported apart.
         let rate_limit = answered.as_ref().map(|r| r.rate_limit).unwrap_or_default();
+        let own_time = started.elapsed().saturating_sub(rate_limit.waited);
+        let duration_ms = own_time.as_secs_f64() * 1000.0;
+        let rate_limit_wait_ms = (!rate_limit.waited.is_zero())
+            .then(|| u64::try_from(rate_limit.waited.as_millis()).unwrap_or(u64::MAX));
         // A call the engine failed is a model call too: its event says why.
         let (mut finish_reason, mut content) = (None, None);
         let (usage, cost, cache, read, error) = match answered {
@@ -295,6 +299,7 @@ impl StepContext {
             duration_ms,
             usage,
             tokens_per_second,
+            rate_limit_wait_ms,
             // Asked again now: a local model knows its file's only once a call has loaded it.
             context_window: engine.model_info().context_window,
             call,

@@ -280,12 +280,28 @@ fn two_calls_against(
 
 /// A run's record carries what its calls waited for the model's pace and the 429s they were
 /// answered: against a server taking one request a second, the second call is refused once and
-/// waits out the second; a server with room to spare leaves `rate_limit` out of the record.
+/// waits out the second; a server with room to spare leaves `rate_limit` out of the record. The
+/// call that waited says so in its event, and its `duration_ms` is its own time without the wait.
 #[test]
 fn the_run_record_counts_its_waits_and_429s() {
     let server = LimitedServer::start(1, Duration::from_secs(1), Duration::ZERO);
     let dir = tempfile::tempdir().expect("temp dir");
-    let (record, _) = two_calls_against(dir.path(), server.port, "");
+    let (record, events) = two_calls_against(dir.path(), server.port, "");
+    let calls: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "inference")
+        .map(|e| &e["data"])
+        .collect();
+    assert_eq!(calls.len(), 2, "{events:?}");
+    assert!(
+        calls[0].get("rate_limit_wait_ms").is_none(),
+        "{:?}",
+        calls[0]
+    );
+    let waited = calls[1]["rate_limit_wait_ms"].as_u64().expect("a wait");
+    assert!(waited >= 900, "{:?}", calls[1]);
+    let own = calls[1]["duration_ms"].as_f64().expect("a duration");
+    assert!(own < waited as f64, "{:?}", calls[1]);
     let (accepted, refused, _) = server.counts();
     assert_eq!(accepted, 2, "{record}");
     assert_eq!(record["rate_limit"]["refused"], refused as u64, "{record}");

@@ -13,7 +13,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use prost::Message;
 use serde_json::{Value, json};
@@ -402,15 +404,86 @@ fn a_collector_that_is_not_there_or_never_answers_does_not_fail_the_run() {
         let started = Instant::now();
         let (run, record) = run_agent(&["--otlp", &url], &[]);
         assert_eq!(record["status"], "complete");
-        let reports: Vec<&str> = run
-            .stderr
-            .lines()
-            .filter(|line| line.contains("were not exported"))
-            .collect();
-        assert_eq!(reports.len(), 1, "{}", run.stderr);
+        assert_eq!(drop_reports(&run).len(), 1, "{}", run.stderr);
         assert!(started.elapsed() < Duration::from_secs(60), "{url}");
     }
     drop(hole);
+}
+
+/// The lines of `run`'s stderr that report spans not exported.
+fn drop_reports(run: &Run) -> Vec<&str> {
+    run.stderr
+        .lines()
+        .filter(|line| line.contains("were not exported"))
+        .collect()
+}
+
+/// A collector that answers an error loses the whole export, and one that takes it but rejects
+/// part of it (an OTLP partial success) loses that part: the run completes either way and the
+/// count is said once. `OTEL_EXPORTER_OTLP_HEADERS` reaches the collector, percent-decoded, and
+/// is never printed.
+#[test]
+fn refused_and_partly_rejected_exports_are_counted_and_headers_reach_the_collector() {
+    let secret = [(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "x-api-key=s3cr%3Dt,x-team=evals",
+    )];
+    let failing = Router::new().route(
+        "/v1/traces",
+        post(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") }),
+    );
+    let (port, _failing) = serve_on_loopback(failing);
+    let (run, record) = run_agent(&["--otlp", &format!("http://127.0.0.1:{port}")], &secret);
+    assert_eq!(record["status"], "complete");
+    // The agent's five spans: the run, the agent, two model calls and the tool.
+    assert_eq!(
+        drop_reports(&run),
+        [
+            "pagantic: 5 trace span(s) were not exported: the collector was unreachable, too slow, or refused them"
+        ],
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("s3cr"), "{}", run.stderr);
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let partial = Router::new()
+        .route("/v1/traces", post(reject_two))
+        .with_state(Arc::clone(&seen));
+    let (port, _partial) = serve_on_loopback(partial);
+    let (run, _) = run_agent(&["--otlp", &format!("http://127.0.0.1:{port}")], &secret);
+    let reports = drop_reports(&run);
+    assert_eq!(reports.len(), 1, "{}", run.stderr);
+    assert!(reports[0].contains(" 2 trace span(s)"), "{}", run.stderr);
+    assert!(!run.stderr.contains("s3cr"), "{}", run.stderr);
+    let seen = seen.lock().expect("headers").clone();
+    assert_eq!(seen, [("s3cr=t".to_string(), "evals".to_string())]);
+}
+
+/// The API key and team headers of each export a collector was sent.
+type SeenHeaders = Arc<Mutex<Vec<(String, String)>>>;
+
+/// Takes every export, keeping its API key and team headers, and says it rejected two spans.
+async fn reject_two(
+    State(seen): State<SeenHeaders>,
+    headers: HeaderMap,
+) -> ([(&'static str, &'static str); 1], Vec<u8>) {
+    let header = |name: &str| {
+        let value = headers.get(name).and_then(|v| v.to_str().ok());
+        value.unwrap_or_default().to_string()
+    };
+    let pair = (header("x-api-key"), header("x-team"));
+    seen.lock().expect("headers").push(pair);
+    let answer = ExportTraceServiceResponse {
+        partial_success: Some(ExportTracePartialSuccess {
+            rejected_spans: 2,
+            error_message: "spans too old".into(),
+        }),
+    };
+    (
+        [("content-type", "application/x-protobuf")],
+        answer.encode_to_vec(),
+    )
 }
 
 /// The `openai` engine sends the chat span's `traceparent` to the server, so the server's own

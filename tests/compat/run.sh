@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The `openai` engine against a real OpenAI-compatible server: llama-cpp-python's server
 # (0.3.36, `--chat_format chatml-function-calling`) serving the embedded GGUF on a loopback port.
-# Runs the plans beside this script — infer, streaming, structured, agent (native, prompt, auto)
-# and redundant — with the built pagantic and prints a matrix: works / degraded-to-MODE / fails.
+# Runs the plans beside this script — infer, streaming, structured, agent (native, prompt, auto),
+# redundant, a schema the server cannot compile (fail-open) and a rate-limited batch — with the
+# built pagantic and prints a matrix: works / degraded-to-MODE / fails.
 #
 #   bash tests/compat/run.sh     # needs `pagantic models pull`; the first run builds
 #                                # llama-cpp-python in a virtualenv (15-25 minutes on 2 cores)
@@ -37,20 +38,30 @@ for _ in $(seq 120); do
   sleep 1
 done
 
-# name  plan  extra flags
-cases="infer infer.yaml --no-stream
-stream infer.yaml --stream
-structured structured.yaml --no-stream
-agent-native agent-native.yaml --no-stream
-agent-prompt agent-prompt.yaml --no-stream
-agent-auto agent-auto.yaml --no-stream
-redundant redundant.yaml --no-stream"
-while read -r name plan flag; do
+# name  plan  extra flags (every row asks the server: no row is answered from the call cache)
+cases="infer infer.yaml --no-stream --no-cache
+stream infer.yaml --stream --no-cache
+structured structured.yaml --no-stream --no-cache
+agent-native agent-native.yaml --no-stream --no-cache
+agent-prompt agent-prompt.yaml --no-stream --no-cache
+agent-auto agent-auto.yaml --no-stream --no-cache
+redundant redundant.yaml --no-stream --no-cache
+fail-open fail-open.yaml --no-stream --no-cache"
+while read -r name plan flags; do
   sed "s#127.0.0.1:18123#127.0.0.1:$port#" "tests/compat/$plan" >"$work/$plan"
   rm -f "$work/$name.events.jsonl"
-  "$bin" run --quiet "$flag" --format json --events "$work/$name.events.jsonl" "$work/$plan" \
+  # shellcheck disable=SC2086 # one or more flags
+  "$bin" run --quiet $flags --format json --events "$work/$name.events.jsonl" "$work/$plan" \
     >"$work/$name.out" 2>"$work/$name.err" || true
 done <<<"$cases"
+
+# A batch of 6 rows at -j 4 whose model allows 20 requests a minute: paced about 3 s apart.
+sed "s#127.0.0.1:18123#127.0.0.1:$port#" tests/compat/rate-limit.yaml >"$work/rate-limit.yaml"
+rm -f "$work"/rate-limit.{events,out,summary}.json*
+"$bin" run --quiet --no-stream --no-cache --batch tests/compat/rate-limit.jsonl -j 4 \
+  --out "$work/rate-limit.out.jsonl" --summary "$work/rate-limit.summary.json" \
+  --events "$work/rate-limit.events.jsonl" "$work/rate-limit.yaml" \
+  >"$work/rate-limit.out" 2>"$work/rate-limit.err" || true
 
 python3 - "$work" <<'PY'
 import json, sys
@@ -110,6 +121,57 @@ for name in ["infer", "stream", "structured", "agent-native", "agent-prompt", "a
     else:
         result = "works"
     rows.append((name, result, json.dumps(output)[:40]))
+
+# fail-open: the server compiles no grammar for the schema and answers under a generic JSON one;
+# every answer must have been checked (`schema_mode: ignored`, `constrained: false` when it did
+# not conform) and the step then repaired, retried or failed on its own.
+record, events, out = load("fail-open")
+calls = [e["data"] for e in events if e["kind"] == "inference" and "error" not in e["data"]]
+ignored = [d for d in calls if d.get("schema_mode") == "ignored"]
+wrong = [d for d in ignored if d.get("constrained") is not False]
+ok = record is not None and record.get("status") == "complete"
+if not calls:
+    result, answer = failed(record, events, "fail-open"), ""
+elif wrong:
+    result, answer = "fails (ignored answer recorded as constrained)", ""
+elif ok:
+    answer = json.dumps(step(record).get("output"))[:40]
+    if ignored:
+        result = f"works (ignored schema caught on {len(ignored)}/{len(calls)} answers, valid after repair/retries)"
+    else:
+        result = "works (server answer conformed)"
+elif ignored:
+    result = (f"ignored schema caught ({len(ignored)}/{len(calls)} answers), then "
+              + failed(record, events, "fail-open") + f" after {len(calls)} attempts")
+    answer = ""
+else:
+    result, answer = failed(record, events, "fail-open") + " (ignored schema not caught)", ""
+rows.append(("fail-open", result, answer))
+
+# rate-limit: every row answered, none refused, the summary's wait above zero, and the requests
+# spread out: at most burst (1) + 1 answers in any 3-second window.
+try:
+    summary = json.load(open(f"{work}/rate-limit.summary.json"))
+    lines = [json.loads(l) for l in open(f"{work}/rate-limit.out.jsonl")]
+    events = [json.loads(l) for l in open(f"{work}/rate-limit.events.jsonl")]
+except (OSError, ValueError):
+    err = open(f"{work}/rate-limit.err").read().strip().splitlines()
+    rows.append(("rate-limit", "fails (" + (err[-1][:60] if err else "no summary") + ")", ""))
+else:
+    good = [l for l in lines if l.get("status") == "ok"]
+    waited = summary.get("rate_limit_wait_ms", 0) / 1000
+    refused = summary.get("rate_limited", 0)
+    # answers' end times (`at`; `at_ms` counts from each row's own start)
+    from datetime import datetime
+    ends = sorted(datetime.fromisoformat(e["at"].replace("Z", "+00:00")).timestamp()
+                  for e in events if e["kind"] == "inference")
+    most = max((sum(1 for t in ends if s <= t < s + 3) for s in ends), default=0)
+    facts = (f"{len(good)}/{len(lines)} rows in {summary.get('wall_ms', 0) / 1000:.1f} s, "
+             f"waited {waited:.1f} s, {refused} refused, at most {most} answers in 3 s")
+    paced = waited > 0 and most <= 2
+    verdict = "works" if len(good) == len(lines) == 6 and refused == 0 and paced else "fails"
+    answer = ", ".join(str(l.get("output")) for l in sorted(good, key=lambda l: l["index"]))
+    rows.append(("rate-limit", f"{verdict} ({facts})", answer[:40]))
 print("| feature | llama-cpp-python 0.3.36 (chatml-function-calling) | answer |")
 print("| --- | --- | --- |")
 for name, result, answer in rows:

@@ -13,8 +13,9 @@
 //! The server's own word adapts the pace, with or without a `rate_limit`: a wait it asks for
 //! (`Retry-After`, `retry-after-ms`, or an exhausted `x-ratelimit-remaining-*` with its
 //! `x-ratelimit-reset-*`) holds back every request of the model, not only the refused one; each
-//! 429 that does not say when to retry also doubles a spacing between the model's requests (from
-//! 100 ms, at most 10 s), which every answered request shrinks by a quarter until it is gone. Time spent waiting here is off
+//! 429 also doubles a spacing between the model's requests (from 100 ms, at most 10 s; but for
+//! a 429 saying `Retry-After: 0`, which means "now"), which every answered request shrinks by a
+//! quarter until it is gone. Time spent waiting here is off
 //! the step's clock (a step's `timeout` is not charged for it), and is added up, with the 429s
 //! seen, for the process ([`pacing`]) and for each call ([`tallied`]).
 
@@ -276,16 +277,18 @@ impl Limiter {
             .saturating_sub(i64::from(estimated));
     }
 
-    /// A 429: counted, and, unless the server said when to retry (`Retry-After`, which the
-    /// caller holds the model for instead), the model's requests spaced out twice as far as
-    /// before. A server's own word wins: one that answers `Retry-After: 0` means "now".
-    pub(super) fn refused(&self, server_said_when: bool) {
+    /// A 429: counted, and the model's requests spaced out twice as far as before. The wait
+    /// the server asked for (`retry_after`) the caller holds the model for; it does not bound
+    /// the spacing, since a server whose quota is a sliding window says "in a second" for as
+    /// long as the window is full, but one saying `Retry-After: 0` means "now", not "slower",
+    /// and leaves the spacing as it was.
+    pub(super) fn refused(&self, retry_after: Option<Duration>) {
         RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
         tally(Pacing {
             waited: Duration::ZERO,
             rate_limited: 1,
         });
-        if server_said_when {
+        if retry_after.is_some_and(|wait| wait.is_zero()) {
             return;
         }
         let mut slowed = self.slowed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -412,11 +415,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_tallies_its_own_waits_and_429s_only() {
         let limiter = Limiter::new(&RateLimit::default());
-        limiter.refused(false);
+        limiter.refused(None);
         let ((), call) = tallied(async {
             limiter.hold(Duration::from_secs(2));
             limiter.admit(1).await;
-            limiter.refused(false);
+            limiter.refused(None);
             limiter.wait_to_retry(Duration::from_secs(1), true).await;
         })
         .await;
@@ -495,8 +498,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_429_spaces_the_requests_out_until_answers_come_back() {
         let limiter = Limiter::new(&RateLimit::default());
-        limiter.refused(false);
-        limiter.refused(false);
+        limiter.refused(None);
+        limiter.refused(None);
         let started = Instant::now();
         for _ in 0..3 {
             limiter.admit(1).await;
@@ -510,6 +513,26 @@ mod tests {
             limiter.answered();
         }
         assert!(limiter.next_slot().is_none(), "back to full speed");
+    }
+
+    /// 429s saying `Retry-After: 1` widen the spacing past that second (a full sliding window
+    /// keeps saying it), up to the widest; 429s saying `Retry-After: 0` leave it as it was.
+    #[tokio::test(start_paused = true)]
+    async fn a_429_saying_now_leaves_the_spacing_alone() {
+        let limiter = Limiter::new(&RateLimit::default());
+        for _ in 0..10 {
+            limiter.refused(Some(Duration::from_secs(1)));
+        }
+        let started = Instant::now();
+        for _ in 0..3 {
+            limiter.admit(1).await;
+        }
+        assert_eq!(started.elapsed(), MOST_SPACING * 2);
+        let now = Limiter::new(&RateLimit::default());
+        for _ in 0..10 {
+            now.refused(Some(Duration::ZERO));
+        }
+        assert!(now.next_slot().is_none(), "`Retry-After: 0` means now");
     }
 
     #[test]

@@ -403,7 +403,11 @@ impl OpenAiEngine {
             };
             let rate_limited = error.failure.code == FailureCode::InferenceRateLimited;
             if rate_limited {
-                self.limiter.refused(matches!(error.retry, Retry::After(_)));
+                let asked = match error.retry {
+                    Retry::After(wait) => Some(wait),
+                    _ => None,
+                };
+                self.limiter.refused(asked);
             }
             let wait = match error.retry {
                 Retry::Never => None,
@@ -580,8 +584,8 @@ fn refuse_grammar(request: &Request) -> Result<(), Failure> {
     ))
 }
 
-/// Times a call, and tallies what it waited for the model's pace; the whole call counts as
-/// completion.
+/// Times a call, and tallies what it waited for the model's pace; the whole call but that wait
+/// counts as completion.
 async fn timed(call: impl Future<Output = Result<Response, Failure>>) -> Result<Response, Failure> {
     let started = Instant::now();
     let (answered, rate_limit) = limit::tallied(call).await;
@@ -589,7 +593,7 @@ async fn timed(call: impl Future<Output = Result<Response, Failure>>) -> Result<
     response.rate_limit = rate_limit;
     response.timings = Timings {
         prompt: Duration::ZERO,
-        completion: started.elapsed(),
+        completion: started.elapsed().saturating_sub(rate_limit.waited),
     };
     Ok(response)
 }

@@ -3,8 +3,9 @@
 //! headers — and sends on (the `openai` engine's requests), and the ids of a run's spans.
 //!
 //! A run's event spans are numbered within the run; their OpenTelemetry span ids are derived from
-//! the run id and that number, so the sink and the engine that sends `traceparent` agree on a
-//! span's id without asking each other, and a child can name its parent before the parent ends.
+//! the run id (hashed once, when its trace starts) and that number, so the sink and the engine
+//! that sends `traceparent` agree on a span's id without asking each other, and a child can name
+//! its parent before the parent ends.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -81,39 +82,54 @@ fn flags(sampled: bool) -> TraceFlags {
     TraceFlags::default().with_sampled(sampled)
 }
 
-/// The trace one run belongs to: its id, whether it is sampled (exported), and the state the
-/// caller passed on.
+/// The trace one run belongs to: its id, whether it is sampled (exported), the state the caller
+/// passed on, and what its spans' ids are made from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunTrace {
     pub trace_id: TraceId,
     pub sampled: bool,
     pub state: TraceState,
+    /// The run id, hashed.
+    run: u64,
 }
 
 impl RunTrace {
-    /// The span context of event span `span` of run `run_id`.
-    pub fn span_context(&self, run_id: &str, span: events::SpanId) -> SpanContext {
+    /// The trace of run `run_id`.
+    pub fn new(run_id: &str, trace_id: TraceId, sampled: bool, state: TraceState) -> RunTrace {
+        let mut hasher = DefaultHasher::new();
+        run_id.hash(&mut hasher);
+        RunTrace {
+            trace_id,
+            sampled,
+            state,
+            run: hasher.finish(),
+        }
+    }
+
+    /// The OpenTelemetry span id of the run's event span `span`: the run's hash and the span's
+    /// number mixed (splitmix64, one-to-one, so two spans of a run never share an id), never zero.
+    pub fn span_id(&self, span: events::SpanId) -> SpanId {
+        let mut mixed = self.run ^ span.number().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        SpanId::from((mixed ^ (mixed >> 31)).max(1))
+    }
+
+    /// The span context of the run's event span `span`.
+    pub fn span_context(&self, span: events::SpanId) -> SpanContext {
         SpanContext::new(
             self.trace_id,
-            span_id(run_id, span),
+            self.span_id(span),
             flags(self.sampled),
             false,
             self.state.clone(),
         )
     }
 
-    /// The `traceparent` header naming event span `span` of run `run_id`.
-    pub fn traceparent(&self, run_id: &str, span: events::SpanId) -> String {
-        header(self.trace_id, span_id(run_id, span), self.sampled)
+    /// The `traceparent` header naming the run's event span `span`.
+    pub fn traceparent(&self, span: events::SpanId) -> String {
+        header(self.trace_id, self.span_id(span), self.sampled)
     }
-}
-
-/// The OpenTelemetry span id of event span `span` of run `run_id`: a hash of both (never zero).
-pub fn span_id(run_id: &str, span: events::SpanId) -> SpanId {
-    let mut hasher = DefaultHasher::new();
-    run_id.hash(&mut hasher);
-    span.hash(&mut hasher);
-    SpanId::from(hasher.finish().max(1))
 }
 
 #[cfg(test)]
@@ -157,10 +173,15 @@ mod tests {
 
     #[test]
     fn a_span_id_depends_on_the_run_and_the_span_and_is_never_zero() {
+        let run = |id: &str| RunTrace::new(id, TraceId::from(7), true, TraceState::default());
         let (first, second) = (events::SpanId::RUN, events::SpanId::numbered(1));
-        assert_eq!(span_id("r1", first), span_id("r1", first));
-        assert_ne!(span_id("r1", first), span_id("r1", second));
-        assert_ne!(span_id("r1", first), span_id("r2", first));
-        assert_ne!(span_id("r1", first), SpanId::INVALID);
+        assert_eq!(run("r1").span_id(first), run("r1").span_id(first));
+        assert_ne!(run("r1").span_id(first), run("r1").span_id(second));
+        assert_ne!(run("r1").span_id(first), run("r2").span_id(first));
+        let ids: std::collections::HashSet<SpanId> = (0..10_000)
+            .map(|n| run("r1").span_id(events::SpanId::numbered(n)))
+            .collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(!ids.contains(&SpanId::INVALID));
     }
 }

@@ -19,19 +19,21 @@
 //! | `content.rs` | a model call's finish reason and captured messages |
 //! | `context.rs` | W3C `traceparent`, a run's trace, span ids |
 //! | `sink.rs` | events to spans: names, parents, attributes |
+//! | `wire.rs` | spans and export requests in OTLP's protobuf form |
 //! | `export.rs` | the bounded queue and the task that sends batches |
+//! | `collector.rs` | the OTLP/HTTP endpoint: headers, the answer read |
 
+mod collector;
 mod content;
 mod context;
 mod export;
 mod sink;
+mod wire;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry_otlp::{Protocol, RetryPolicy, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SpanExporter;
 
 pub use content::{captured, finish_reason};
 pub use context::{RunTrace, TraceParent};
@@ -68,50 +70,64 @@ pub struct TraceSettings {
 /// What tracing resolves to once the environment is read: None when it is off.
 #[derive(Debug, Clone, PartialEq)]
 struct Resolved {
-    /// The traces URL given by `--otlp` (None: the exporter reads the environment).
-    endpoint: Option<String>,
+    /// The traces URL: `--otlp`'s, else `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` with `/v1/traces` added.
+    endpoint: String,
+    /// `OTEL_EXPORTER_OTLP_HEADERS`, then `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (later wins).
+    headers: Vec<String>,
     capture_content: bool,
     /// `TRACEPARENT` (with `TRACESTATE`), continued by the session's own run.
     parent: Option<TraceParent>,
-    timeout: Duration,
-    limits: (usize, usize),
+    limits: export::Limits,
 }
 
 impl TraceSettings {
     fn resolve(&self, env: impl Fn(&str) -> Option<String>) -> Option<Resolved> {
-        let set = |name: &str| env(name).is_some_and(|value| !value.trim().is_empty());
+        let set = |name: &str| env(name).filter(|value| !value.trim().is_empty());
         let truthy = |name: &str| env(name).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-        let from_env =
-            set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT");
-        if truthy("OTEL_SDK_DISABLED") || (self.endpoint.is_none() && !from_env) {
+        if truthy("OTEL_SDK_DISABLED") {
             return None;
         }
-        let endpoint = self.endpoint.as_deref().map(|url| {
-            let url = url.trim_end_matches('/');
+        let traces_path = |url: &str| {
+            let url = url.trim().trim_end_matches('/');
             if url.ends_with("/v1/traces") {
                 url.to_string()
             } else {
                 format!("{url}/v1/traces")
             }
-        });
-        let millis = |name: &str| env(name).and_then(|v| v.trim().parse::<u64>().ok());
-        let timeout = millis("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
-            .or_else(|| millis("OTEL_EXPORTER_OTLP_TIMEOUT"))
-            .map_or(
-                opentelemetry_otlp::OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT,
-                Duration::from_millis,
-            );
-        let size = |name: &str| env(name).and_then(|v| v.trim().parse::<usize>().ok());
-        let limits = (
-            size("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(export::MAX_QUEUE),
-            size("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").unwrap_or(export::MAX_BATCH),
-        );
+        };
+        let endpoint = match &self.endpoint {
+            Some(url) => traces_path(url),
+            None => match set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+                Some(url) => url.trim().to_string(),
+                None => traces_path(&set("OTEL_EXPORTER_OTLP_ENDPOINT")?),
+            },
+        };
+        let headers = [
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        ]
+        .into_iter()
+        .filter_map(&env)
+        .collect();
+        let number = |name: &str| env(name).and_then(|v| v.trim().parse::<u64>().ok());
+        let millis = |name: &str| number(name).map(Duration::from_millis);
+        let size = |name: &str| number(name).and_then(|n| usize::try_from(n).ok());
+        let default = export::Limits::default();
+        let limits = export::Limits {
+            max_queue: size("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(default.max_queue),
+            max_batch: size("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").unwrap_or(default.max_batch),
+            delay: millis("OTEL_BSP_SCHEDULE_DELAY").unwrap_or(default.delay),
+            timeout: millis("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+                .or_else(|| millis("OTEL_EXPORTER_OTLP_TIMEOUT"))
+                .unwrap_or(default.timeout),
+        };
         Some(Resolved {
             endpoint,
+            headers,
             capture_content: self.capture_content || truthy(CAPTURE_CONTENT),
             parent: env("TRACEPARENT")
                 .and_then(|parent| TraceParent::parse(&parent, env("TRACESTATE").as_deref())),
-            timeout,
             limits,
         })
     }
@@ -129,11 +145,20 @@ impl Tracing {
     /// Starts tracing as `settings` and the environment say; None when it is off, or when the
     /// exporter cannot start (then `warn` says why and the session runs untraced).
     pub fn start(settings: &TraceSettings) -> Option<Tracing> {
-        let resolved = settings.resolve(|name| std::env::var(name).ok())?;
+        let env = |name: &str| std::env::var(name).ok();
+        let resolved = settings.resolve(env)?;
+        if let (Some(warn), Some(protocol)) = (&settings.warn, other_protocol(env)) {
+            warn(&format!(
+                "traces are exported over OTLP/HTTP with protobuf only: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not used"
+            ));
+        }
         let config = opentelemetry_sdk::trace::Config::default();
-        let started = exporter(&resolved, &config.resource).and_then(|exporter| {
-            export::start(exporter, resolved.timeout, resolved.limits).map_err(|e| e.to_string())
-        });
+        let limits = resolved.limits;
+        let started = collector::Http::new(&resolved.endpoint, &resolved.headers, limits.timeout)
+            .and_then(|collector| {
+                let envelope = envelope(&config.resource);
+                export::start(collector, envelope, limits).map_err(|e| e.to_string())
+            });
         let (queue, counts, done) = match started {
             Ok(started) => started,
             Err(why) => {
@@ -180,31 +205,32 @@ impl Tracing {
     }
 }
 
-/// The OTLP/HTTP protobuf exporter over the async reqwest client, its resource from the
-/// environment (`pagantic` as the service name unless one is given).
-fn exporter(
-    resolved: &Resolved,
-    resource: &Resource,
-) -> Result<impl SpanExporter + 'static, String> {
-    let mut builder = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_timeout(resolved.timeout)
-        .with_retry_policy(RetryPolicy::disabled());
-    if let Some(endpoint) = &resolved.endpoint {
-        builder = builder.with_endpoint(endpoint.clone());
+/// The OTLP protocol the environment asks for (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, else
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`) when it is not the one pagantic speaks, `http/protobuf`.
+fn other_protocol(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let protocol =
+        env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))?;
+    let protocol = protocol.trim();
+    (!protocol.is_empty() && protocol != "http/protobuf").then(|| protocol.to_string())
+}
+
+/// What every export request carries besides its spans: the resource the environment
+/// describes (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`; `pagantic` as the service name
+/// unless one is given) and pagantic as the instrumentation scope.
+fn envelope(resource: &Resource) -> wire::Envelope {
+    let service = opentelemetry::Key::new("service.name");
+    let named = resource
+        .get(&service)
+        .map(|name| name.as_str().into_owned())
+        .filter(|name| !name.starts_with("unknown_service"));
+    let mut attributes = wire::Attributes::new(wire::Of::Resource);
+    attributes.str("service.name", named.as_deref().unwrap_or("pagantic"));
+    for (key, value) in resource.iter().filter(|(key, _)| **key != service) {
+        attributes.value(key.as_str(), value);
     }
-    let mut exporter = builder.build().map_err(|e| e.to_string())?;
-    let unnamed = resource
-        .get(&opentelemetry::Key::new("service.name"))
-        .is_none_or(|name| name.as_str().starts_with("unknown_service"));
-    if unnamed {
-        let named = Resource::builder().with_service_name("pagantic").build();
-        exporter.set_resource(&named);
-    } else {
-        exporter.set_resource(resource);
-    }
-    Ok(exporter)
+    let schema = resource.schema_url().unwrap_or_default();
+    let version = env!("CARGO_PKG_VERSION");
+    wire::Envelope::new(&attributes, schema, "pagantic", version, SEMCONV_SCHEMA)
 }
 
 #[cfg(test)]
@@ -236,6 +262,54 @@ mod tests {
     }
 
     #[test]
+    fn a_protocol_other_than_http_protobuf_is_named() {
+        let protocol = |vars: &[(&str, &str)]| {
+            other_protocol(|name| {
+                let found = vars.iter().find(|(key, _)| *key == name);
+                found.map(|(_, value)| value.to_string())
+            })
+        };
+        assert_eq!(protocol(&[]), None);
+        assert_eq!(
+            protocol(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]),
+            None
+        );
+        let grpc = [("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")];
+        assert_eq!(protocol(&grpc).as_deref(), Some("grpc"));
+        let json = [
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"),
+        ];
+        assert_eq!(protocol(&json).as_deref(), Some("http/json"));
+    }
+
+    #[test]
+    fn the_traces_endpoint_is_taken_as_it_is_and_the_flag_wins_over_both() {
+        let settings = TraceSettings::default();
+        let both = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://general:4318/"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://traces:4318/custom",
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "a=1"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "b=2"),
+        ];
+        let on = resolved(&settings, &both).expect("on");
+        assert_eq!(on.endpoint, "http://traces:4318/custom");
+        assert_eq!(on.headers, ["a=1", "b=2"]);
+        assert_eq!(on.limits, export::Limits::default());
+        let general = resolved(&settings, &both[..1]).expect("on");
+        assert_eq!(general.endpoint, "http://general:4318/v1/traces");
+        let flag = TraceSettings {
+            endpoint: Some("http://flag:4318".into()),
+            ..TraceSettings::default()
+        };
+        let on = resolved(&flag, &both).expect("on");
+        assert_eq!(on.endpoint, "http://flag:4318/v1/traces");
+    }
+
+    #[test]
     fn the_flag_s_url_gets_the_traces_path_and_the_environment_its_parent_and_limits() {
         let settings = TraceSettings {
             endpoint: Some("http://127.0.0.1:4318/".into()),
@@ -250,13 +324,10 @@ mod tests {
             (CAPTURE_CONTENT, "TRUE"),
         ];
         let on = resolved(&settings, &vars).expect("on");
-        assert_eq!(
-            on.endpoint.as_deref(),
-            Some("http://127.0.0.1:4318/v1/traces")
-        );
-        assert_eq!(on.timeout, Duration::from_millis(1500));
+        assert_eq!(on.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(on.limits.timeout, Duration::from_millis(1500));
         assert!(on.capture_content);
-        assert_eq!(on.limits, (export::MAX_QUEUE, export::MAX_BATCH));
+        assert_eq!(on.limits.max_batch, export::Limits::default().max_batch);
         let parent = on.parent.expect("continued");
         assert_eq!(
             parent.trace_id.to_string(),
@@ -267,7 +338,7 @@ mod tests {
             ..TraceSettings::default()
         };
         let on = resolved(&full, &[]).expect("on");
-        assert_eq!(on.endpoint.as_deref(), Some("http://h/v1/traces"));
+        assert_eq!(on.endpoint, "http://h/v1/traces");
         assert!(!on.capture_content && on.parent.is_none());
     }
 }

@@ -12,18 +12,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{
-    Event as SpanEvent, Link, SpanContext, SpanKind, Status, TraceContextExt, TraceState,
-};
-use opentelemetry::{Context, InstrumentationScope, KeyValue, Value};
-use opentelemetry_sdk::trace::{
-    IdGenerator, RandomIdGenerator, SamplingDecision, ShouldSample, SpanData, SpanEvents, SpanLinks,
-};
+use opentelemetry::Context;
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision, ShouldSample};
 
-use super::SEMCONV_SCHEMA;
 use super::content::bounded;
-use super::context::{RunTrace, TraceParent, span_id};
+use super::context::{RunTrace, TraceParent};
 use super::export::Queue;
+use super::wire::{Attr, Attributes, Kind, Link, Of, Span, SpanEvent};
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::events::{CallKind, Event, EventData, SpanId, StepOutcome, ToolOutcome};
 use crate::orchestrate::record::Lifecycle;
@@ -61,14 +57,13 @@ pub struct RunInfo {
 pub struct Tracer {
     /// The sampled runs whose root span has not ended, by run id.
     runs: Mutex<HashMap<String, RunSpans>>,
-    queue: Queue,
+    queue: Arc<Queue>,
     sampler: Box<dyn ShouldSample>,
     /// The parent of the session's own run (`TRACEPARENT`).
     session_parent: Option<TraceParent>,
     /// The session's root span's name when it runs no plan of its own (`pagantic batch`).
     session_name: String,
     capture_content: bool,
-    scope: InstrumentationScope,
     ids: RandomIdGenerator,
 }
 
@@ -99,31 +94,27 @@ struct Open {
     args: Option<String>,
 }
 
-/// A span under construction.
-struct Built {
+/// A span under construction, its name's parts borrowed from the event or run it comes from.
+struct Built<'a> {
     span: SpanId,
     parent: Option<SpanId>,
-    name: String,
-    kind: SpanKind,
+    name: (&'static str, &'a str),
+    kind: Kind,
     started: SystemTime,
     ended: SystemTime,
-    attributes: Vec<KeyValue>,
+    attributes: Attributes,
     /// Its `error.type` when it failed: a failure code, or `_OTHER`.
     error: Option<&'static str>,
 }
 
 impl Tracer {
     pub fn new(
-        queue: Queue,
+        queue: Arc<Queue>,
         sampler: Box<dyn ShouldSample>,
         session_parent: Option<TraceParent>,
         session_name: String,
         capture_content: bool,
     ) -> Self {
-        let scope = InstrumentationScope::builder("pagantic")
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .with_schema_url(SEMCONV_SCHEMA)
-            .build();
         Tracer {
             runs: Mutex::new(HashMap::new()),
             queue,
@@ -131,7 +122,6 @@ impl Tracer {
             session_parent,
             session_name,
             capture_content,
-            scope,
             ids: RandomIdGenerator::default(),
         }
     }
@@ -174,11 +164,7 @@ impl Tracer {
         let state = parent
             .as_ref()
             .map_or_else(TraceState::default, |p| p.trace_state().clone());
-        let trace = RunTrace {
-            trace_id,
-            sampled,
-            state,
-        };
+        let trace = RunTrace::new(run_id, trace_id, sampled, state);
         if sampled && let Ok(mut runs) = self.runs.lock() {
             runs.insert(
                 run_id.to_string(),
@@ -216,71 +202,65 @@ impl Tracer {
         self.queue.close();
     }
 
-    /// The span `built` of run `run_id` in `trace`; a root span's parent is `root_parent`.
+    /// The encoded span `built` of a run in `trace`, with `events` and `links`; a root span's
+    /// parent is `root_parent`.
     fn export(
         &self,
-        run_id: &str,
         trace: &RunTrace,
         root_parent: Option<&SpanContext>,
         built: Built,
-    ) -> SpanData {
-        let context = trace.span_context(run_id, built.span);
-        let (parent_span_id, parent_span_is_remote) = match built.parent {
-            Some(parent) => (span_id(run_id, parent), false),
-            None => root_parent.map_or((opentelemetry::trace::SpanId::INVALID, false), |p| {
-                (p.span_id(), p.is_remote())
-            }),
+        events: &[SpanEvent],
+        links: &[Link],
+    ) -> Vec<u8> {
+        let (parent, remote) = match built.parent {
+            Some(parent) => (Some(trace.span_id(parent)), false),
+            None => root_parent.map_or((None, false), |p| (Some(p.span_id()), p.is_remote())),
         };
         let mut attributes = built.attributes;
-        let status = match built.error {
-            Some(kind) => {
-                attributes.push(KeyValue::new("error.type", kind));
-                Status::error(kind)
-            }
-            None => Status::Unset,
-        };
-        SpanData {
-            span_context: context,
-            parent_span_id,
-            parent_span_is_remote,
-            span_kind: built.kind,
-            name: built.name.into(),
-            start_time: built.started,
-            end_time: built.ended,
-            attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status,
-            instrumentation_scope: self.scope.clone(),
+        if let Some(kind) = built.error {
+            attributes.str("error.type", kind);
         }
+        let trace_state = trace.state.header();
+        Span {
+            trace_id: trace.trace_id.to_bytes(),
+            span_id: trace.span_id(built.span).to_bytes(),
+            parent_span_id: parent.map(|id| id.to_bytes()),
+            trace_state: &trace_state,
+            // Only sampled runs are exported: their trace flags are 01.
+            flags: span_flags(0x01, remote),
+            name: built.name,
+            kind: built.kind,
+            start: built.started,
+            end: built.ended,
+            events,
+            links,
+            error: built.error,
+        }
+        .encode(attributes)
     }
 
     /// The run's root span, ended `now` in `state`.
-    fn root_span(&self, run_id: &str, mut run: RunSpans, end: Lifecycle) -> SpanData {
+    fn root_span(&self, run_id: &str, mut run: RunSpans, end: Lifecycle) -> Vec<u8> {
         let now = SystemTime::now();
         let info = run.info.take().unwrap_or_default();
-        let (name, mut attributes) = if info.plan.is_empty() {
-            (self.session_name.clone(), Vec::new())
+        let mut attributes = Attributes::new(Of::Span);
+        let name = if info.plan.is_empty() {
+            ("", self.session_name.as_str())
         } else {
-            (
-                format!("invoke_workflow {}", info.plan),
-                vec![
-                    KeyValue::new("gen_ai.operation.name", "invoke_workflow"),
-                    KeyValue::new(SHOWN_AS, "CHAIN"),
-                    KeyValue::new("pagantic.plan", info.plan),
-                ],
-            )
+            attributes.str("gen_ai.operation.name", "invoke_workflow");
+            attributes.str(SHOWN_AS, "CHAIN");
+            attributes.str("pagantic.plan", &info.plan);
+            ("invoke_workflow ", info.plan.as_str())
         };
         let status = match end {
             Lifecycle::Error => "error",
             Lifecycle::Cancelled => "cancelled",
             _ => "complete",
         };
-        attributes.push(KeyValue::new("pagantic.run_id", run_id.to_string()));
-        attributes.push(KeyValue::new("pagantic.status", status));
-        for (key, value) in info.attributes {
-            attributes.push(KeyValue::new(key, value));
+        attributes.str("pagantic.run_id", run_id);
+        attributes.str("pagantic.status", status);
+        for (key, value) in &info.attributes {
+            attributes.str(key, value);
         }
         let error = match end {
             Lifecycle::Error => Some(run.error.map_or("_OTHER", FailureCode::as_str)),
@@ -290,71 +270,63 @@ impl Tracer {
             span: SpanId::RUN,
             parent: None,
             name,
-            kind: SpanKind::Internal,
+            kind: Kind::Internal,
             started: run.started,
             ended: now,
             attributes,
             error,
         };
-        let mut span = self.export(run_id, &run.trace, run.parent.as_ref(), built);
-        span.events.events = run.notes;
-        if let Some(link) = run.link {
-            span.links.links.push(Link::with_context(link));
-        }
-        span
+        let links: Vec<Link> = run
+            .link
+            .iter()
+            .map(|link| Link {
+                trace_id: link.trace_id().to_bytes(),
+                span_id: link.span_id().to_bytes(),
+                flags: span_flags(u32::from(link.trace_flags().to_u8()), link.is_remote()),
+            })
+            .collect();
+        let parent = run.parent.as_ref();
+        self.export(&run.trace, parent, built, &run.notes, &links)
     }
 
-    fn step_span(
+    fn step_span<'a>(
         &self,
-        event: &Event,
-        run: &mut RunSpans,
+        event: &'a Event,
+        ending: Ending,
         outcome: &StepOutcome,
         attempt: u32,
-    ) -> Built {
+    ) -> Built<'a> {
         let now = SystemTime::now();
-        let open = run.open.remove(&event.span).unwrap_or_default();
-        let step = event.step.clone().unwrap_or_default();
-        let kind = run
-            .info
-            .as_ref()
-            .and_then(|info| info.steps.iter().find(|(name, _)| *name == step))
-            .map_or("", |(_, kind)| *kind);
+        let Ending { open, kind } = ending;
+        let step = event.step.as_deref().unwrap_or_default();
         let (name, operation, shown_as) = match kind {
-            "agent" => (
-                format!("invoke_agent {step}"),
-                Some("invoke_agent"),
-                "AGENT",
-            ),
-            "retrieve" | "rerank" => (format!("retrieval {step}"), Some("retrieval"), "RETRIEVER"),
-            _ => (format!("step {step}"), None, "CHAIN"),
+            "agent" => ("invoke_agent ", Some("invoke_agent"), "AGENT"),
+            "retrieve" | "rerank" => ("retrieval ", Some("retrieval"), "RETRIEVER"),
+            _ => ("step ", None, "CHAIN"),
         };
         let (status, error) = match outcome {
             StepOutcome::Ok { .. } => ("ok", None),
             StepOutcome::Failed { error } => ("failed", Some(error.code)),
             StepOutcome::Cancelled => ("cancelled", None),
         };
-        let mut attributes = vec![
-            KeyValue::new("pagantic.step.name", step.clone()),
-            KeyValue::new("pagantic.step.type", kind),
-            KeyValue::new("pagantic.step.attempt", i64::from(attempt)),
-            KeyValue::new("pagantic.step.status", status),
-            KeyValue::new("pagantic.step.cached_calls", saturating(open.cached_calls)),
-            KeyValue::new(SHOWN_AS, shown_as),
-        ];
+        let mut attributes = Attributes::new(Of::Span);
+        attributes.str("pagantic.step.name", step);
+        attributes.str("pagantic.step.type", kind);
+        attributes.int("pagantic.step.attempt", i64::from(attempt));
+        attributes.str("pagantic.step.status", status);
+        attributes.count("pagantic.step.cached_calls", open.cached_calls);
+        attributes.str(SHOWN_AS, shown_as);
         if let Some(operation) = operation {
-            attributes.push(KeyValue::new("gen_ai.operation.name", operation));
+            attributes.str("gen_ai.operation.name", operation);
         }
         if operation == Some("invoke_agent") || open.agent {
-            attributes.push(KeyValue::new("gen_ai.agent.name", step));
-        }
-        if let Some(code) = error {
-            run.error = Some(code);
+            attributes.str("gen_ai.agent.name", step);
         }
         Built {
             span: event.span,
             parent: event.parent_span,
-            name,
-            kind: SpanKind::Internal,
+            name: (name, step),
+            kind: Kind::Internal,
             started: open.started.unwrap_or(now),
             ended: now,
             attributes,
@@ -362,37 +334,32 @@ impl Tracer {
         }
     }
 
-    fn tool_span(
+    fn tool_span<'a>(
         &self,
         event: &Event,
-        run: &mut RunSpans,
-        tool: &str,
+        open: Open,
+        tool: &'a str,
         outcome: &ToolOutcome,
         cached: bool,
         duration_ms: f64,
-    ) -> Built {
+    ) -> Built<'a> {
         let now = SystemTime::now();
-        let open = run.open.remove(&event.span).unwrap_or_default();
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            KeyValue::new(SHOWN_AS, "TOOL"),
-            KeyValue::new("gen_ai.tool.name", tool.to_string()),
-            KeyValue::new("gen_ai.tool.type", "function"),
-            KeyValue::new("pagantic.cached", cached),
-        ];
+        let mut attributes = Attributes::new(Of::Span);
+        attributes.str("gen_ai.operation.name", "execute_tool");
+        attributes.str(SHOWN_AS, "TOOL");
+        attributes.str("gen_ai.tool.name", tool);
+        attributes.str("gen_ai.tool.type", "function");
+        attributes.bool("pagantic.cached", cached);
         if let Some(id) = &event.tool_call_id {
-            attributes.push(KeyValue::new("gen_ai.tool.call.id", id.clone()));
+            attributes.str("gen_ai.tool.call.id", id);
         }
-        if let Some(args) = open.args {
-            attributes.push(KeyValue::new("gen_ai.tool.call.arguments", args));
+        if let Some(args) = &open.args {
+            attributes.str("gen_ai.tool.call.arguments", args);
         }
         let error = match outcome {
             ToolOutcome::Ok { result } => {
                 if self.capture_content {
-                    attributes.push(KeyValue::new(
-                        "gen_ai.tool.call.result",
-                        bounded(&result.text).to_string(),
-                    ));
+                    attributes.str("gen_ai.tool.call.result", bounded(&result.text));
                 }
                 None
             }
@@ -402,8 +369,8 @@ impl Tracer {
         Built {
             span: event.span,
             parent: event.parent_span,
-            name: format!("execute_tool {tool}"),
-            kind: SpanKind::Internal,
+            name: ("execute_tool ", tool),
+            kind: Kind::Internal,
             started: open.started.unwrap_or_else(|| before(now, duration_ms)),
             ended: now,
             attributes,
@@ -412,7 +379,7 @@ impl Tracer {
     }
 
     /// The span of a model call, from its `inference` event.
-    fn chat_span(&self, event: &Event, run: &mut RunSpans) -> Option<Built> {
+    fn chat_span<'a>(&self, event: &'a Event) -> Option<Built<'a>> {
         let EventData::Inference {
             model,
             engine,
@@ -432,64 +399,48 @@ impl Tracer {
             return None;
         };
         let now = SystemTime::now();
-        if let Some(parent) = event.parent_span.and_then(|p| run.open.get_mut(&p)) {
-            parent.cached_calls += u64::from(*cached);
-            parent.agent |= matches!(call, CallKind::Round(_));
+        let mut attributes = Attributes::new(Of::Span);
+        attributes.str("gen_ai.operation.name", "chat");
+        attributes.str(SHOWN_AS, "LLM");
+        match *engine {
+            "openai" => attributes.str("gen_ai.provider.name", "openai"),
+            other => attributes.str("gen_ai.provider.name", &format!("pagantic.{other}")),
         }
-        let provider = match *engine {
-            "openai" => "openai".to_string(),
-            other => format!("pagantic.{other}"),
-        };
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.operation.name", "chat"),
-            KeyValue::new(SHOWN_AS, "LLM"),
-            KeyValue::new("gen_ai.provider.name", provider),
-            KeyValue::new("gen_ai.request.model", model.clone()),
-            KeyValue::new("gen_ai.usage.input_tokens", saturating(usage.prompt_tokens)),
-            KeyValue::new(
-                "gen_ai.usage.output_tokens",
-                saturating(usage.completion_tokens),
-            ),
-            KeyValue::new("pagantic.call", call.to_string()),
-            KeyValue::new("pagantic.cached", *cached),
-        ];
+        attributes.str("gen_ai.request.model", model);
+        attributes.count("gen_ai.usage.input_tokens", usage.prompt_tokens);
+        attributes.count("gen_ai.usage.output_tokens", usage.completion_tokens);
+        attributes.str("pagantic.call", &call.to_string());
+        attributes.bool("pagantic.cached", *cached);
         if let Some(temperature) = sent.temperature {
-            attributes.push(KeyValue::new("gen_ai.request.temperature", temperature));
+            attributes.double("gen_ai.request.temperature", temperature);
         }
         if let Some(cost) = cost {
-            attributes.push(KeyValue::new("pagantic.cost", cost.amount()));
+            attributes.double("pagantic.cost", cost.amount());
         }
         if let Some(constraint) = sent.constraint {
-            attributes.push(KeyValue::new("pagantic.constraint", constraint));
+            attributes.str("pagantic.constraint", constraint);
         }
         if let Some(mode) = sent.schema_mode {
-            attributes.push(KeyValue::new("pagantic.schema_mode", mode.name()));
+            attributes.str("pagantic.schema_mode", mode.name());
         }
         if *cut_off {
-            attributes.push(KeyValue::new("pagantic.cut_off", true));
+            attributes.bool("pagantic.cut_off", true);
         }
         if let Some(max) = sent.max_tokens {
-            attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(max)));
+            attributes.int("gen_ai.request.max_tokens", i64::from(max));
         }
         if let Some(reason) = finish_reason {
-            let reasons = Value::Array(vec![opentelemetry::StringValue::from(*reason)].into());
-            attributes.push(KeyValue::new("gen_ai.response.finish_reasons", reasons));
+            attributes.add("gen_ai.response.finish_reasons", Attr::Strs(&[reason]));
         }
         if let Some(content) = content.as_deref().filter(|_| self.capture_content) {
-            attributes.push(KeyValue::new(
-                "gen_ai.input.messages",
-                content.input.clone(),
-            ));
-            attributes.push(KeyValue::new(
-                "gen_ai.output.messages",
-                content.output.clone(),
-            ));
+            attributes.str("gen_ai.input.messages", &content.input);
+            attributes.str("gen_ai.output.messages", &content.output);
         }
         Some(Built {
             span: event.span,
             parent: event.parent_span,
-            name: format!("chat {model}"),
-            kind: SpanKind::Client,
+            name: ("chat ", model),
+            kind: Kind::Client,
             started: before(now, *duration_ms),
             ended: now,
             attributes,
@@ -501,39 +452,39 @@ impl Tracer {
 
     /// A note on the root span: a retry, a feedback loop, a skipped step.
     fn note(event: &Event, run: &mut RunSpans) {
-        let step = event.step.clone().unwrap_or_default();
-        let (name, mut attributes) = match &event.data {
+        let mut attributes = Attributes::new(Of::Event);
+        let name = match &event.data {
             EventData::StepRetry {
                 next_attempt, code, ..
             } => {
                 run.error = Some(*code);
-                (
-                    "step_retry",
-                    vec![
-                        KeyValue::new("pagantic.step.next_attempt", i64::from(*next_attempt)),
-                        KeyValue::new("error.type", code.as_str()),
-                    ],
-                )
+                attributes.int("pagantic.step.next_attempt", i64::from(*next_attempt));
+                attributes.str("error.type", code.as_str());
+                "step_retry"
             }
             EventData::StepFeedback {
                 to,
                 next_attempt,
                 code,
                 ..
-            } => (
-                "step_feedback",
-                vec![
-                    KeyValue::new("pagantic.step.feedback_to", to.clone()),
-                    KeyValue::new("pagantic.step.next_attempt", i64::from(*next_attempt)),
-                    KeyValue::new("error.type", code.as_str()),
-                ],
-            ),
-            EventData::StepSkipped(_) => ("step_skipped", Vec::new()),
+            } => {
+                attributes.str("pagantic.step.feedback_to", to);
+                attributes.int("pagantic.step.next_attempt", i64::from(*next_attempt));
+                attributes.str("error.type", code.as_str());
+                "step_feedback"
+            }
+            EventData::StepSkipped(_) => "step_skipped",
             _ => return,
         };
-        attributes.push(KeyValue::new("pagantic.step.name", step));
-        run.notes
-            .push(SpanEvent::new(name, SystemTime::now(), attributes, 0));
+        attributes.str(
+            "pagantic.step.name",
+            event.step.as_deref().unwrap_or_default(),
+        );
+        run.notes.push(SpanEvent {
+            name,
+            time: SystemTime::now(),
+            attributes,
+        });
     }
 }
 
@@ -559,18 +510,30 @@ impl EventSink for Arc<Tracer> {
         let Some(run) = runs.get_mut(run_id) else {
             return;
         };
-        let Some(built) = self.built(event, run) else {
+        let Some(ending) = self.settle(event, run) else {
             return;
         };
         let trace = run.trace.clone();
         drop(runs);
-        self.queue.push(self.export(run_id, &trace, None, built));
+        if let Some(built) = self.built(event, ending) {
+            self.queue.push(self.export(&trace, None, built, &[], &[]));
+        }
     }
 }
 
+/// What a span that `event` ends takes from its run (under the lock): the rest of it is built
+/// from the event alone.
+struct Ending {
+    open: Open,
+    /// A step's type, as the plan says it.
+    kind: &'static str,
+}
+
 impl Tracer {
-    /// What `event` ends, if it ends a span (it opens one, or adds to the run, otherwise).
-    fn built(&self, event: &Event, run: &mut RunSpans) -> Option<Built> {
+    /// Under the run's lock: opens the span `event` starts, adds a note or a model call's count
+    /// to the run, or takes what the span it ends needs.
+    fn settle(&self, event: &Event, run: &mut RunSpans) -> Option<Ending> {
+        let taken = |run: &mut RunSpans| run.open.remove(&event.span).unwrap_or_default();
         match &event.data {
             EventData::StepStart { .. } => {
                 let open = Open {
@@ -580,9 +543,6 @@ impl Tracer {
                 run.open.insert(event.span, open);
                 None
             }
-            EventData::StepEnd {
-                outcome, attempt, ..
-            } => Some(self.step_span(event, run, outcome, *attempt)),
             EventData::ToolStart { args, .. } => {
                 let args = self
                     .capture_content
@@ -595,17 +555,55 @@ impl Tracer {
                 run.open.insert(event.span, open);
                 None
             }
+            EventData::StepEnd { outcome, .. } => {
+                if let StepOutcome::Failed { error } = outcome {
+                    run.error = Some(error.code);
+                }
+                let step = event.step.as_deref().unwrap_or_default();
+                let kind = run
+                    .info
+                    .as_ref()
+                    .and_then(|info| info.steps.iter().find(|(name, _)| *name == step))
+                    .map_or("", |(_, kind)| *kind);
+                let open = taken(run);
+                Some(Ending { open, kind })
+            }
+            EventData::ToolEnd { .. } => Some(Ending {
+                open: taken(run),
+                kind: "",
+            }),
+            EventData::Inference { cached, call, .. } => {
+                if let Some(parent) = event.parent_span.and_then(|p| run.open.get_mut(&p)) {
+                    parent.cached_calls += u64::from(*cached);
+                    parent.agent |= matches!(call, CallKind::Round(_));
+                }
+                Some(Ending {
+                    open: Open::default(),
+                    kind: "",
+                })
+            }
+            _ => {
+                Tracer::note(event, run);
+                None
+            }
+        }
+    }
+
+    /// The span `event` ends, built outside the lock from the event and what [`Tracer::settle`]
+    /// took from its run.
+    fn built<'a>(&self, event: &'a Event, ending: Ending) -> Option<Built<'a>> {
+        match &event.data {
+            EventData::StepEnd {
+                outcome, attempt, ..
+            } => Some(self.step_span(event, ending, outcome, *attempt)),
             EventData::ToolEnd {
                 tool,
                 outcome,
                 cached,
                 duration_ms,
-            } => Some(self.tool_span(event, run, tool, outcome, *cached, *duration_ms)),
-            EventData::Inference { .. } => self.chat_span(event, run),
-            _ => {
-                Tracer::note(event, run);
-                None
-            }
+            } => Some(self.tool_span(event, ending.open, tool, outcome, *cached, *duration_ms)),
+            EventData::Inference { .. } => self.chat_span(event),
+            _ => None,
         }
     }
 }
@@ -616,16 +614,22 @@ fn before(end: SystemTime, duration_ms: f64) -> SystemTime {
     end.checked_sub(took).unwrap_or(end)
 }
 
-/// A count as an attribute value.
-fn saturating(count: u64) -> Value {
-    Value::I64(i64::try_from(count).unwrap_or(i64::MAX))
+/// OTLP's span flags: the W3C trace flags, and that the context says whether the parent is
+/// remote, and whether it is.
+fn span_flags(trace_flags: u32, parent_is_remote: bool) -> u32 {
+    const HAS_IS_REMOTE: u32 = 0x100;
+    const IS_REMOTE: u32 = 0x200;
+    trace_flags | HAS_IS_REMOTE | if parent_is_remote { IS_REMOTE } else { 0 }
 }
 
 #[cfg(test)]
 mod tests {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue};
+    use opentelemetry_proto::tonic::trace::v1::Span as Decoded;
     use opentelemetry_sdk::trace::Sampler;
+    use prost::Message;
     use serde_json::json;
-    use tokio::sync::mpsc;
 
     use super::*;
     use crate::core::TokenUsage;
@@ -634,17 +638,28 @@ mod tests {
     use crate::orchestrate::otel::export;
     use crate::orchestrate::sinks::Sinks;
 
-    /// The events of a session whose spans go to the returned receiver.
-    fn traced(sampler: Sampler) -> (Events, mpsc::Receiver<SpanData>) {
-        let (queue, receiver) = export::queue(100);
+    /// The events of a session whose spans go to the returned queue.
+    fn traced(sampler: Sampler) -> (Events, Arc<Queue>) {
+        let queue = Arc::new(Queue::new(&export::Limits::default()));
         let name = "pagantic test".to_string();
-        let tracer = Arc::new(Tracer::new(queue, Box::new(sampler), None, name, false));
+        let tracer = Tracer::new(Arc::clone(&queue), Box::new(sampler), None, name, false);
+        let tracer = Arc::new(tracer);
         let sinks = Sinks::default().with(Arc::clone(&tracer));
-        (Events::traced(Arc::new(sinks), Some(tracer)), receiver)
+        (Events::traced(Arc::new(sinks), Some(tracer)), queue)
     }
 
-    fn spans(receiver: &mut mpsc::Receiver<SpanData>) -> Vec<SpanData> {
-        std::iter::from_fn(|| receiver.try_recv().ok()).collect()
+    fn spans(queue: &Queue) -> Vec<Decoded> {
+        let pending = queue.take();
+        let spans = pending.spans().into_iter();
+        spans
+            .map(|span| Decoded::decode(span).expect("an OTLP span"))
+            .collect()
+    }
+
+    /// The value of attribute `key` of `span`.
+    fn attribute(span: &Decoded, key: &str) -> Option<Any> {
+        let found = span.attributes.iter().find(|kv| kv.key == key)?;
+        found.value.as_ref()?.value.clone()
     }
 
     fn info(plan: &str, steps: &[(&str, &'static str)]) -> RunInfo {
@@ -677,6 +692,7 @@ mod tests {
                 ..TokenUsage::default()
             },
             tokens_per_second: None,
+            rate_limit_wait_ms: None,
             context_window: None,
             call: CallKind::Round(1),
             sent: Sent {
@@ -699,7 +715,7 @@ mod tests {
         events.emit(Some(step), span, Some(parent), data);
     }
 
-    fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
+    fn named<'a>(spans: &'a [Decoded], name: &str) -> &'a Decoded {
         spans
             .iter()
             .find(|s| s.name == name)
@@ -708,7 +724,7 @@ mod tests {
 
     #[test]
     fn a_run_s_spans_hang_from_their_parents_and_a_sub_plan_from_its_step() {
-        let (session, mut receiver) = traced(Sampler::AlwaysOn);
+        let (session, queue) = traced(Sampler::AlwaysOn);
         session.describe(|| info("main", &[("solve", "agent"), ("route", "route")]));
         let solve = session.new_span();
         session.emit(
@@ -763,73 +779,63 @@ mod tests {
         nested.lifecycle(Lifecycle::Complete);
         end(&session, "route", route);
         session.lifecycle(Lifecycle::Complete);
-        let spans = spans(&mut receiver);
+        let spans = spans(&queue);
         assert_eq!(spans.len(), 7, "{spans:#?}");
         let root = named(&spans, "invoke_workflow main");
-        assert_eq!(root.parent_span_id, opentelemetry::trace::SpanId::INVALID);
-        assert!(
-            root.attributes
-                .contains(&KeyValue::new("pagantic.batch.row", "7"))
-        );
-        assert!(
-            spans
-                .iter()
-                .all(|s| s.span_context.trace_id() == root.span_context.trace_id())
-        );
+        assert!(root.parent_span_id.is_empty());
+        assert_eq!(root.flags, 0x101, "sampled, parent not remote");
+        let text = |value: &str| Some(Any::StringValue(value.into()));
+        assert_eq!(attribute(root, "pagantic.batch.row"), text("7"));
+        assert!(spans.iter().all(|s| s.trace_id == root.trace_id));
         let agent = named(&spans, "invoke_agent solve");
-        assert_eq!(agent.parent_span_id, root.span_context.span_id());
-        assert!(
-            agent
-                .attributes
-                .contains(&KeyValue::new("pagantic.step.cached_calls", 1))
+        assert_eq!(agent.parent_span_id, root.span_id);
+        assert_eq!(
+            attribute(agent, "pagantic.step.cached_calls"),
+            Some(Any::IntValue(1))
         );
         let chat = named(&spans, "chat m");
-        assert_eq!(chat.parent_span_id, agent.span_context.span_id());
-        assert!(
-            chat.attributes
-                .contains(&KeyValue::new("gen_ai.usage.output_tokens", 3))
+        assert_eq!(chat.parent_span_id, agent.span_id);
+        assert_eq!(chat.kind, 3, "a client span");
+        assert_eq!(
+            attribute(chat, "gen_ai.usage.output_tokens"),
+            Some(Any::IntValue(3))
         );
-        assert!(
-            chat.attributes
-                .contains(&KeyValue::new("gen_ai.request.temperature", 0.2))
+        assert_eq!(
+            attribute(chat, "gen_ai.request.temperature"),
+            Some(Any::DoubleValue(0.2))
         );
-        assert!(
-            chat.attributes
-                .contains(&KeyValue::new("gen_ai.request.max_tokens", 64))
+        assert_eq!(
+            attribute(chat, "gen_ai.request.max_tokens"),
+            Some(Any::IntValue(64))
         );
-        let reasons = Value::Array(vec![opentelemetry::StringValue::from("tool_call")].into());
-        assert!(
-            chat.attributes
-                .contains(&KeyValue::new("gen_ai.response.finish_reasons", reasons))
+        let reasons = ArrayValue {
+            values: vec![AnyValue {
+                value: text("tool_call"),
+            }],
+        };
+        assert_eq!(
+            attribute(chat, "gen_ai.response.finish_reasons"),
+            Some(Any::ArrayValue(reasons))
         );
         let tool = named(&spans, "execute_tool calc");
-        assert_eq!(tool.parent_span_id, chat.span_context.span_id());
-        assert!(
-            tool.attributes
-                .iter()
-                .all(|kv| kv.key.as_str() != "gen_ai.tool.call.arguments")
-        );
+        assert_eq!(tool.parent_span_id, chat.span_id);
+        assert_eq!(attribute(tool, "gen_ai.tool.call.arguments"), None);
         let step = named(&spans, "step route");
         let sub = named(&spans, "invoke_workflow sub");
-        assert_eq!(sub.parent_span_id, step.span_context.span_id());
-        assert!(!sub.parent_span_is_remote);
-        assert_eq!(
-            named(&spans, "step inner").parent_span_id,
-            sub.span_context.span_id()
-        );
-        assert_eq!(
-            session.trace_id(),
-            Some(root.span_context.trace_id().to_string())
-        );
+        assert_eq!(sub.parent_span_id, step.span_id);
+        assert_eq!(sub.flags & 0x200, 0, "a sub-plan's parent is not remote");
+        assert_eq!(named(&spans, "step inner").parent_span_id, sub.span_id);
+        let trace_id: String = root.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(session.trace_id(), Some(trace_id));
     }
 
     #[test]
     fn an_unsampled_trace_exports_nothing_but_keeps_its_id() {
-        let (session, mut receiver) = traced(Sampler::AlwaysOff);
+        let (session, queue) = traced(Sampler::AlwaysOff);
         session.describe(|| info("main", &[]));
         session.lifecycle(Lifecycle::Execute);
         session.lifecycle(Lifecycle::Complete);
-        assert!(spans(&mut receiver).is_empty());
+        assert!(spans(&queue).is_empty());
         let traceparent = session.traceparent(SpanId::RUN).expect("a context");
         assert!(traceparent.ends_with("-00"), "{traceparent}");
         assert!(session.trace_id().is_some());

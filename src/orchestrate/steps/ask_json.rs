@@ -40,7 +40,9 @@ pub struct JsonAnswer<T> {
 /// Asks until `check` accepts an answer or the attempts run out. `correction` words the message
 /// sent back after a refusal. A failed call (the engine's error, kept as it is so its retry
 /// rules still apply) is the outer error; `Ok(Err(refusal))` says every answer was refused, with
-/// the last refusal.
+/// the last refusal, its `details.attempts` the record of every attempt (as an accepted answer's
+/// step detail has them), so a failed step says how many answers it asked for and why each was
+/// refused.
 pub async fn ask_json<T>(
     ctx: &StepContext,
     question: JsonQuestion<'_>,
@@ -86,12 +88,21 @@ pub async fn ask_json<T>(
             }
         }
     }
-    Ok(Err(refusal.unwrap_or_else(|| {
+    let refusal = refusal.unwrap_or_else(|| {
         Failure::new(
             FailureCode::ConstraintJsonInvalid,
             "the model gave no answer",
         )
-    })))
+    });
+    let mut details = refusal
+        .details
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(details) = details.as_object_mut() {
+        details.insert("attempts".into(), Value::Array(attempts));
+    }
+    Ok(Err(refusal.with_details(details)))
 }
 
 #[cfg(test)]
@@ -186,5 +197,15 @@ mod tests {
             .expect_err("no answer is accepted");
         assert_eq!(error.message, "`-3` is not a positive integer");
         assert_eq!(ctx.ledger.run().model_calls(), 2);
+        // The error says every answer it asked for and why each was refused.
+        let details = error.details.expect("details");
+        let attempts = details["attempts"].as_array().expect("the attempts");
+        assert_eq!(attempts.len(), 2, "{details}");
+        assert!(attempts.iter().all(|a| a["valid"] == false), "{details}");
+        assert_eq!(attempts[1]["attempt"], 2);
+        assert_eq!(
+            attempts[1]["error"]["message"],
+            "`-3` is not a positive integer"
+        );
     }
 }
