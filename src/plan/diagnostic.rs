@@ -525,6 +525,20 @@ pub enum PlanError {
     )]
     ToolCache { name: String, reason: String },
 
+    /// A `kind: mcp` tool sets a field that does not apply to how its server is reached.
+    #[error("tool `{name}`: `{field}` does not apply to an MCP server reached by `{transport}`")]
+    #[diagnostic(
+        code(plan::mcp_field),
+        help(
+            "`env` and `working_dir` are for a server started as a `command`, `headers_env` for one reached at a `url`: remove the field, or reach the server the other way"
+        )
+    )]
+    McpField {
+        name: String,
+        field: &'static str,
+        transport: &'static str,
+    },
+
     /// A `template` agent has no model to send its template to.
     #[error("agent `{name}` has a `template` but no `model` to send it to")]
     #[diagnostic(

@@ -110,7 +110,14 @@ stop_cluster() {
   for pid in "${CLUSTER_PIDS[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
+  # A daemon that does not stop within 10 s (slurmd waiting on a stuck job step, say) is killed,
+  # so stopping the cluster never hangs whatever state its jobs are in.
   for pid in "${CLUSTER_PIDS[@]}"; do
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
   CLUSTER_PIDS=()

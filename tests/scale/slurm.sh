@@ -28,7 +28,8 @@ finish() {
   local status=$?
   [ -z "$stub_pid" ] || kill "$stub_pid" 2>/dev/null || true
   [ -z "$stub_pid" ] || wait "$stub_pid" 2>/dev/null || true
-  if [ -n "${SLURM_CONF:-}" ]; then scancel --quiet --user="$(id -un)" 2>/dev/null || true; fi
+  # Bounded: a controller that no longer answers must not hold the teardown up.
+  if [ -n "${SLURM_CONF:-}" ]; then timeout 10 scancel --quiet --user="$(id -un)" 2>/dev/null || true; fi
   stop_cluster
   if [ "$status" -ne 0 ]; then
     echo "slurm.sh: failed; the task logs:" >&2

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::plan::tools::ToolSpec;
 
 impl Checker<'_> {
     pub(super) fn inputs(&mut self) {
@@ -87,8 +88,19 @@ impl Checker<'_> {
     }
 
     pub(super) fn tools(&mut self) {
-        for (name, tool) in &self.plan.tools {
-            let tool = tool.kind();
+        for (name, spec) in &self.plan.tools {
+            if let ToolSpec::Mcp(mcp) = spec {
+                for (field, transport) in mcp.misplaced() {
+                    let span = self.span(&path(&["tools", name, field]));
+                    let error = PlanError::McpField {
+                        name: name.clone(),
+                        field,
+                        transport,
+                    };
+                    self.emit(error, span, "not used by this server");
+                }
+            }
+            let tool = spec.kind();
             if let Some(parameters) = tool.parameters() {
                 self.parameters(&path(&["tools", name, "parameters"]), parameters);
             }

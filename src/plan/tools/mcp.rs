@@ -70,6 +70,25 @@ pub struct McpTool {
 }
 
 impl McpTool {
+    /// The fields set that do not apply to how the server is reached, each with that way
+    /// (`command` or `url`): `env` and `working_dir` are a started program's, `headers_env` a
+    /// URL's requests'. Such a field would otherwise be silently unused.
+    pub fn misplaced(&self) -> Vec<(&'static str, &'static str)> {
+        let mut misplaced = Vec::new();
+        if self.url.is_some() {
+            if !self.env.is_empty() {
+                misplaced.push(("env", "url"));
+            }
+            if self.working_dir.is_some() {
+                misplaced.push(("working_dir", "url"));
+            }
+        }
+        if self.command.is_some() && !self.headers_env.is_empty() {
+            misplaced.push(("headers_env", "command"));
+        }
+        misplaced
+    }
+
     /// The server this entry names, as the client connects to it.
     pub fn server_spec(&self, env: &ToolEnv<'_>) -> McpServerSpec {
         let transport = match (&self.command, &self.url) {
