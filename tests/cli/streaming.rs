@@ -87,15 +87,15 @@ fn chat_shows_a_prompt_mode_round_once_it_is_known_to_be_final() {
     assert!(!printed.contains("\"final\""), "{printed}");
 }
 
-/// `run --stream` prints every round's text as it comes (the final answer last); without it,
-/// only the answer, once.
+/// `run --stream` prints every round's text as it comes, each on a line of its own (the final
+/// answer last); without it, only the answer, once.
 #[test]
 fn run_streams_an_agents_rounds_only_when_asked() {
     let streamed = crate::pagantic(&["run", "-q", "--stream", NATIVE, "-i", "message=2 + 2?"]);
     assert_eq!(streamed.code, 0, "{}", streamed.stderr);
     assert_eq!(
         streamed.stdout,
-        format!("{SAID_BEFORE_THE_CALL}{NATIVE_ANSWER}\n")
+        format!("{SAID_BEFORE_THE_CALL}\n{NATIVE_ANSWER}\n")
     );
     let whole = crate::pagantic(&["run", "-q", "--no-stream", NATIVE, "-i", "message=2 + 2?"]);
     assert_eq!(whole.code, 0, "{}", whole.stderr);

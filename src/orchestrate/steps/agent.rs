@@ -15,8 +15,9 @@
 //! events are children of its span.
 //!
 //! An agent whose answer is the plan's output streams it. A native round's text streams as it is
-//! generated and is never withdrawn: a round that turns into a tool call has shown its text, and
-//! is shown as the call (its tool events). Where a tool call is only recognisable once the round
+//! generated and is never withdrawn: a round that turns into a tool call has shown its text (its
+//! line ended, so the next round's starts a line of its own), and is shown as the call (its tool
+//! events). Where a tool call is only recognisable once the round
 //! is decoded (`constrained`, `prompt`, and an `auto` round that may yet be asked again in the
 //! prompt), a round's answer is sent whole once it is known to be final.
 
@@ -248,6 +249,17 @@ impl Agent {
         (made, Message::tool_result(call.id, content))
     }
 
+    /// Ends the line of a round's `text` shown as it was written, once the round has called
+    /// tools: the next round's text (or the answer) starts a line of its own.
+    fn end_shown_line(&self, text: &str) {
+        if !text.is_empty()
+            && !text.ends_with('\n')
+            && let Some(sink) = &self.stream
+        {
+            sink("\n");
+        }
+    }
+
     /// Sends a final answer that was not streamed as it was generated, whole, where the agent
     /// streams.
     fn stream_final(&self, ctx: &StepContext, answer: &str) {
@@ -373,6 +385,9 @@ impl StepHandler for Agent {
                         usage,
                         detail: Some(detail),
                     });
+                }
+                if streamed_live {
+                    self.end_shown_line(&response.text);
                 }
                 let calls = response.tool_calls.clone();
                 if round == self.max_tool_iterations {
@@ -801,7 +816,8 @@ mod tests {
         let engine = Recording::new([Ok(said), Ok(turn("4"))]);
         let (agent, pieces) = streamed(calculator_agent(engine, ToolCalls::Native));
         agent.run(&context()).await.expect("the agent answers");
-        assert_eq!(*pieces.lock().expect("pieces"), ["Adding.", "4"]);
+        // The round that called the tool ends its line before the answer.
+        assert_eq!(*pieces.lock().expect("pieces"), ["Adding.", "\n", "4"]);
 
         let engine = Recording::new([
             Ok(turn(
