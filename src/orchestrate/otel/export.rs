@@ -77,10 +77,10 @@ pub struct Queue {
 /// request's `ScopeSpans` (so a request is a copy of a stretch of it), and where each ends.
 #[derive(Default)]
 pub struct Pending {
-    pub framed: Vec<u8>,
-    pub ends: Vec<usize>,
+    framed: Vec<u8>,
+    ends: Vec<usize>,
     /// Nothing more will come.
-    pub closed: bool,
+    closed: bool,
 }
 
 impl Pending {
