@@ -4,7 +4,9 @@
 # alternated; prints the median rows/s, wall time and CPU time (user + system) of each side, the
 # slowdown, the peak RSS, and the spans dropped (the batch summary's `trace_spans_dropped`; must
 # be 0). The receiver shares the machine: its own CPU time is printed too, since on a small
-# machine it is part of the wall-time slowdown though no part of pagantic's cost.
+# machine it is part of the wall-time slowdown though no part of pagantic's cost. Besides the
+# medians, the median of each round's own off/on slowdown, which a host whose speed drifts
+# between rounds disturbs less.
 #
 #   bash benches/tracing.sh            # ROWS=100000 ROUNDS=5 by default
 #
@@ -78,6 +80,12 @@ for label, (rate, wall, rss, dropped, n, rows, cpu, receiver) in (("export off",
     print(f"{label:<11} {rows} rows x {n}: median {rate:9.1f} rows/s, {wall:6.2f} s wall, "
           f"{cpu:5.2f} s CPU (receiver {receiver:4.2f} s), peak RSS {rss} MiB, spans dropped {dropped}")
 print(f"slowdown with export on: {100 * (off[0] / on[0] - 1):+.1f}% (rows/s, median of medians)")
+# Each round runs off then on back to back: the median of the rounds' own slowdowns is steadier
+# than the medians' when the machine's speed drifts between rounds (a shared host).
+pairs = [(float(a[1]), float(b[1])) for a, b in zip(runs[0::2], runs[1::2])]
+paired = statistics.median(o / n - 1 for o, n in pairs)
+print(f"paired slowdown: {100 * paired:+.1f}% (median of {len(pairs)} rounds' off/on pairs: "
+      + ", ".join(f"{100 * (o / n - 1):+.1f}%" for o, n in pairs) + ")")
 print(f"pagantic's CPU time with export on: {100 * (on[6] / off[6] - 1):+.1f}% "
       f"({1e6 * (on[6] - off[6]) / (int(on[5]) * 5):.2f} µs a span, at 5 spans a row)")
 PY

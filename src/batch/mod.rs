@@ -630,7 +630,8 @@ pub async fn preview(
     Ok(previews)
 }
 
-/// One output line: the row, its status, output or error, usage, cost and timings per step.
+/// One output line: the row, its status, output or error, usage, cost, what it waited for rate
+/// limits (when it did), its trace (when traces are exported) and timings per step.
 fn line_for(row: &Row, record: &RunRecord) -> String {
     let status = status_name(record.status);
     let mut line = Map::new();
@@ -651,6 +652,12 @@ fn line_for(row: &Row, record: &RunRecord) -> String {
     line.insert("usage".into(), json!(record.usage));
     line.insert("cost".into(), json!(record.cost));
     line.insert("duration_ms".into(), json!(record.duration_ms));
+    if !record.rate_limit.is_none() {
+        line.insert("rate_limit".into(), json!(record.rate_limit));
+    }
+    if let Some(trace_id) = &record.trace_id {
+        line.insert("trace_id".into(), json!(trace_id));
+    }
     line.insert("steps".into(), steps_of(record));
     // Written out from a JSON value: serde_json's own writer for it is optimised even where
     // this crate is not (dev builds), so this is cheaper than serialising a struct directly.

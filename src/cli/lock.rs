@@ -27,9 +27,14 @@ pub fn run(args: &Args) -> Outcome {
         0 => String::new(),
         n => format!(", {n} corpus files"),
     };
+    let servers = lock.mcp.iter().flatten();
+    let mcp = match servers.clone().map(|(_, tools)| tools.len()).sum::<usize>() {
+        0 => String::new(),
+        n => format!(", {n} MCP tools of {} servers", servers.count()),
+    };
     writeln!(
         io::stderr(),
-        "wrote {} ({} models, {} files{corpora})",
+        "wrote {} ({} models, {} files{corpora}{mcp})",
         path.display(),
         lock.models.len(),
         lock.files.len()

@@ -1,17 +1,19 @@
 //! The events of one run as it emits them: its run id, its clock and its spans, and where its
-//! events go — the session's sinks and the run's own watcher. A nested run (a sub-plan) emits
-//! under a run id of its own, every event linked to the run and step that started it.
+//! events go — the session's sinks, the run's own watcher, and its trace when the session exports
+//! traces. A nested run (a sub-plan) emits under a run id of its own, every event linked to the
+//! run and step that started it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::events::{Event, EventData, SpanId, Watch, new_run_id};
-use super::otel::{Origin, RunInfo, RunTrace, TraceParent, Tracer};
+use super::otel::{Origin, RunInfo, RunTrace, TraceParent, TracedRun, Tracer};
 use super::record::Lifecycle;
 use super::sinks::Sinks;
 use crate::core::Timestamp;
 use crate::inference::TokenSink;
+use crate::inference::traceparent::Traceparent;
 
 /// Where a nested run (a sub-plan) hangs in the run that started it.
 struct ParentLink {
@@ -29,9 +31,14 @@ struct Inner {
     /// is watched with the run that started it.
     watch: Arc<Watch>,
     parent: Option<ParentLink>,
-    /// Where its spans go when the session exports traces, and the trace it belongs to.
-    tracer: Option<Arc<Tracer>>,
-    trace: Option<RunTrace>,
+    /// Where its spans go when the session exports traces, and its trace.
+    traced: Option<Traced>,
+}
+
+/// A run's trace and the tracer its events go to besides the sinks.
+struct Traced {
+    tracer: Arc<Tracer>,
+    run: TracedRun,
 }
 
 /// The events of one run: its id, its clock and its spans, and where its events go (the
@@ -48,8 +55,8 @@ impl Events {
         Self::traced(sinks, None)
     }
 
-    /// Events of a new run (the session's own) sent to `sinks`, its spans traced by `tracer`
-    /// when the session exports traces (`sinks` has it too).
+    /// Events of a new run (the session's own) sent to `sinks`, and to `tracer`, with the run's
+    /// trace, when the session exports traces.
     pub fn traced(sinks: Arc<Sinks>, tracer: Option<Arc<Tracer>>) -> Self {
         Self::run_of(
             sinks,
@@ -73,7 +80,10 @@ impl Events {
         origin: Origin,
     ) -> Self {
         let run_id = new_run_id();
-        let trace = tracer.as_ref().map(|t| t.open_run(&run_id, origin));
+        let traced = tracer.map(|tracer| Traced {
+            run: tracer.open_run(&run_id, origin),
+            tracer,
+        });
         Events {
             inner: Arc::new(Inner {
                 run_id,
@@ -82,8 +92,7 @@ impl Events {
                 sinks,
                 watch,
                 parent,
-                tracer,
-                trace,
+                traced,
             }),
         }
     }
@@ -103,16 +112,12 @@ impl Events {
     /// request's `traceparent`) when given, else a trace of its own; either way linked to this
     /// run's span (the batch a row belongs to).
     pub fn new_run_continuing(&self, watch: Watch, remote: Option<TraceParent>) -> Events {
-        let link = self
-            .inner
-            .trace
-            .as_ref()
-            .map(|trace| trace.span_context(SpanId::RUN));
+        let link = self.trace().map(|trace| trace.span_context(SpanId::RUN));
         Self::run_of(
             Arc::clone(&self.inner.sinks),
             Arc::new(watch),
             None,
-            self.inner.tracer.clone(),
+            self.tracer(),
             Origin::Own { remote, link },
         )
     }
@@ -125,8 +130,7 @@ impl Events {
             run_id: self.inner.run_id.clone(),
             span: step_span,
         };
-        let tracer = self.inner.trace.as_ref().and(self.inner.tracer.clone());
-        let origin = match &self.inner.trace {
+        let origin = match self.trace() {
             Some(trace) => Origin::Nested(trace.span_context(step_span)),
             None => Origin::Session,
         };
@@ -134,43 +138,58 @@ impl Events {
             Arc::clone(&self.inner.sinks),
             Arc::clone(&self.inner.watch),
             Some(parent),
-            tracer,
+            self.tracer(),
             origin,
         )
     }
 
-    /// Says what this run runs, for its trace (its root span's name and attributes).
-    pub fn describe(&self, info: impl FnOnce() -> RunInfo) {
-        if let (Some(tracer), Some(trace)) = (&self.inner.tracer, &self.inner.trace)
-            && trace.sampled
+    fn tracer(&self) -> Option<Arc<Tracer>> {
+        let traced = self.inner.traced.as_ref();
+        traced.map(|traced| Arc::clone(&traced.tracer))
+    }
+
+    fn trace(&self) -> Option<&RunTrace> {
+        self.inner.traced.as_ref().map(|traced| &traced.run.trace)
+    }
+
+    /// Says what this run runs, for its trace: plan `plan` with `steps` (names and types), and
+    /// the root span's `attributes` (asked for only when the run is traced).
+    pub fn describe<'a, I>(
+        &self,
+        plan: &str,
+        steps: I,
+        attributes: impl FnOnce() -> Vec<(&'static str, String)>,
+    ) where
+        I: IntoIterator<Item = (&'a str, &'static str)>,
+        I::IntoIter: Clone,
+    {
+        if let Some(traced) = &self.inner.traced
+            && traced.run.trace.sampled
         {
-            tracer.describe(&self.inner.run_id, info());
+            let plan = traced.tracer.plan_shape(plan, steps);
+            let attributes = attributes();
+            traced.run.describe(RunInfo { plan, attributes });
         }
     }
 
     /// Whether this run's model calls should carry their messages and answer for its trace:
     /// only a sampled run of a session that captures content (`--trace-content`).
     pub fn captures_content(&self) -> bool {
-        let sampled = self.inner.trace.as_ref().is_some_and(|trace| trace.sampled);
-        let captures = self.inner.tracer.as_ref().map(|t| t.captures_content());
-        sampled && captures == Some(true)
+        self.inner
+            .traced
+            .as_ref()
+            .is_some_and(|traced| traced.run.trace.sampled && traced.tracer.captures_content())
     }
 
     /// The id of the trace this run belongs to, when the session exports traces.
     pub fn trace_id(&self) -> Option<String> {
-        self.inner
-            .trace
-            .as_ref()
-            .map(|trace| trace.trace_id.to_string())
+        self.trace().map(|trace| trace.trace_id.to_string())
     }
 
-    /// The `traceparent` header naming span `span` of this run, when the session exports
-    /// traces (what the `openai` engine sends, so the server's spans join the trace).
-    pub fn traceparent(&self, span: SpanId) -> Option<String> {
-        self.inner
-            .trace
-            .as_ref()
-            .map(|trace| trace.traceparent(span))
+    /// The `traceparent` naming span `span` of this run, when the session exports traces (what
+    /// the `openai` engine sends, so the server's spans join the trace).
+    pub fn traceparent(&self, span: SpanId) -> Option<Traceparent> {
+        self.trace().map(|trace| trace.traceparent(span))
     }
 
     /// Where this run's streamed text goes besides the build's sink, if anyone watches it.
@@ -230,6 +249,9 @@ impl Events {
             }
         }
         self.inner.sinks.receive(&event);
+        if let Some(traced) = &self.inner.traced {
+            traced.tracer.receive(&traced.run, &event);
+        }
         if let Some(watcher) = &self.inner.watch.events {
             watcher(&event);
         }

@@ -32,7 +32,7 @@ use super::emit::Events;
 use super::events::{Observer, Watch};
 use super::executor::{RunHandle, RunOptions, execute, render_step};
 use super::ledger::RunLedger;
-use super::otel::{RunInfo, TraceParent, TraceSettings, Tracing};
+use super::otel::{TraceParent, TraceSettings, Tracing};
 use super::pipeline::{NestedRun, NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus};
 use super::sinks::{JsonLinesFile, Observing, Sinks};
@@ -151,7 +151,7 @@ impl NestedRuns for Nested {
     ) -> NestedRun<'a> {
         Box::pin(async move {
             let events = parent.events.nested_run(parent.span);
-            events.describe(|| run_info(pipeline, Vec::new()));
+            describe(&events, pipeline, Vec::new);
             let run = RunHandle {
                 events,
                 ledger: Arc::new(RunLedger::new(
@@ -184,8 +184,7 @@ impl Session {
         let tracer = tracing.as_ref().map(|tracing| Arc::clone(&tracing.tracer));
         let sinks = Sinks::default()
             .with_some(options.observer.map(Observing))
-            .with_some(file)
-            .with_some(tracer.clone());
+            .with_some(file);
         let events = Events::traced(Arc::new(sinks), tracer);
         let started = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -444,7 +443,7 @@ impl Runner {
         } else {
             self.events_for_next_run(request.watch, request.trace_parent)
         };
-        events.describe(|| run_info(pipeline, request.trace_attributes));
+        describe(&events, pipeline, || request.trace_attributes);
         let cancel = request.cancel.unwrap_or_else(|| self.interrupt.subscribe());
         let mut options = RunOptions::new(self.max_parallel, cancel.clone());
         options.globals.extend(request.globals);
@@ -473,17 +472,18 @@ impl Runner {
     }
 }
 
-/// What a run of `pipeline` is, for its trace: the plan, its steps' types, and `attributes`.
-fn run_info(pipeline: &Pipeline, attributes: Vec<(&'static str, String)>) -> RunInfo {
-    RunInfo {
-        plan: pipeline.name.clone(),
-        steps: pipeline
-            .steps
-            .iter()
-            .map(|step| (step.name.clone(), step.kind))
-            .collect(),
-        attributes,
-    }
+/// Says what a run of `pipeline` is, for its trace: the plan, its steps' types, and
+/// `attributes`.
+fn describe(
+    events: &Events,
+    pipeline: &Pipeline,
+    attributes: impl FnOnce() -> Vec<(&'static str, String)>,
+) {
+    let steps = pipeline
+        .steps
+        .iter()
+        .map(|step| (step.name.as_str(), step.kind));
+    events.describe(&pipeline.name, steps, attributes);
 }
 
 impl Drop for Session {

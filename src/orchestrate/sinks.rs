@@ -1,8 +1,9 @@
 //! Where a session's events go: every sink receives each typed [`Event`] of every run of the
 //! session, as it happens, and does what it is for with it — the JSON Lines file of `--events`,
 //! an observer such as the progress lines, a recorder in tests. A sink only receives: what a run
-//! spends is counted by its ledger, never read back from events, so adding a sink (a trace
-//! exporter, say) changes no number and no sink can disagree with another about what happened.
+//! spends is counted by its ledger, never read back from events, so adding a sink changes no
+//! number and no sink can disagree with another about what happened. The trace exporter takes
+//! the same events, from each run's own `Events`, which keep the run's trace beside them.
 
 use std::io::Write;
 use std::path::Path;

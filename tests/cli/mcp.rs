@@ -501,6 +501,16 @@ fn locked_refuses_a_server_whose_tools_changed() {
     )
     .expect("JSON");
     assert!(lock["mcp"]["files"]["echo"].is_string(), "{lock}");
+    let pinned = lock["mcp"]["files"]
+        .as_object()
+        .map_or(0, |tools| tools.len());
+    assert!(pinned > 1, "every tool the server lists is pinned: {lock}");
+    let counted = format!(", {pinned} MCP tools of 1 servers)\n");
+    assert!(
+        locked.stderr.ends_with(&counted),
+        "the pinned tools are counted: {}",
+        locked.stderr
+    );
     let same = pagantic_with(dir.path(), &["run", "plan.yaml", "--locked"], &[]);
     assert_eq!(same.code, 0, "{}", same.stderr);
     let changed = pagantic_with(

@@ -246,6 +246,16 @@ fn the_summary_counts_the_429s_and_the_time_waited() {
         serde_json::from_str(&std::fs::read_to_string(&summary).expect("the summary"))
             .expect("JSON");
     assert_eq!(summary["rate_limited"], refused as u64, "{summary}");
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("the output");
+    let refused_rows: u64 = lines
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .filter_map(|line| line["rate_limit"]["refused"].as_u64())
+        .sum();
+    assert_eq!(
+        refused_rows, refused as u64,
+        "each row's line counts its own 429s"
+    );
     assert!(
         summary["rate_limit_wait_ms"]
             .as_f64()

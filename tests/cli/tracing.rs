@@ -377,6 +377,13 @@ fn a_batch_exports_one_trace_per_row_linked_to_the_batch() {
         .collect();
     rows.sort_unstable();
     assert_eq!(rows, ["1", "2", "3", "4", "5"]);
+    // Each output line names its row's trace.
+    for line in run.stdout_json_lines() {
+        let trace = line["trace_id"].as_str().expect("a trace id");
+        let root = roots.iter().find(|root| root.trace_id == trace);
+        let row = root.and_then(|root| root.text("pagantic.batch.row"));
+        assert_eq!(row, line["row"].as_str(), "{line}");
+    }
     for root in &roots {
         assert_eq!(
             root.links,

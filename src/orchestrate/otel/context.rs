@@ -11,6 +11,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
 
+use crate::inference::traceparent::Traceparent;
 use crate::orchestrate::events;
 
 /// A parsed `traceparent` header (with its `tracestate`): the span a run continues.
@@ -73,11 +74,6 @@ impl TraceParent {
     }
 }
 
-/// The `traceparent` header naming span `span_id` of trace `trace_id`.
-pub fn header(trace_id: TraceId, span_id: SpanId, sampled: bool) -> String {
-    format!("00-{trace_id}-{span_id}-{:02x}", flags(sampled).to_u8())
-}
-
 fn flags(sampled: bool) -> TraceFlags {
     TraceFlags::default().with_sampled(sampled)
 }
@@ -126,9 +122,13 @@ impl RunTrace {
         )
     }
 
-    /// The `traceparent` header naming the run's event span `span`.
-    pub fn traceparent(&self, span: events::SpanId) -> String {
-        header(self.trace_id, self.span_id(span), self.sampled)
+    /// The `traceparent` naming the run's event span `span`.
+    pub fn traceparent(&self, span: events::SpanId) -> Traceparent {
+        Traceparent {
+            trace_id: u128::from_be_bytes(self.trace_id.to_bytes()),
+            span_id: u64::from_be_bytes(self.span_id(span).to_bytes()),
+            sampled: self.sampled,
+        }
     }
 }
 
@@ -147,7 +147,12 @@ mod tests {
         );
         assert!(parent.sampled);
         assert_eq!(parent.state.get("vendor"), Some("value"));
-        assert_eq!(header(parent.trace_id, parent.span_id, true), GIVEN);
+        let written = Traceparent {
+            trace_id: u128::from_be_bytes(parent.trace_id.to_bytes()),
+            span_id: u64::from_be_bytes(parent.span_id.to_bytes()),
+            sampled: true,
+        };
+        assert_eq!(written.to_string(), GIVEN);
         let unsampled = TraceParent::parse(&GIVEN.replace("-01", "-00"), None).expect("parsed");
         assert!(!unsampled.sampled);
         assert!(parent.remote_context().is_remote());

@@ -5,11 +5,12 @@
 //!
 //! Pushing a span wakes nobody: the task is woken when a full batch is waiting, when the queue
 //! closes, or when the schedule delay has passed, so a batch job making 200,000 spans a second
-//! costs a few hundred wake-ups, not one a span. Closing waits a bounded time for the queue to
+//! costs a few hundred wake-ups, not one a span. Nor do pushing threads wait for each other: the
+//! queue is sharded, a shard to a thread. Closing waits a bounded time for the queue to
 //! drain; every span not confirmed by the collector — refused, timed out, unreachable, still
 //! queued when time ran out — counts as dropped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,26 +47,52 @@ impl Default for Limits {
     }
 }
 
-/// How many spans went where.
+/// How many spans went where. Every span offered is queued, taken or refused; a pushing
+/// thread touches only `queued` (and `refused`, seldom).
 #[derive(Debug, Default)]
 pub struct Counts {
-    /// Spans handed to the queue (accepted or not).
-    pub offered: AtomicU64,
+    /// Spans in the queue now (being added, or waiting for the task).
+    queued: AtomicU64,
+    /// Spans the task took from the queue to send.
+    taken: AtomicU64,
+    /// Spans a full or closed queue refused.
+    refused: AtomicU64,
     /// Spans the collector took.
-    pub exported: AtomicU64,
+    exported: AtomicU64,
 }
 
 impl Counts {
     /// Spans offered and never confirmed by the collector.
     pub fn dropped(&self) -> u64 {
-        let offered = self.offered.load(Ordering::Relaxed);
+        let offered = [&self.queued, &self.taken, &self.refused]
+            .map(|count| count.load(Ordering::Relaxed))
+            .iter()
+            .sum::<u64>();
         offered.saturating_sub(self.exported.load(Ordering::Relaxed))
     }
 }
 
+/// How many shards the queue has. The threads that push spans (a runtime's workers, the main
+/// thread) each use one, so they seldom share a lock or a cache line: with one lock for all,
+/// the lock's trips between cores cost a batch job more than encoding its spans.
+const SHARDS: usize = 8;
+
+/// One shard of the queue, on cache lines of its own.
+#[derive(Default)]
+#[repr(align(128))]
+struct Shard(Mutex<Framed>);
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The shard this thread pushes to: the threads take them in turn.
+    static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+}
+
 /// The queue between the sink (any thread) and the export task.
 pub struct Queue {
-    pending: Mutex<Pending>,
+    shards: [Shard; SHARDS],
+    closed: AtomicBool,
     /// Wakes the task: a full batch is waiting, or the queue has closed.
     ready: Notify,
     counts: Arc<Counts>,
@@ -73,23 +100,60 @@ pub struct Queue {
     max_batch: usize,
 }
 
-/// What is queued: the spans one after the other, each already framed as a `spans` field of the
-/// request's `ScopeSpans` (so a request is a copy of a stretch of it), and where each ends.
+/// Encoded spans one after the other, each framed as a `spans` field of a request's
+/// `ScopeSpans` (so a request is a copy of a stretch of them), and where each ends.
 #[derive(Default)]
-pub struct Pending {
-    framed: Vec<u8>,
+pub struct Framed {
+    bytes: Vec<u8>,
     ends: Vec<usize>,
-    /// Nothing more will come.
-    closed: bool,
 }
 
-impl Pending {
+impl Framed {
+    /// Adds `span` (an encoded OTLP span).
+    pub fn add(&mut self, span: &[u8]) {
+        wire::frame(&mut self.bytes, span);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// How many spans it holds.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Moves its last `count` spans to the end of `to`.
+    fn move_last(&mut self, count: usize, to: &mut Framed) {
+        let split = self.len() - count.min(self.len());
+        let at = split.checked_sub(1).map_or(0, |last| self.ends[last]);
+        let base = to.bytes.len();
+        to.bytes.extend_from_slice(&self.bytes[at..]);
+        to.ends
+            .extend(self.ends[split..].iter().map(|end| base + end - at));
+        self.bytes.truncate(at);
+        self.ends.truncate(split);
+    }
+
+    /// Appends every span of `other`.
+    fn append(&mut self, other: &Framed) {
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        self.ends.extend(other.ends.iter().map(|end| base + end));
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
     /// The framed bytes of the spans in stretches of at most `most`, with their counts.
     fn stretches(&self, most: usize) -> impl Iterator<Item = (&[u8], u64)> {
         let mut start = 0;
         self.ends.chunks(most).map(move |ends| {
             let end = ends[ends.len() - 1];
-            let stretch = &self.framed[start..end];
+            let stretch = &self.bytes[start..end];
             start = end;
             (stretch, ends.len() as u64)
         })
@@ -102,7 +166,7 @@ impl Pending {
         self.ends
             .iter()
             .map(|&end| {
-                let mut framed = &self.framed[start + 1..end];
+                let mut framed = &self.bytes[start + 1..end];
                 prost::encoding::decode_varint(&mut framed).expect("a frame");
                 start = end;
                 framed
@@ -111,11 +175,20 @@ impl Pending {
     }
 }
 
+/// What is queued, and whether more can come.
+#[derive(Default)]
+pub struct Pending {
+    pub spans: Framed,
+    /// Nothing more will come.
+    closed: bool,
+}
+
 impl Queue {
     /// An open, empty queue of at most `limits.max_queue` spans.
     pub fn new(limits: &Limits) -> Queue {
         Queue {
-            pending: Mutex::default(),
+            shards: std::array::from_fn(|_| Shard::default()),
+            closed: AtomicBool::new(false),
             ready: Notify::new(),
             counts: Arc::default(),
             max_queue: limits.max_queue,
@@ -123,48 +196,70 @@ impl Queue {
         }
     }
 
-    /// Queues a copy of `span` (an encoded OTLP span), whose buffer goes back to the thread's
-    /// spare for its next span; a full or closed queue drops it (it is counted as offered,
-    /// never sent).
-    pub fn push(&self, span: Vec<u8>) {
-        self.counts.offered.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut pending) = self.pending.lock()
-            && !pending.closed
-            && pending.ends.len() < self.max_queue
-        {
-            wire::frame(&mut pending.framed, &span);
-            let end = pending.framed.len();
-            pending.ends.push(end);
-            let batch_ready = pending.ends.len() == self.max_batch;
-            drop(pending);
-            if batch_ready {
-                self.ready.notify_one();
-            }
+    /// Queues a copy of `span` (an encoded OTLP span); a full or closed queue refuses it (it is
+    /// counted as dropped). Every batch's worth queued wakes the task.
+    pub fn push(&self, span: &[u8]) {
+        let counts = &self.counts;
+        if self.closed.load(Ordering::Acquire) {
+            counts.refused.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        wire::spare(span);
+        let before = counts.queued.fetch_add(1, Ordering::Relaxed);
+        if before >= self.max_queue as u64 {
+            counts.queued.fetch_sub(1, Ordering::Relaxed);
+            counts.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let shard = &self.shards[SHARD.with(|shard| *shard)];
+        // A poisoned shard loses the span, which stays counted as queued: so as dropped.
+        if let Ok(mut spans) = shard.0.lock() {
+            spans.add(span);
+        }
+        if (before + 1).is_multiple_of(self.max_batch as u64) {
+            self.ready.notify_one();
+        }
     }
 
     /// Stops taking spans: the export task sends what is queued, then ends.
     pub fn close(&self) {
-        if let Ok(mut pending) = self.pending.lock() {
-            pending.closed = true;
-        }
+        self.closed.store(true, Ordering::Release);
         self.ready.notify_one();
     }
 
-    /// Everything queued, and whether the queue has closed.
-    pub fn take(&self) -> Pending {
-        match self.pending.lock() {
-            Ok(mut pending) => Pending {
-                framed: std::mem::take(&mut pending.framed),
-                ends: std::mem::take(&mut pending.ends),
-                closed: pending.closed,
-            },
-            Err(_) => Pending {
-                closed: true,
-                ..Pending::default()
-            },
+    /// Takes what is queued into `into` (emptied first), and says whether the queue has
+    /// closed. With `whole_batches`, spans short of a full batch stay queued (unless it has
+    /// closed), so a task woken by a full batch sends only full requests, not a full one and
+    /// a few spans that came while it woke.
+    pub fn take_into(&self, into: &mut Pending, whole_batches: bool) {
+        into.spans.clear();
+        // Read first: a span pushed as the queue closes, after the shards are taken, stays
+        // queued, so it counts as dropped.
+        into.closed = self.closed.load(Ordering::Acquire);
+        for shard in &self.shards {
+            if let Ok(mut spans) = shard.0.lock() {
+                into.spans.append(&spans);
+                spans.clear();
+            }
         }
+        if whole_batches && !into.closed {
+            let short = into.spans.len() % self.max_batch;
+            if short > 0
+                && let Ok(mut first) = self.shards[0].0.lock()
+            {
+                into.spans.move_last(short, &mut first);
+            }
+        }
+        let taken = into.spans.len() as u64;
+        self.counts.queued.fetch_sub(taken, Ordering::Relaxed);
+        self.counts.taken.fetch_add(taken, Ordering::Relaxed);
+    }
+
+    /// Everything queued, and whether the queue has closed.
+    #[cfg(test)]
+    pub fn take(&self) -> Pending {
+        let mut taken = Pending::default();
+        self.take_into(&mut taken, false);
+        taken
     }
 }
 
@@ -219,15 +314,16 @@ struct Batches {
 }
 
 impl Batches {
-    /// Sends what has queued each time the task is woken (a full batch, the queue closing) or
-    /// the schedule delay passes, `max_batch` spans a request, one request at a time, until the
-    /// queue has closed and is empty. A request that fails or outlasts `timeout` is lost, and
-    /// spans the collector rejects are not counted as exported.
+    /// Sends what has queued each time the task is woken (full batches, the queue closing) or
+    /// the schedule delay passes (everything), `max_batch` spans a request, one request at a
+    /// time, until the queue has closed and is empty. A request that fails or outlasts
+    /// `timeout` is lost, and spans the collector rejects are not counted as exported.
     async fn send<C: Collector>(&self, queue: &Queue, collector: C) {
+        let mut pending = Pending::default();
         loop {
-            let _ = tokio::time::timeout(self.limits.delay, queue.ready.notified()).await;
-            let pending = queue.take();
-            for (spans, sent) in pending.stretches(queue.max_batch) {
+            let woken = tokio::time::timeout(self.limits.delay, queue.ready.notified()).await;
+            queue.take_into(&mut pending, woken.is_ok());
+            for (spans, sent) in pending.spans.stretches(queue.max_batch) {
                 let request = collector.send(self.envelope.request(spans), sent);
                 if let Ok(Ok(rejected)) = tokio::time::timeout(self.limits.timeout, request).await {
                     let taken = sent.saturating_sub(rejected);
@@ -246,6 +342,7 @@ mod tests {
     use std::sync::Mutex;
 
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::Span;
     use prost::Message;
 
     use super::super::wire::{Attributes, Of};
@@ -297,7 +394,7 @@ mod tests {
         };
         let queue = Queue::new(&limits);
         for n in 0..spans {
-            queue.push(span(&format!("s{n}")));
+            queue.push(&span(&format!("s{n}")));
         }
         queue.close();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -329,19 +426,19 @@ mod tests {
             }
         };
         // One span waits for the schedule delay; two fill a batch.
-        queue.push(span("one"));
+        queue.push(&span("one"));
         waited(1);
-        queue.push(span("two"));
-        queue.push(span("three"));
+        queue.push(&span("two"));
+        queue.push(&span("three"));
         waited(3);
         assert_eq!(sent(), ["one", "two", "three"]);
         assert!(!done.wait(Duration::from_millis(10)), "still open");
-        queue.push(span("four"));
+        queue.push(&span("four"));
         queue.close();
         assert!(done.wait(Duration::from_secs(30)));
         assert_eq!(sent(), ["one", "two", "three", "four"]);
         assert_eq!(counts.dropped(), 0);
-        queue.push(span("too late"));
+        queue.push(&span("too late"));
         assert_eq!(counts.dropped(), 1);
     }
 
@@ -371,5 +468,103 @@ mod tests {
             ..Kept::default()
         };
         assert_eq!(sent_through(partial, (100, 4), 7).dropped(), 2);
+    }
+
+    #[test]
+    fn spans_pushed_from_many_threads_are_all_taken_and_counted() {
+        let limits = Limits {
+            max_queue: 300,
+            ..Limits::default()
+        };
+        let queue = Queue::new(&limits);
+        std::thread::scope(|threads| {
+            for thread in 0..4 {
+                let queue = &queue;
+                threads.spawn(move || {
+                    for n in 0..100 {
+                        queue.push(&span(&format!("t{thread}-{n}")));
+                    }
+                });
+            }
+        });
+        let pending = queue.take();
+        let mut names: Vec<String> = pending
+            .spans
+            .spans()
+            .into_iter()
+            .map(|span| Span::decode(span).expect("a span").name)
+            .collect();
+        assert_eq!(
+            names.len(),
+            300,
+            "the queue's bound holds across its shards"
+        );
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 300, "each span once");
+        assert_eq!(
+            queue.counts.dropped(),
+            400,
+            "none sent: 300 taken, 100 refused"
+        );
+        assert_eq!(queue.take().spans.len(), 0);
+    }
+
+    #[test]
+    fn a_full_batch_wakes_the_task() {
+        let limits = Limits {
+            max_batch: 3,
+            ..Limits::default()
+        };
+        let queue = Queue::new(&limits);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let woken = |queue: &Queue| {
+            runtime.block_on(async {
+                let wait = queue.ready.notified();
+                tokio::time::timeout(Duration::from_millis(50), wait).await
+            })
+        };
+        queue.push(&span("a"));
+        queue.push(&span("b"));
+        assert!(woken(&queue).is_err(), "two spans are short of a batch");
+        queue.push(&span("c"));
+        assert!(woken(&queue).is_ok(), "the third fills it");
+    }
+
+    #[test]
+    fn a_task_woken_by_full_batches_leaves_the_spans_short_of_one_queued() {
+        let limits = Limits {
+            max_batch: 3,
+            ..Limits::default()
+        };
+        let queue = Queue::new(&limits);
+        for n in 0..7 {
+            queue.push(&span(&format!("s{n}")));
+        }
+        let names = |pending: &Pending| -> Vec<String> {
+            let spans = pending.spans.spans().into_iter();
+            spans
+                .map(|span| Span::decode(span).expect("a span").name)
+                .collect()
+        };
+        let mut pending = Pending::default();
+        queue.take_into(&mut pending, true);
+        assert_eq!(names(&pending), ["s0", "s1", "s2", "s3", "s4", "s5"]);
+        queue.push(&span("s7"));
+        queue.take_into(&mut pending, true);
+        assert!(pending.spans.is_empty(), "two spans are short of a batch");
+        queue.take_into(&mut pending, false);
+        assert_eq!(
+            names(&pending),
+            ["s6", "s7"],
+            "the delay passed: all of them"
+        );
+        queue.push(&span("s8"));
+        queue.close();
+        queue.take_into(&mut pending, true);
+        assert_eq!(names(&pending), ["s8"], "a closed queue gives everything");
     }
 }

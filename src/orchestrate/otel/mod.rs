@@ -38,7 +38,7 @@ use opentelemetry_sdk::Resource;
 pub use content::{captured, finish_reason};
 pub use context::{RunTrace, TraceParent};
 pub use export::Counts;
-pub use sink::{Origin, RunInfo, Tracer};
+pub use sink::{Origin, RunInfo, TracedRun, Tracer};
 
 use crate::inference::Notice;
 

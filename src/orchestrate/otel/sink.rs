@@ -4,13 +4,16 @@
 //! model call, one `execute_tool {tool}` per tool call under the chat span that asked for it.
 //!
 //! Events arrive after the fact (a model call's event comes when it ended, with its duration),
-//! so spans are built whole with explicit start and end times and handed to the export queue;
-//! ids come from [`span_id`], so a span names its parent before the parent has ended. It counts
-//! nothing of its own: tokens, costs and statuses are the events' (the ledger's) numbers.
+//! so spans are built whole and handed to the export queue; ids come from [`RunTrace::span_id`],
+//! so a span names its parent before the parent has ended. Times are the events' own: a run's
+//! start plus an event's `at_ms`, a duration before that for what it ended, so the spans and the
+//! events file agree and no span reads the clock again. A run's spans in progress live with the
+//! run (its `Events` hold its [`TracedRun`]), so runs on other threads share no lock with it and
+//! nothing is looked up by run id. It counts nothing of its own: tokens, costs and statuses are
+//! the events' (the ledger's) numbers.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
@@ -19,11 +22,10 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision,
 use super::content::bounded;
 use super::context::{RunTrace, TraceParent};
 use super::export::Queue;
-use super::wire::{Attr, Attributes, Kind, Link, Of, Span, SpanEvent};
+use super::wire::{self, Attr, Attributes, Kind, Link, Of, Span, SpanEvent};
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::events::{CallKind, Event, EventData, SpanId, StepOutcome, ToolOutcome};
 use crate::orchestrate::record::Lifecycle;
-use crate::orchestrate::sinks::EventSink;
 
 /// The OpenInference span kind (`LLM`, `TOOL`, `AGENT`, `CHAIN`, `RETRIEVER`), which Arize
 /// Phoenix files spans under, set beside the GenAI attributes.
@@ -44,19 +46,41 @@ pub enum Origin {
     Nested(SpanContext),
 }
 
-/// What a run is, for its root span: its plan, its steps' types, and attributes its caller gave
-/// (a batch row's id, a test case's variant).
+/// What a run is, for its root span: its plan, and attributes its caller gave (a batch row's
+/// id, a test case's variant).
 #[derive(Debug, Clone, Default)]
 pub struct RunInfo {
-    pub plan: String,
-    pub steps: Vec<(String, &'static str)>,
+    pub plan: Arc<PlanShape>,
     pub attributes: Vec<(&'static str, String)>,
+}
+
+/// A plan as its runs' spans show it: its name and steps, and the attributes its root span and
+/// each step's spans always carry, encoded once. Shared by the runs of one plan (a batch's
+/// rows), not built for each.
+#[derive(Debug, Default)]
+pub struct PlanShape {
+    pub name: String,
+    steps: Vec<StepShape>,
+    /// The root span's attributes that name the plan.
+    root: Attributes,
+}
+
+/// A step as its spans show it.
+#[derive(Debug)]
+struct StepShape {
+    name: String,
+    /// Its type, as the plan says it.
+    kind: &'static str,
+    /// The first part of its spans' names (`step `, `invoke_agent `, `retrieval `).
+    span_name: &'static str,
+    /// Whether it is an agent (`gen_ai.agent.name` is set whether or not it ran rounds).
+    agent: bool,
+    /// What every span of it carries: its name and type, its span kind and operation.
+    constant: Attributes,
 }
 
 /// Turns events into spans; see the module docs.
 pub struct Tracer {
-    /// The sampled runs whose root span has not ended, by run id.
-    runs: Mutex<HashMap<String, RunSpans>>,
     queue: Arc<Queue>,
     sampler: Box<dyn ShouldSample>,
     /// The parent of the session's own run (`TRACEPARENT`).
@@ -65,27 +89,57 @@ pub struct Tracer {
     session_name: String,
     capture_content: bool,
     ids: RandomIdGenerator,
+    /// The plan the last run described ran, for the next run of the same plan.
+    last_plan: Mutex<Option<Arc<PlanShape>>>,
+    /// What every `chat` span and every `execute_tool` span carries, encoded once.
+    chat_constant: Attributes,
+    tool_constant: Attributes,
 }
 
-/// A sampled run whose root span has not ended.
+/// One run's trace, kept by the run's events: its ids, and its spans in progress when it is
+/// sampled.
+pub struct TracedRun {
+    pub trace: RunTrace,
+    /// None for a run not sampled: it exports nothing.
+    spans: Option<Mutex<RunSpans>>,
+}
+
+/// A sampled run's spans in progress.
 struct RunSpans {
-    trace: RunTrace,
     /// The root span's parent: the caller's remote span, or the step a sub-plan runs in.
     parent: Option<SpanContext>,
     link: Option<SpanContext>,
     info: Option<RunInfo>,
-    started: SystemTime,
-    /// Step attempts and tool calls that started and have not ended.
-    open: HashMap<SpanId, Open>,
+    /// When the run started (Unix nanoseconds): its events' `at_ms` count from here.
+    started: u64,
+    /// Step attempts and tool calls that started and have not ended (a few at a time).
+    open: Vec<(SpanId, Open)>,
     /// Retries, feedback and skips, as events of the root span.
     notes: Vec<SpanEvent>,
     /// The code of the last failure seen, for the root span's `error.type`.
     error: Option<FailureCode>,
+    /// The root span has been queued: nothing more is exported.
+    ended: bool,
+}
+
+impl RunSpans {
+    /// The moment `at_ms` into the run.
+    fn at(&self, at_ms: f64) -> u64 {
+        self.started.saturating_add(nanos_of(at_ms))
+    }
+
+    /// Takes the open span `span` (a default one when it never opened).
+    fn close(&mut self, span: SpanId) -> Open {
+        match self.open.iter().position(|(id, _)| *id == span) {
+            Some(at) => self.open.swap_remove(at).1,
+            None => Open::default(),
+        }
+    }
 }
 
 #[derive(Default)]
 struct Open {
-    started: Option<SystemTime>,
+    started: Option<u64>,
     /// A step attempt's calls the cache answered.
     cached_calls: u64,
     /// Whether the attempt ran agent rounds.
@@ -100,8 +154,9 @@ struct Built<'a> {
     parent: Option<SpanId>,
     name: (&'static str, &'a str),
     kind: Kind,
-    started: SystemTime,
-    ended: SystemTime,
+    /// When it started and ended, in Unix nanoseconds.
+    started: u64,
+    ended: u64,
     attributes: Attributes,
     /// Its `error.type` when it failed: a failure code, or `_OTHER`.
     error: Option<&'static str>,
@@ -116,18 +171,46 @@ impl Tracer {
         capture_content: bool,
     ) -> Self {
         Tracer {
-            runs: Mutex::new(HashMap::new()),
             queue,
             sampler,
             session_parent,
             session_name,
             capture_content,
             ids: RandomIdGenerator::default(),
+            last_plan: Mutex::new(None),
+            chat_constant: Attributes::constant(&[
+                ("gen_ai.operation.name", "chat"),
+                (SHOWN_AS, "LLM"),
+            ]),
+            tool_constant: Attributes::constant(&[
+                ("gen_ai.operation.name", "execute_tool"),
+                (SHOWN_AS, "TOOL"),
+                ("gen_ai.tool.type", "function"),
+            ]),
         }
     }
 
+    /// The shape of plan `name` with `steps` (names and types): the last one asked for when it
+    /// is the same.
+    pub fn plan_shape<'a, I>(&self, name: &str, steps: I) -> Arc<PlanShape>
+    where
+        I: IntoIterator<Item = (&'a str, &'static str)>,
+        I::IntoIter: Clone,
+    {
+        let steps = steps.into_iter();
+        let Ok(mut last) = self.last_plan.lock() else {
+            return Arc::new(PlanShape::new(name, steps));
+        };
+        if let Some(shape) = last.as_ref().filter(|shape| shape.is(name, steps.clone())) {
+            return Arc::clone(shape);
+        }
+        let shape = Arc::new(PlanShape::new(name, steps));
+        *last = Some(Arc::clone(&shape));
+        shape
+    }
+
     /// The trace of run `run_id`, which starts now; a sampled run's spans are kept from here on.
-    pub fn open_run(&self, run_id: &str, origin: Origin) -> RunTrace {
+    pub fn open_run(&self, run_id: &str, origin: Origin) -> TracedRun {
         let (parent, link) = match origin {
             Origin::Session => (
                 self.session_parent
@@ -164,31 +247,21 @@ impl Tracer {
         let state = parent
             .as_ref()
             .map_or_else(TraceState::default, |p| p.trace_state().clone());
-        let trace = RunTrace::new(run_id, trace_id, sampled, state);
-        if sampled && let Ok(mut runs) = self.runs.lock() {
-            runs.insert(
-                run_id.to_string(),
-                RunSpans {
-                    trace: trace.clone(),
-                    parent,
-                    link,
-                    info: None,
-                    started: SystemTime::now(),
-                    open: HashMap::new(),
-                    notes: Vec::new(),
-                    error: None,
-                },
-            );
-        }
-        trace
-    }
-
-    /// Says what run `run_id` runs (its root span's name and attributes).
-    pub fn describe(&self, run_id: &str, info: RunInfo) {
-        if let Ok(mut runs) = self.runs.lock()
-            && let Some(run) = runs.get_mut(run_id)
-        {
-            run.info = Some(info);
+        let spans = sampled.then(|| {
+            Mutex::new(RunSpans {
+                parent,
+                link,
+                info: None,
+                started: wire::nanos(SystemTime::now()),
+                open: Vec::new(),
+                notes: Vec::new(),
+                error: None,
+                ended: false,
+            })
+        });
+        TracedRun {
+            trace: RunTrace::new(run_id, trace_id, sampled, state),
+            spans,
         }
     }
 
@@ -200,6 +273,38 @@ impl Tracer {
     /// Stops taking spans: what is queued is still sent.
     pub fn close_queue(&self) {
         self.queue.close();
+    }
+
+    /// Takes one of `run`'s events: opens the span it starts, or queues the span it ends (a
+    /// span is sent as soon as it ends, so a long run shows its finished steps while it runs).
+    pub fn receive(&self, run: &TracedRun, event: &Event) {
+        let Some(Ok(mut spans)) = run.spans.as_ref().map(Mutex::lock) else {
+            return;
+        };
+        if spans.ended {
+            return;
+        }
+        let span = match &event.data {
+            EventData::Lifecycle { state } => {
+                let (Lifecycle::Complete | Lifecycle::Error | Lifecycle::Cancelled) = state else {
+                    return;
+                };
+                spans.ended = true;
+                self.root_span(&run.trace, event, &mut spans, *state)
+            }
+            _ => {
+                let Some(ending) = self.settle(event, &mut spans) else {
+                    return;
+                };
+                let Some(built) = self.built(event, ending, &spans) else {
+                    return;
+                };
+                self.export(&run.trace, None, built, &[], &[])
+            }
+        };
+        drop(spans);
+        self.queue.push(&span);
+        wire::spare(span);
     }
 
     /// The encoded span `built` of a run in `trace`, with `events` and `links`; a root span's
@@ -239,25 +344,29 @@ impl Tracer {
         .encode(attributes)
     }
 
-    /// The run's root span, ended `now` in `state`.
-    fn root_span(&self, run_id: &str, mut run: RunSpans, end: Lifecycle) -> Vec<u8> {
-        let now = SystemTime::now();
+    /// The run's root span, ended by `event` (the run's move to `end`).
+    fn root_span(
+        &self,
+        trace: &RunTrace,
+        event: &Event,
+        run: &mut RunSpans,
+        end: Lifecycle,
+    ) -> Vec<u8> {
         let info = run.info.take().unwrap_or_default();
         let mut attributes = Attributes::new(Of::Span);
-        let name = if info.plan.is_empty() {
+        let plan = info.plan.name.as_str();
+        let name = if plan.is_empty() {
             ("", self.session_name.as_str())
         } else {
-            attributes.str("gen_ai.operation.name", "invoke_workflow");
-            attributes.str(SHOWN_AS, "CHAIN");
-            attributes.str("pagantic.plan", &info.plan);
-            ("invoke_workflow ", info.plan.as_str())
+            attributes.extend(&info.plan.root);
+            ("invoke_workflow ", plan)
         };
         let status = match end {
             Lifecycle::Error => "error",
             Lifecycle::Cancelled => "cancelled",
             _ => "complete",
         };
-        attributes.str("pagantic.run_id", run_id);
+        attributes.str("pagantic.run_id", &event.run_id);
         attributes.str("pagantic.status", status);
         for (key, value) in &info.attributes {
             attributes.str(key, value);
@@ -272,7 +381,7 @@ impl Tracer {
             name,
             kind: Kind::Internal,
             started: run.started,
-            ended: now,
+            ended: run.at(event.at_ms),
             attributes,
             error,
         };
@@ -285,50 +394,40 @@ impl Tracer {
                 flags: span_flags(u32::from(link.trace_flags().to_u8()), link.is_remote()),
             })
             .collect();
-        let parent = run.parent.as_ref();
-        self.export(&run.trace, parent, built, &run.notes, &links)
+        self.export(trace, run.parent.as_ref(), built, &run.notes, &links)
     }
 
+    /// The span of step attempt `attempt` of `shape`, ended by `event` with `outcome`.
     fn step_span<'a>(
         &self,
         event: &'a Event,
         ending: Ending,
+        shape: &StepShape,
         outcome: &StepOutcome,
         attempt: u32,
     ) -> Built<'a> {
-        let now = SystemTime::now();
-        let Ending { open, kind } = ending;
+        let Ending { open, at } = ending;
         let step = event.step.as_deref().unwrap_or_default();
-        let (name, operation, shown_as) = match kind {
-            "agent" => ("invoke_agent ", Some("invoke_agent"), "AGENT"),
-            "retrieve" | "rerank" => ("retrieval ", Some("retrieval"), "RETRIEVER"),
-            _ => ("step ", None, "CHAIN"),
-        };
         let (status, error) = match outcome {
             StepOutcome::Ok { .. } => ("ok", None),
             StepOutcome::Failed { error } => ("failed", Some(error.code)),
             StepOutcome::Cancelled => ("cancelled", None),
         };
         let mut attributes = Attributes::new(Of::Span);
-        attributes.str("pagantic.step.name", step);
-        attributes.str("pagantic.step.type", kind);
+        attributes.extend(&shape.constant);
         attributes.int("pagantic.step.attempt", i64::from(attempt));
         attributes.str("pagantic.step.status", status);
         attributes.count("pagantic.step.cached_calls", open.cached_calls);
-        attributes.str(SHOWN_AS, shown_as);
-        if let Some(operation) = operation {
-            attributes.str("gen_ai.operation.name", operation);
-        }
-        if operation == Some("invoke_agent") || open.agent {
+        if shape.agent || open.agent {
             attributes.str("gen_ai.agent.name", step);
         }
         Built {
             span: event.span,
             parent: event.parent_span,
-            name: (name, step),
+            name: (shape.span_name, step),
             kind: Kind::Internal,
-            started: open.started.unwrap_or(now),
-            ended: now,
+            started: open.started.unwrap_or(at),
+            ended: at,
             attributes,
             error: error.map(FailureCode::as_str),
         }
@@ -337,18 +436,16 @@ impl Tracer {
     fn tool_span<'a>(
         &self,
         event: &Event,
-        open: Open,
+        ending: Ending,
         tool: &'a str,
         outcome: &ToolOutcome,
         cached: bool,
         duration_ms: f64,
     ) -> Built<'a> {
-        let now = SystemTime::now();
+        let Ending { open, at } = ending;
         let mut attributes = Attributes::new(Of::Span);
-        attributes.str("gen_ai.operation.name", "execute_tool");
-        attributes.str(SHOWN_AS, "TOOL");
+        attributes.extend(&self.tool_constant);
         attributes.str("gen_ai.tool.name", tool);
-        attributes.str("gen_ai.tool.type", "function");
         attributes.bool("pagantic.cached", cached);
         if let Some(id) = &event.tool_call_id {
             attributes.str("gen_ai.tool.call.id", id);
@@ -371,15 +468,15 @@ impl Tracer {
             parent: event.parent_span,
             name: ("execute_tool ", tool),
             kind: Kind::Internal,
-            started: open.started.unwrap_or_else(|| before(now, duration_ms)),
-            ended: now,
+            started: open.started.unwrap_or_else(|| before(at, duration_ms)),
+            ended: at,
             attributes,
             error: error.map(FailureCode::as_str),
         }
     }
 
-    /// The span of a model call, from its `inference` event.
-    fn chat_span<'a>(&self, event: &'a Event) -> Option<Built<'a>> {
+    /// The span of a model call, from its `inference` event, which ended it at `at`.
+    fn chat_span<'a>(&self, event: &'a Event, at: u64) -> Option<Built<'a>> {
         let EventData::Inference {
             model,
             engine,
@@ -398,18 +495,20 @@ impl Tracer {
         else {
             return None;
         };
-        let now = SystemTime::now();
         let mut attributes = Attributes::new(Of::Span);
-        attributes.str("gen_ai.operation.name", "chat");
-        attributes.str(SHOWN_AS, "LLM");
+        attributes.extend(&self.chat_constant);
         match *engine {
             "openai" => attributes.str("gen_ai.provider.name", "openai"),
-            other => attributes.str("gen_ai.provider.name", &format!("pagantic.{other}")),
+            other => attributes.add("gen_ai.provider.name", Attr::Joined("pagantic.", other)),
         }
         attributes.str("gen_ai.request.model", model);
         attributes.count("gen_ai.usage.input_tokens", usage.prompt_tokens);
         attributes.count("gen_ai.usage.output_tokens", usage.completion_tokens);
-        attributes.str("pagantic.call", &call.to_string());
+        match call {
+            CallKind::Single => attributes.str("pagantic.call", "call"),
+            CallKind::Agent(name) => attributes.add("pagantic.call", Attr::Joined("agent ", name)),
+            numbered => attributes.add("pagantic.call", Attr::Shown(numbered)),
+        }
         attributes.bool("pagantic.cached", *cached);
         if let Some(temperature) = sent.temperature {
             attributes.double("gen_ai.request.temperature", temperature);
@@ -441,8 +540,8 @@ impl Tracer {
             parent: event.parent_span,
             name: ("chat ", model),
             kind: Kind::Client,
-            started: before(now, *duration_ms),
-            ended: now,
+            started: before(at, *duration_ms),
+            ended: at,
             attributes,
             error: error
                 .as_deref()
@@ -482,65 +581,98 @@ impl Tracer {
         );
         run.notes.push(SpanEvent {
             name,
-            time: SystemTime::now(),
+            time: run.at(event.at_ms),
             attributes,
         });
     }
 }
 
-impl EventSink for Arc<Tracer> {
-    /// Updates the run's open spans under the lock, and builds and queues a finished span
-    /// outside it, so runs on other threads wait only for the bookkeeping.
-    fn receive(&self, event: &Event) {
-        let run_id = event.run_id.as_str();
-        let Ok(mut runs) = self.runs.lock() else {
-            return;
-        };
-        if let EventData::Lifecycle { state } = &event.data {
-            let ended = matches!(
-                state,
-                Lifecycle::Complete | Lifecycle::Error | Lifecycle::Cancelled
-            );
-            if ended && let Some(run) = runs.remove(run_id) {
-                drop(runs);
-                self.queue.push(self.root_span(run_id, run, *state));
-            }
-            return;
+impl PlanShape {
+    fn new<'a>(name: &str, steps: impl Iterator<Item = (&'a str, &'static str)>) -> PlanShape {
+        PlanShape {
+            name: name.to_string(),
+            steps: steps
+                .map(|(step, kind)| StepShape::new(step, kind))
+                .collect(),
+            root: Attributes::constant(&[
+                ("gen_ai.operation.name", "invoke_workflow"),
+                (SHOWN_AS, "CHAIN"),
+                ("pagantic.plan", name),
+            ]),
         }
-        let Some(run) = runs.get_mut(run_id) else {
-            return;
+    }
+
+    /// Whether it is plan `name` with `steps`.
+    fn is<'a>(&self, name: &str, mut steps: impl Iterator<Item = (&'a str, &'static str)>) -> bool {
+        self.name == name
+            && self.steps.iter().all(|step| {
+                steps
+                    .next()
+                    .is_some_and(|(other, kind)| other == step.name && kind == step.kind)
+            })
+            && steps.next().is_none()
+    }
+
+    fn step(&self, name: &str) -> Option<&StepShape> {
+        self.steps.iter().find(|step| step.name == name)
+    }
+}
+
+impl StepShape {
+    fn new(name: &str, kind: &'static str) -> StepShape {
+        let (span_name, operation, shown_as) = match kind {
+            "agent" => ("invoke_agent ", Some("invoke_agent"), "AGENT"),
+            "retrieve" | "rerank" => ("retrieval ", Some("retrieval"), "RETRIEVER"),
+            _ => ("step ", None, "CHAIN"),
         };
-        let Some(ending) = self.settle(event, run) else {
-            return;
-        };
-        let trace = run.trace.clone();
-        drop(runs);
-        if let Some(built) = self.built(event, ending) {
-            self.queue.push(self.export(&trace, None, built, &[], &[]));
+        let mut constant = Attributes::constant(&[
+            ("pagantic.step.name", name),
+            ("pagantic.step.type", kind),
+            (SHOWN_AS, shown_as),
+        ]);
+        if let Some(operation) = operation {
+            constant.str("gen_ai.operation.name", operation);
+        }
+        StepShape {
+            name: name.to_string(),
+            kind,
+            span_name,
+            agent: kind == "agent",
+            constant,
         }
     }
 }
 
-/// What a span that `event` ends takes from its run (under the lock): the rest of it is built
-/// from the event alone.
+impl TracedRun {
+    /// Says what the run runs (its root span's name and attributes); a run not sampled keeps
+    /// nothing.
+    pub fn describe(&self, info: RunInfo) {
+        if let Some(Ok(mut spans)) = self.spans.as_ref().map(Mutex::lock) {
+            spans.info = Some(info);
+        }
+    }
+}
+
+/// What a span that `event` ends takes from its run's spans in progress: the rest of it comes
+/// from the event and the run's plan.
 struct Ending {
     open: Open,
-    /// A step's type, as the plan says it.
-    kind: &'static str,
+    /// When the event happened, in Unix nanoseconds.
+    at: u64,
 }
 
 impl Tracer {
     /// Under the run's lock: opens the span `event` starts, adds a note or a model call's count
     /// to the run, or takes what the span it ends needs.
     fn settle(&self, event: &Event, run: &mut RunSpans) -> Option<Ending> {
-        let taken = |run: &mut RunSpans| run.open.remove(&event.span).unwrap_or_default();
+        let at = run.at(event.at_ms);
         match &event.data {
             EventData::StepStart { .. } => {
                 let open = Open {
-                    started: Some(SystemTime::now()),
+                    started: Some(at),
                     ..Open::default()
                 };
-                run.open.insert(event.span, open);
+                run.open.push((event.span, open));
                 None
             }
             EventData::ToolStart { args, .. } => {
@@ -548,38 +680,36 @@ impl Tracer {
                     .capture_content
                     .then(|| bounded(&args.to_string()).to_string());
                 let open = Open {
-                    started: Some(SystemTime::now()),
+                    started: Some(at),
                     args,
                     ..Open::default()
                 };
-                run.open.insert(event.span, open);
+                run.open.push((event.span, open));
                 None
             }
             EventData::StepEnd { outcome, .. } => {
                 if let StepOutcome::Failed { error } = outcome {
                     run.error = Some(error.code);
                 }
-                let step = event.step.as_deref().unwrap_or_default();
-                let kind = run
-                    .info
-                    .as_ref()
-                    .and_then(|info| info.steps.iter().find(|(name, _)| *name == step))
-                    .map_or("", |(_, kind)| *kind);
-                let open = taken(run);
-                Some(Ending { open, kind })
+                let open = run.close(event.span);
+                Some(Ending { open, at })
             }
             EventData::ToolEnd { .. } => Some(Ending {
-                open: taken(run),
-                kind: "",
+                open: run.close(event.span),
+                at,
             }),
             EventData::Inference { cached, call, .. } => {
-                if let Some(parent) = event.parent_span.and_then(|p| run.open.get_mut(&p)) {
+                let parent = event.parent_span.and_then(|parent| {
+                    let found = run.open.iter_mut().find(|(id, _)| *id == parent);
+                    found.map(|(_, open)| open)
+                });
+                if let Some(parent) = parent {
                     parent.cached_calls += u64::from(*cached);
                     parent.agent |= matches!(call, CallKind::Round(_));
                 }
                 Some(Ending {
                     open: Open::default(),
-                    kind: "",
+                    at,
                 })
             }
             _ => {
@@ -589,29 +719,46 @@ impl Tracer {
         }
     }
 
-    /// The span `event` ends, built outside the lock from the event and what [`Tracer::settle`]
-    /// took from its run.
-    fn built<'a>(&self, event: &'a Event, ending: Ending) -> Option<Built<'a>> {
+    /// The span `event` ends, built from the event, what [`Tracer::settle`] took from `run`,
+    /// and the plan `run` runs.
+    fn built<'a>(&self, event: &'a Event, ending: Ending, run: &RunSpans) -> Option<Built<'a>> {
         match &event.data {
             EventData::StepEnd {
                 outcome, attempt, ..
-            } => Some(self.step_span(event, ending, outcome, *attempt)),
+            } => {
+                let step = event.step.as_deref().unwrap_or_default();
+                let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
+                let unplanned;
+                let shape = match planned {
+                    Some(shape) => shape,
+                    None => {
+                        unplanned = StepShape::new(step, "");
+                        &unplanned
+                    }
+                };
+                Some(self.step_span(event, ending, shape, outcome, *attempt))
+            }
             EventData::ToolEnd {
                 tool,
                 outcome,
                 cached,
                 duration_ms,
-            } => Some(self.tool_span(event, ending.open, tool, outcome, *cached, *duration_ms)),
-            EventData::Inference { .. } => self.chat_span(event),
+            } => Some(self.tool_span(event, ending, tool, outcome, *cached, *duration_ms)),
+            EventData::Inference { .. } => self.chat_span(event, ending.at),
             _ => None,
         }
     }
 }
 
-/// The moment `duration_ms` before `end`.
-fn before(end: SystemTime, duration_ms: f64) -> SystemTime {
-    let took = Duration::try_from_secs_f64(duration_ms.max(0.0) / 1000.0).unwrap_or_default();
-    end.checked_sub(took).unwrap_or(end)
+/// The moment `duration_ms` before `end` (Unix nanoseconds).
+fn before(end: u64, duration_ms: f64) -> u64 {
+    end.saturating_sub(nanos_of(duration_ms))
+}
+
+/// `ms` milliseconds in nanoseconds (none for a negative or not-a-number duration).
+fn nanos_of(ms: f64) -> u64 {
+    // A float-to-integer `as` saturates, and takes NaN to 0.
+    (ms.max(0.0) * 1_000_000.0) as u64
 }
 
 /// OTLP's span flags: the W3C trace flags, and that the context says whether the parent is
@@ -644,13 +791,15 @@ mod tests {
         let name = "pagantic test".to_string();
         let tracer = Tracer::new(Arc::clone(&queue), Box::new(sampler), None, name, false);
         let tracer = Arc::new(tracer);
-        let sinks = Sinks::default().with(Arc::clone(&tracer));
-        (Events::traced(Arc::new(sinks), Some(tracer)), queue)
+        (
+            Events::traced(Arc::new(Sinks::default()), Some(tracer)),
+            queue,
+        )
     }
 
     fn spans(queue: &Queue) -> Vec<Decoded> {
         let pending = queue.take();
-        let spans = pending.spans().into_iter();
+        let spans = pending.spans.spans().into_iter();
         spans
             .map(|span| Decoded::decode(span).expect("an OTLP span"))
             .collect()
@@ -662,12 +811,8 @@ mod tests {
         found.value.as_ref()?.value.clone()
     }
 
-    fn info(plan: &str, steps: &[(&str, &'static str)]) -> RunInfo {
-        RunInfo {
-            plan: plan.into(),
-            steps: steps.iter().map(|(n, k)| (n.to_string(), *k)).collect(),
-            attributes: vec![("pagantic.batch.row", "7".into())],
-        }
+    fn row_7() -> Vec<(&'static str, String)> {
+        vec![("pagantic.batch.row", "7".into())]
     }
 
     fn end(events: &Events, step: &str, span: SpanId) {
@@ -725,7 +870,7 @@ mod tests {
     #[test]
     fn a_run_s_spans_hang_from_their_parents_and_a_sub_plan_from_its_step() {
         let (session, queue) = traced(Sampler::AlwaysOn);
-        session.describe(|| info("main", &[("solve", "agent"), ("route", "route")]));
+        session.describe("main", [("solve", "agent"), ("route", "route")], row_7);
         let solve = session.new_span();
         session.emit(
             Some("solve"),
@@ -766,7 +911,7 @@ mod tests {
             EventData::StepStart { attempt: 1 },
         );
         let nested = session.nested_run(route);
-        nested.describe(|| info("sub", &[("inner", "infer")]));
+        nested.describe("sub", [("inner", "infer")], Vec::new);
         nested.lifecycle(Lifecycle::Execute);
         let inner = nested.new_span();
         nested.emit(
@@ -830,13 +975,33 @@ mod tests {
     }
 
     #[test]
+    fn the_runs_of_one_plan_share_its_shape_and_another_plan_gets_its_own() {
+        let queue = Arc::new(Queue::new(&export::Limits::default()));
+        let tracer = Tracer::new(queue, Box::new(Sampler::AlwaysOn), None, "t".into(), false);
+        let first = tracer.plan_shape("main", [("a", "infer"), ("b", "tool")]);
+        let again = tracer.plan_shape("main", [("a", "infer"), ("b", "tool")]);
+        assert!(Arc::ptr_eq(&first, &again));
+        for (name, steps) in [
+            ("main", vec![("a", "infer")]),
+            ("main", vec![("a", "infer"), ("b", "tool"), ("c", "tool")]),
+            ("main", vec![("a", "infer"), ("b", "agent")]),
+            ("other", vec![("a", "infer"), ("b", "tool")]),
+        ] {
+            let shape = tracer.plan_shape(name, steps.clone());
+            assert!(!Arc::ptr_eq(&first, &shape), "{name} {steps:?}");
+            assert!(shape.is(name, steps.into_iter()));
+        }
+    }
+
+    #[test]
     fn an_unsampled_trace_exports_nothing_but_keeps_its_id() {
         let (session, queue) = traced(Sampler::AlwaysOff);
-        session.describe(|| info("main", &[]));
+        session.describe("main", [], Vec::new);
         session.lifecycle(Lifecycle::Execute);
         session.lifecycle(Lifecycle::Complete);
         assert!(spans(&queue).is_empty());
         let traceparent = session.traceparent(SpanId::RUN).expect("a context");
+        let traceparent = traceparent.to_string();
         assert!(traceparent.ends_with("-00"), "{traceparent}");
         assert!(session.trace_id().is_some());
     }

@@ -10,10 +10,14 @@
 //! numbers are OTLP's, stable since 1.0; the tests decode what is written here with the
 //! generated `opentelemetry-proto` types, so the two cannot drift apart unseen.
 
+use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::{Array, Value};
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+use prost::encoding::{WireType, encode_varint, encoded_len_varint};
+
+/// The wire type of a length-delimited field, as the low bits of its key.
+const LENGTH_DELIMITED: u8 = WireType::LengthDelimited as u8;
 
 /// The field that holds a message's attributes: a span's, a span event's, a resource's.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,8 +44,18 @@ pub struct Attributes {
     bytes: Vec<u8>,
 }
 
+impl Default for Attributes {
+    /// No span attributes.
+    fn default() -> Attributes {
+        Attributes {
+            of: Of::Span,
+            bytes: Vec::new(),
+        }
+    }
+}
+
 /// An attribute's value (an `AnyValue`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub enum Attr<'a> {
     Str(&'a str),
     Int(i64),
@@ -49,6 +63,10 @@ pub enum Attr<'a> {
     Bool(bool),
     /// A list of strings (`gen_ai.response.finish_reasons`).
     Strs(&'a [&'a str]),
+    /// A string in two parts written one after the other (`pagantic.` and an engine's name).
+    Joined(&'a str, &'a str),
+    /// A string written from its display form, so it is never put together on its own.
+    Shown(&'a dyn std::fmt::Display),
 }
 
 thread_local! {
@@ -75,12 +93,59 @@ impl Attributes {
         Attributes { of, bytes }
     }
 
-    /// Adds `key` = `value`.
+    /// Attributes that never change (`key`, `value` pairs), encoded once to be copied into
+    /// every span that carries them.
+    pub fn constant(pairs: &[(&str, &str)]) -> Attributes {
+        let mut attributes = Attributes::default();
+        for (key, value) in pairs {
+            attributes.str(key, value);
+        }
+        attributes
+    }
+
+    /// Adds every attribute of `other`.
+    pub fn extend(&mut self, other: &Attributes) {
+        debug_assert_eq!(self.of, other.of);
+        self.bytes.extend_from_slice(&other.bytes);
+    }
+
+    /// Adds `key` = `value`: its length worked out first, so the pair is written straight
+    /// through, once.
     pub fn add(&mut self, key: &str, value: Attr<'_>) {
-        message(&mut self.bytes, self.of.field(), |buf| {
-            string(buf, 1, key);
-            message(buf, 2, |buf| any_value(buf, value));
-        });
+        let buf = &mut self.bytes;
+        let Some(value_len) = value.encoded_len() else {
+            message(buf, self.of.field(), |buf| {
+                string(buf, 1, key);
+                message(buf, 2, |buf| any_value(buf, value));
+            });
+            return;
+        };
+        let pair = string_len(key) + field_len(value_len);
+        if pair < 0x80 && !key.is_empty() {
+            // Every length fits a byte: the keys and lengths are written a few at a time.
+            let field = (self.of.field() << 3) as u8 | LENGTH_DELIMITED;
+            let key_field = (1 << 3) | LENGTH_DELIMITED;
+            let value_field = (2 << 3) | LENGTH_DELIMITED;
+            buf.extend_from_slice(&[field, pair as u8, key_field, key.len() as u8]);
+            buf.extend_from_slice(key.as_bytes());
+            match value {
+                Attr::Str(text) => {
+                    let text_field = (1 << 3) | LENGTH_DELIMITED;
+                    let lengths = [value_field, value_len as u8, text_field, text.len() as u8];
+                    buf.extend_from_slice(&lengths);
+                    buf.extend_from_slice(text.as_bytes());
+                }
+                _ => {
+                    buf.extend_from_slice(&[value_field, value_len as u8]);
+                    any_value(buf, value);
+                }
+            }
+            return;
+        }
+        delimited(buf, self.of.field(), pair);
+        string(buf, 1, key);
+        delimited(buf, 2, value_len);
+        any_value(buf, value);
     }
 
     pub fn str(&mut self, key: &str, value: &str) {
@@ -113,25 +178,53 @@ impl Attributes {
     }
 }
 
+impl Attr<'_> {
+    /// The length of its `AnyValue` message, when known before it is written.
+    fn encoded_len(&self) -> Option<usize> {
+        let len = match self {
+            // A value is one field of a `oneof`: written even when empty, unlike a plain string.
+            Attr::Str(text) => field_len(text.len()),
+            Attr::Joined(first, second) => field_len(first.len() + second.len()),
+            Attr::Bool(_) => 2,
+            Attr::Int(number) => 1 + encoded_len_varint(*number as u64),
+            Attr::Double(_) => 9,
+            Attr::Strs(texts) => {
+                field_len(texts.iter().map(|t| field_len(field_len(t.len()))).sum())
+            }
+            Attr::Shown(_) => return None,
+        };
+        Some(len)
+    }
+}
+
 fn any_value(buf: &mut Vec<u8>, value: Attr<'_>) {
     match value {
-        Attr::Str(text) => string(buf, 1, text),
+        Attr::Str(text) => bytes(buf, 1, text.as_bytes()),
         Attr::Bool(on) => {
-            encode_key(2, WireType::Varint, buf);
-            encode_varint(u64::from(on), buf);
+            key(2, WireType::Varint, buf);
+            varint(buf, u64::from(on));
         }
         Attr::Int(number) => {
-            encode_key(3, WireType::Varint, buf);
+            key(3, WireType::Varint, buf);
             // int64 is written as its two's complement, as protobuf does.
-            encode_varint(number as u64, buf);
+            varint(buf, number as u64);
         }
         Attr::Double(number) => {
-            encode_key(4, WireType::SixtyFourBit, buf);
+            key(4, WireType::SixtyFourBit, buf);
             buf.extend_from_slice(&number.to_le_bytes());
         }
+        Attr::Joined(first, second) => {
+            delimited(buf, 1, first.len() + second.len());
+            buf.extend_from_slice(first.as_bytes());
+            buf.extend_from_slice(second.as_bytes());
+        }
+        Attr::Shown(value) => message(buf, 1, |buf| {
+            // Writing to a Vec cannot fail.
+            let _ = write!(buf, "{value}");
+        }),
         Attr::Strs(texts) => message(buf, 5, |buf| {
             for text in texts {
-                message(buf, 1, |buf| string(buf, 1, text));
+                message(buf, 1, |buf| any_value(buf, Attr::Str(text)));
             }
         }),
     }
@@ -172,7 +265,8 @@ pub enum Kind {
 #[derive(Debug, Clone)]
 pub struct SpanEvent {
     pub name: &'static str,
-    pub time: SystemTime,
+    /// When, in nanoseconds since the Unix epoch.
+    pub time: u64,
     pub attributes: Attributes,
 }
 
@@ -198,8 +292,9 @@ pub struct Span<'a> {
     /// it is never put together in a string of its own.
     pub name: (&'a str, &'a str),
     pub kind: Kind,
-    pub start: SystemTime,
-    pub end: SystemTime,
+    /// When it started and ended, in nanoseconds since the Unix epoch.
+    pub start: u64,
+    pub end: u64,
     pub events: &'a [SpanEvent],
     pub links: &'a [Link],
     /// The status message of a span that failed (its status is then ERROR).
@@ -222,13 +317,13 @@ impl Span<'_> {
         delimited(&mut buf, 5, first.len() + second.len());
         buf.extend_from_slice(first.as_bytes());
         buf.extend_from_slice(second.as_bytes());
-        encode_key(6, WireType::Varint, &mut buf);
-        encode_varint(self.kind as u64, &mut buf);
-        fixed64(&mut buf, 7, nanos(self.start));
-        fixed64(&mut buf, 8, nanos(self.end));
+        key(6, WireType::Varint, &mut buf);
+        varint(&mut buf, self.kind as u64);
+        fixed64(&mut buf, 7, self.start);
+        fixed64(&mut buf, 8, self.end);
         for event in self.events {
             message(&mut buf, 11, |buf| {
-                fixed64(buf, 1, nanos(event.time));
+                fixed64(buf, 1, event.time);
                 string(buf, 2, event.name);
                 buf.extend_from_slice(&event.attributes.bytes);
             });
@@ -243,8 +338,8 @@ impl Span<'_> {
         if let Some(message_text) = self.error {
             message(&mut buf, 15, |buf| {
                 string(buf, 2, message_text);
-                encode_key(3, WireType::Varint, buf);
-                encode_varint(2, buf); // STATUS_CODE_ERROR
+                key(3, WireType::Varint, buf);
+                varint(buf, 2); // STATUS_CODE_ERROR
             });
         }
         fixed32(&mut buf, 16, self.flags);
@@ -310,12 +405,14 @@ pub fn frame(framed: &mut Vec<u8>, span: &[u8]) {
 }
 
 /// The bytes a length-delimited field of `len` bytes takes, its key included (fields 1 to 15
-/// have one-byte keys, and the envelope uses no other).
+/// have one-byte keys; the envelope and attributes use no other).
+#[inline(always)]
 fn field_len(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
 
 /// The bytes `text` takes as a string field; nothing when empty (proto3 leaves it out).
+#[inline(always)]
 fn string_len(text: &str) -> usize {
     if text.is_empty() {
         0
@@ -325,36 +422,57 @@ fn string_len(text: &str) -> usize {
 }
 
 /// A length-delimited field's key and length; its `len` bytes follow.
+#[inline(always)]
 fn delimited(buf: &mut Vec<u8>, field: u32, len: usize) {
-    encode_key(field, WireType::LengthDelimited, buf);
-    encode_varint(len as u64, buf);
+    key(field, WireType::LengthDelimited, buf);
+    varint(buf, len as u64);
 }
 
+/// A field's key (its number and wire type), as a varint.
+#[inline(always)]
+fn key(field: u32, wire_type: WireType, buf: &mut Vec<u8>) {
+    varint(buf, u64::from(field << 3 | wire_type as u32));
+}
+
+/// `value` as a varint; most are a single byte (keys, attribute lengths), written directly.
+#[inline(always)]
+fn varint(buf: &mut Vec<u8>, value: u64) {
+    if value < 0x80 {
+        buf.push(value as u8);
+    } else {
+        encode_varint(value, buf);
+    }
+}
+
+#[inline(always)]
 fn bytes(buf: &mut Vec<u8>, field: u32, value: &[u8]) {
     delimited(buf, field, value.len());
     buf.extend_from_slice(value);
 }
 
+#[inline(always)]
 fn string(buf: &mut Vec<u8>, field: u32, text: &str) {
     if !text.is_empty() {
         bytes(buf, field, text.as_bytes());
     }
 }
 
+#[inline(always)]
 fn fixed64(buf: &mut Vec<u8>, field: u32, value: u64) {
-    encode_key(field, WireType::SixtyFourBit, buf);
+    key(field, WireType::SixtyFourBit, buf);
     buf.extend_from_slice(&value.to_le_bytes());
 }
 
+#[inline(always)]
 fn fixed32(buf: &mut Vec<u8>, field: u32, value: u32) {
-    encode_key(field, WireType::ThirtyTwoBit, buf);
+    key(field, WireType::ThirtyTwoBit, buf);
     buf.extend_from_slice(&value.to_le_bytes());
 }
 
 /// A nested message written in place by `body`: one byte is kept for its length, and the body
 /// moved along in the rare case the length needs more (a body of 128 bytes or more).
 fn message(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
-    encode_key(field, WireType::LengthDelimited, buf);
+    key(field, WireType::LengthDelimited, buf);
     let at = buf.len();
     buf.push(0);
     body(buf);
@@ -371,7 +489,7 @@ fn message(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
 /// A trace's first span named `name`, ended as it started, with nothing else to it.
 #[cfg(test)]
 pub fn bare_span(name: &str) -> Vec<u8> {
-    let now = SystemTime::now();
+    let now = nanos(SystemTime::now());
     let span = Span {
         trace_id: [7; 16],
         span_id: [1; 8],
@@ -390,7 +508,7 @@ pub fn bare_span(name: &str) -> Vec<u8> {
 }
 
 /// Nanoseconds since the Unix epoch (0 for a time before it).
-fn nanos(time: SystemTime) -> u64 {
+pub fn nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| {
         u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
     })
@@ -422,13 +540,19 @@ mod tests {
         attributes.count("big", u64::MAX);
         attributes.bool("pagantic.cached", true);
         attributes.double("gen_ai.request.temperature", 0.25);
-        attributes.add("reasons", Attr::Strs(&["stop", "length"]));
+        attributes.add("reasons", Attr::Strs(&["stop", "", "length"]));
         // Long enough that its lengths take two bytes, moving the body along.
         let long = "x".repeat(300);
         attributes.str("gen_ai.input.messages", &long);
+        attributes.add("provider", Attr::Joined("pagantic.", "scripted"));
+        attributes.add("joined long", Attr::Joined("y", &long));
+        attributes.add("shown", Attr::Shown(&format_args!("round {}", 3)));
+        // An empty value is still a string value, not a missing one.
+        attributes.extend(&Attributes::constant(&[("k", "v"), ("k2", "")]));
+        attributes.add("joined empty", Attr::Joined("", ""));
         let mut noted = Attributes::new(Of::Event);
         noted.int("pagantic.step.next_attempt", 2);
-        let start = UNIX_EPOCH + std::time::Duration::from_nanos(1_700_000_000_123_456_789);
+        let start = 1_700_000_000_123_456_789;
         let span = Span {
             trace_id: [7; 16],
             span_id: [1; 8],
@@ -438,7 +562,7 @@ mod tests {
             name: ("chat ", "m"),
             kind: Kind::Client,
             start,
-            end: start + std::time::Duration::from_millis(5),
+            end: start + 5_000_000,
             events: &[SpanEvent {
                 name: "step_retry",
                 time: start,
@@ -520,8 +644,14 @@ mod tests {
                 kv("big", Any::IntValue(i64::MAX)),
                 kv("pagantic.cached", Any::BoolValue(true)),
                 kv("gen_ai.request.temperature", Any::DoubleValue(0.25)),
-                kv("reasons", strings(&["stop", "length"])),
-                kv("gen_ai.input.messages", Any::StringValue(long)),
+                kv("reasons", strings(&["stop", "", "length"])),
+                kv("gen_ai.input.messages", Any::StringValue(long.clone())),
+                kv("provider", Any::StringValue("pagantic.scripted".into())),
+                kv("joined long", Any::StringValue(format!("y{long}"))),
+                kv("shown", Any::StringValue("round 3".into())),
+                kv("k", Any::StringValue("v".into())),
+                kv("k2", Any::StringValue(String::new())),
+                kv("joined empty", Any::StringValue(String::new())),
             ]
         );
         let [event] = &got.events[..] else {
