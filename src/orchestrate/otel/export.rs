@@ -384,6 +384,14 @@ mod tests {
         wire::bare_span(name)
     }
 
+    /// The names of the spans in `pending`, in order.
+    fn names(pending: &Pending) -> Vec<String> {
+        let spans = pending.spans.spans().into_iter();
+        spans
+            .map(|span| Span::decode(span).expect("a span").name)
+            .collect()
+    }
+
     /// Pushes `spans` spans into a queue of `limits.0`, closes it, then lets the task send them
     /// in batches of `limits.1` (so a queue too small drops what did not fit).
     fn sent_through(collector: Kept, limits: (usize, usize), spans: usize) -> Arc<Counts> {
@@ -487,13 +495,7 @@ mod tests {
                 });
             }
         });
-        let pending = queue.take();
-        let mut names: Vec<String> = pending
-            .spans
-            .spans()
-            .into_iter()
-            .map(|span| Span::decode(span).expect("a span").name)
-            .collect();
+        let mut names = names(&queue.take());
         assert_eq!(
             names.len(),
             300,
@@ -544,12 +546,6 @@ mod tests {
         for n in 0..7 {
             queue.push(&span(&format!("s{n}")));
         }
-        let names = |pending: &Pending| -> Vec<String> {
-            let spans = pending.spans.spans().into_iter();
-            spans
-                .map(|span| Span::decode(span).expect("a span").name)
-                .collect()
-        };
         let mut pending = Pending::default();
         queue.take_into(&mut pending, true);
         assert_eq!(names(&pending), ["s0", "s1", "s2", "s3", "s4", "s5"]);

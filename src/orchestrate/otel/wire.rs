@@ -16,9 +16,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use opentelemetry::{Array, Value};
 use prost::encoding::{WireType, encode_varint, encoded_len_varint};
 
-/// The wire type of a length-delimited field, as the low bits of its key.
-const LENGTH_DELIMITED: u8 = WireType::LengthDelimited as u8;
-
 /// The field that holds a message's attributes: a span's, a span event's, a resource's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Of {
@@ -121,27 +118,6 @@ impl Attributes {
             return;
         };
         let pair = string_len(key) + field_len(value_len);
-        if pair < 0x80 && !key.is_empty() {
-            // Every length fits a byte: the keys and lengths are written a few at a time.
-            let field = (self.of.field() << 3) as u8 | LENGTH_DELIMITED;
-            let key_field = (1 << 3) | LENGTH_DELIMITED;
-            let value_field = (2 << 3) | LENGTH_DELIMITED;
-            buf.extend_from_slice(&[field, pair as u8, key_field, key.len() as u8]);
-            buf.extend_from_slice(key.as_bytes());
-            match value {
-                Attr::Str(text) => {
-                    let text_field = (1 << 3) | LENGTH_DELIMITED;
-                    let lengths = [value_field, value_len as u8, text_field, text.len() as u8];
-                    buf.extend_from_slice(&lengths);
-                    buf.extend_from_slice(text.as_bytes());
-                }
-                _ => {
-                    buf.extend_from_slice(&[value_field, value_len as u8]);
-                    any_value(buf, value);
-                }
-            }
-            return;
-        }
         delimited(buf, self.of.field(), pair);
         string(buf, 1, key);
         delimited(buf, 2, value_len);
