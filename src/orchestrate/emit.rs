@@ -26,19 +26,20 @@ struct Inner {
     run_id: String,
     started: Instant,
     next_span: AtomicU64,
-    sinks: Arc<Sinks>,
+    outlets: Arc<Outlets>,
     /// Who watches this run alone (a server's stream of one run to its client); a nested run
     /// is watched with the run that started it.
     watch: Arc<Watch>,
     parent: Option<ParentLink>,
-    /// Where its spans go when the session exports traces, and its trace.
-    traced: Option<Traced>,
+    /// Its trace, when the session exports traces.
+    traced: Option<TracedRun>,
 }
 
-/// A run's trace and the tracer its events go to besides the sinks.
-struct Traced {
-    tracer: Arc<Tracer>,
-    run: TracedRun,
+/// Where every run of a session sends its events: the session's sinks, and its tracer when it
+/// exports traces. Shared by the runs, so a new run (a batch row) takes one reference to it.
+struct Outlets {
+    sinks: Arc<Sinks>,
+    tracer: Option<Arc<Tracer>>,
 }
 
 /// The events of one run: its id, its clock and its spans, and where its events go (the
@@ -59,10 +60,9 @@ impl Events {
     /// trace, when the session exports traces.
     pub fn traced(sinks: Arc<Sinks>, tracer: Option<Arc<Tracer>>) -> Self {
         Self::run_of(
-            sinks,
+            Arc::new(Outlets { sinks, tracer }),
             Arc::new(Watch::default()),
             None,
-            tracer,
             Origin::Session,
         )
     }
@@ -73,23 +73,22 @@ impl Events {
     }
 
     fn run_of(
-        sinks: Arc<Sinks>,
+        outlets: Arc<Outlets>,
         watch: Arc<Watch>,
         parent: Option<ParentLink>,
-        tracer: Option<Arc<Tracer>>,
         origin: Origin,
     ) -> Self {
         let run_id = new_run_id();
-        let traced = tracer.map(|tracer| Traced {
-            run: tracer.open_run(&run_id, origin),
-            tracer,
-        });
+        let traced = outlets
+            .tracer
+            .as_ref()
+            .map(|tracer| tracer.open_run(origin));
         Events {
             inner: Arc::new(Inner {
                 run_id,
                 started: Instant::now(),
                 next_span: AtomicU64::new(1),
-                sinks,
+                outlets,
                 watch,
                 parent,
                 traced,
@@ -114,10 +113,9 @@ impl Events {
     pub fn new_run_continuing(&self, watch: Watch, remote: Option<TraceParent>) -> Events {
         let link = self.trace().map(|trace| trace.span_context(SpanId::RUN));
         Self::run_of(
-            Arc::clone(&self.inner.sinks),
+            Arc::clone(&self.inner.outlets),
             Arc::new(watch),
             None,
-            self.tracer(),
             Origin::Own { remote, link },
         )
     }
@@ -135,21 +133,21 @@ impl Events {
             None => Origin::Session,
         };
         Self::run_of(
-            Arc::clone(&self.inner.sinks),
+            Arc::clone(&self.inner.outlets),
             Arc::clone(&self.inner.watch),
             Some(parent),
-            self.tracer(),
             origin,
         )
     }
 
-    fn tracer(&self) -> Option<Arc<Tracer>> {
-        let traced = self.inner.traced.as_ref();
-        traced.map(|traced| Arc::clone(&traced.tracer))
+    /// The session's tracer and this run's trace, when the session exports traces.
+    fn tracing(&self) -> Option<(&Tracer, &TracedRun)> {
+        let tracer = self.inner.outlets.tracer.as_deref()?;
+        Some((tracer, self.inner.traced.as_ref()?))
     }
 
     fn trace(&self) -> Option<&RunTrace> {
-        self.inner.traced.as_ref().map(|traced| &traced.run.trace)
+        self.inner.traced.as_ref().map(|traced| &traced.trace)
     }
 
     /// Says what this run runs, for its trace: plan `plan` with `steps` (names and types), and
@@ -163,27 +161,25 @@ impl Events {
         I: IntoIterator<Item = (&'a str, &'static str)>,
         I::IntoIter: Clone,
     {
-        if let Some(traced) = &self.inner.traced
-            && traced.run.trace.sampled
+        if let Some((tracer, run)) = self.tracing()
+            && run.trace.sampled
         {
-            let plan = traced.tracer.plan_shape(plan, steps);
+            let plan = tracer.plan_shape(plan, steps);
             let attributes = attributes();
-            traced.run.describe(RunInfo { plan, attributes });
+            run.describe(RunInfo { plan, attributes });
         }
     }
 
     /// Whether this run's model calls should carry their messages and answer for its trace:
     /// only a sampled run of a session that captures content (`--trace-content`).
     pub fn captures_content(&self) -> bool {
-        self.inner
-            .traced
-            .as_ref()
-            .is_some_and(|traced| traced.run.trace.sampled && traced.tracer.captures_content())
+        self.tracing()
+            .is_some_and(|(tracer, run)| run.trace.sampled && tracer.captures_content())
     }
 
     /// The id of the trace this run belongs to, when the session exports traces.
     pub fn trace_id(&self) -> Option<String> {
-        self.trace().map(|trace| trace.trace_id.to_string())
+        self.trace().map(RunTrace::trace_id_hex)
     }
 
     /// The `traceparent` naming span `span` of this run, when the session exports traces (what
@@ -248,9 +244,9 @@ impl Events {
                 event.parent_span = Some(link.span);
             }
         }
-        self.inner.sinks.receive(&event);
-        if let Some(traced) = &self.inner.traced {
-            traced.tracer.receive(&traced.run, &event);
+        self.inner.outlets.sinks.receive(&event);
+        if let Some((tracer, run)) = self.tracing() {
+            tracer.receive(run, &event);
         }
         if let Some(watcher) = &self.inner.watch.events {
             watcher(&event);
@@ -268,7 +264,7 @@ impl Events {
     /// The events recorded so far, of this run and every run sharing its sinks (only for
     /// [`Events::recording`]).
     pub fn recorded(&self) -> Vec<Event> {
-        self.inner.sinks.recorded()
+        self.inner.outlets.sinks.recorded()
     }
 }
 

@@ -3,11 +3,9 @@
 //! headers — and sends on (the `openai` engine's requests), and the ids of a run's spans.
 //!
 //! A run's event spans are numbered within the run; their OpenTelemetry span ids are derived from
-//! the run id (hashed once, when its trace starts) and that number, so the sink and the engine
-//! that sends `traceparent` agree on a span's id without asking each other, and a child can name
-//! its parent before the parent ends.
-
-use std::hash::{DefaultHasher, Hash, Hasher};
+//! a random number the run's trace draws when it starts and that number, so the sink and the
+//! engine that sends `traceparent` agree on a span's id without asking each other, and a child
+//! can name its parent before the parent ends.
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
 
@@ -85,24 +83,33 @@ pub struct RunTrace {
     pub trace_id: TraceId,
     pub sampled: bool,
     pub state: TraceState,
-    /// The run id, hashed.
+    /// Drawn at random for the run: what its spans' ids are mixed from.
     run: u64,
 }
 
 impl RunTrace {
-    /// The trace of run `run_id`.
-    pub fn new(run_id: &str, trace_id: TraceId, sampled: bool, state: TraceState) -> RunTrace {
-        let mut hasher = DefaultHasher::new();
-        run_id.hash(&mut hasher);
+    /// The trace of a run, its span ids mixed from `seed` (a random span id drawn for it: runs
+    /// of one trace, such as a sub-plan's and its caller's, draw different ones).
+    pub fn new(seed: SpanId, trace_id: TraceId, sampled: bool, state: TraceState) -> RunTrace {
         RunTrace {
             trace_id,
             sampled,
             state,
-            run: hasher.finish(),
+            run: u64::from_be_bytes(seed.to_bytes()),
         }
     }
 
-    /// The OpenTelemetry span id of the run's event span `span`: the run's hash and the span's
+    /// The trace id as W3C Trace Context and OTLP's JSON write it: 32 lowercase hex digits
+    /// (written digit by digit: a batch writes one for every row).
+    pub fn trace_id_hex(&self) -> String {
+        let id = u128::from_be_bytes(self.trace_id.to_bytes());
+        (0..32)
+            .rev()
+            .map(|digit| char::from(b"0123456789abcdef"[(id >> (digit * 4)) as usize & 0xf]))
+            .collect()
+    }
+
+    /// The OpenTelemetry span id of the run's event span `span`: the run's seed and the span's
     /// number mixed (splitmix64, one-to-one, so two spans of a run never share an id), never zero.
     pub fn span_id(&self, span: events::SpanId) -> SpanId {
         let mut mixed = self.run ^ span.number().wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -178,15 +185,26 @@ mod tests {
 
     #[test]
     fn a_span_id_depends_on_the_run_and_the_span_and_is_never_zero() {
-        let run = |id: &str| RunTrace::new(id, TraceId::from(7), true, TraceState::default());
+        let run = |seed: u64| {
+            RunTrace::new(
+                SpanId::from(seed),
+                TraceId::from(7),
+                true,
+                TraceState::default(),
+            )
+        };
         let (first, second) = (events::SpanId::RUN, events::SpanId::numbered(1));
-        assert_eq!(run("r1").span_id(first), run("r1").span_id(first));
-        assert_ne!(run("r1").span_id(first), run("r1").span_id(second));
-        assert_ne!(run("r1").span_id(first), run("r2").span_id(first));
+        assert_eq!(run(1).span_id(first), run(1).span_id(first));
+        assert_ne!(run(1).span_id(first), run(1).span_id(second));
+        assert_ne!(run(1).span_id(first), run(2).span_id(first));
+        // Even a seed of 0 (a span id no generator draws) makes no zero id.
         let ids: std::collections::HashSet<SpanId> = (0..10_000)
-            .map(|n| run("r1").span_id(events::SpanId::numbered(n)))
+            .map(|n| run(0).span_id(events::SpanId::numbered(n)))
             .collect();
         assert_eq!(ids.len(), 10_000);
+        let trace = TraceId::from_hex("04bf92f3577b34da6a3ce929d0e0e473").expect("an id");
+        let run = RunTrace::new(SpanId::from(1), trace, true, TraceState::default());
+        assert_eq!(run.trace_id_hex(), trace.to_string());
         assert!(!ids.contains(&SpanId::INVALID));
     }
 }

@@ -12,6 +12,7 @@
 //! nothing is looked up by run id. It counts nothing of its own: tokens, costs and statuses are
 //! the events' (the ledger's) numbers.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -89,8 +90,6 @@ pub struct Tracer {
     session_name: String,
     capture_content: bool,
     ids: RandomIdGenerator,
-    /// The plan the last run described ran, for the next run of the same plan.
-    last_plan: Mutex<Option<Arc<PlanShape>>>,
     /// What every `chat` span and every `execute_tool` span carries, encoded once.
     chat_constant: Attributes,
     tool_constant: Attributes,
@@ -177,7 +176,6 @@ impl Tracer {
             session_name,
             capture_content,
             ids: RandomIdGenerator::default(),
-            last_plan: Mutex::new(None),
             chat_constant: Attributes::constant(&[
                 ("gen_ai.operation.name", "chat"),
                 (SHOWN_AS, "LLM"),
@@ -190,27 +188,30 @@ impl Tracer {
         }
     }
 
-    /// The shape of plan `name` with `steps` (names and types): the last one asked for when it
-    /// is the same.
+    /// The shape of plan `name` with `steps` (names and types): the last one this thread asked
+    /// for when it is the same. Kept by each thread, so the rows of a batch share no lock and no
+    /// reference count between threads.
     pub fn plan_shape<'a, I>(&self, name: &str, steps: I) -> Arc<PlanShape>
     where
         I: IntoIterator<Item = (&'a str, &'static str)>,
         I::IntoIter: Clone,
     {
-        let steps = steps.into_iter();
-        let Ok(mut last) = self.last_plan.lock() else {
-            return Arc::new(PlanShape::new(name, steps));
-        };
-        if let Some(shape) = last.as_ref().filter(|shape| shape.is(name, steps.clone())) {
-            return Arc::clone(shape);
+        thread_local! {
+            static LAST_PLAN: RefCell<Option<Arc<PlanShape>>> = const { RefCell::new(None) };
         }
-        let shape = Arc::new(PlanShape::new(name, steps));
-        *last = Some(Arc::clone(&shape));
-        shape
+        let steps = steps.into_iter();
+        LAST_PLAN.with_borrow_mut(|last| {
+            if let Some(shape) = last.as_ref().filter(|shape| shape.is(name, steps.clone())) {
+                return Arc::clone(shape);
+            }
+            let shape = Arc::new(PlanShape::new(name, steps));
+            *last = Some(Arc::clone(&shape));
+            shape
+        })
     }
 
-    /// The trace of run `run_id`, which starts now; a sampled run's spans are kept from here on.
-    pub fn open_run(&self, run_id: &str, origin: Origin) -> TracedRun {
+    /// The trace of a run that starts now; a sampled run's spans are kept from here on.
+    pub fn open_run(&self, origin: Origin) -> TracedRun {
         let (parent, link) = match origin {
             Origin::Session => (
                 self.session_parent
@@ -260,7 +261,7 @@ impl Tracer {
             })
         });
         TracedRun {
-            trace: RunTrace::new(run_id, trace_id, sampled, state),
+            trace: RunTrace::new(self.ids.new_span_id(), trace_id, sampled, state),
             spans,
         }
     }
@@ -278,6 +279,9 @@ impl Tracer {
     /// Takes one of `run`'s events: opens the span it starts, or queues the span it ends (a
     /// span is sent as soon as it ends, so a long run shows its finished steps while it runs).
     pub fn receive(&self, run: &TracedRun, event: &Event) {
+        if !shapes_spans(&event.data) {
+            return;
+        }
         let Some(Ok(mut spans)) = run.spans.as_ref().map(Mutex::lock) else {
             return;
         };
@@ -286,9 +290,6 @@ impl Tracer {
         }
         let span = match &event.data {
             EventData::Lifecycle { state } => {
-                let (Lifecycle::Complete | Lifecycle::Error | Lifecycle::Cancelled) = state else {
-                    return;
-                };
                 spans.ended = true;
                 self.root_span(&run.trace, event, &mut spans, *state)
             }
@@ -385,16 +386,18 @@ impl Tracer {
             attributes,
             error,
         };
-        let links: Vec<Link> = run
-            .link
-            .iter()
-            .map(|link| Link {
-                trace_id: link.trace_id().to_bytes(),
-                span_id: link.span_id().to_bytes(),
-                flags: span_flags(u32::from(link.trace_flags().to_u8()), link.is_remote()),
-            })
-            .collect();
-        self.export(trace, run.parent.as_ref(), built, &run.notes, &links)
+        let link = run.link.as_ref().map(|link| Link {
+            trace_id: link.trace_id().to_bytes(),
+            span_id: link.span_id().to_bytes(),
+            flags: span_flags(u32::from(link.trace_flags().to_u8()), link.is_remote()),
+        });
+        self.export(
+            trace,
+            run.parent.as_ref(),
+            built,
+            &run.notes,
+            link.as_slice(),
+        )
     }
 
     /// The span of step attempt `attempt` of `shape`, ended by `event` with `outcome`.
@@ -747,6 +750,21 @@ impl Tracer {
             EventData::Inference { .. } => self.chat_span(event, ending.at),
             _ => None,
         }
+    }
+}
+
+/// Whether `data` opens or ends a span or is noted on the run's: a run's moves short of its end,
+/// route decisions and an agent's start and end shape none, so they take no lock.
+fn shapes_spans(data: &EventData) -> bool {
+    match data {
+        EventData::Lifecycle { state } => matches!(
+            state,
+            Lifecycle::Complete | Lifecycle::Error | Lifecycle::Cancelled
+        ),
+        EventData::RouteDecision { .. }
+        | EventData::AgentStart { .. }
+        | EventData::AgentEnd { .. } => false,
+        _ => true,
     }
 }
 
