@@ -7,10 +7,11 @@
 //! closes, or when the schedule delay has passed, so a batch job making 200,000 spans a second
 //! costs a few hundred wake-ups, not one a span. The thread runs at a lower priority than the
 //! runs (nice +10 on Linux), so on a machine whose cores are busy it sends in the time they
-//! leave. Nor do pushing threads wait for each other: the
-//! queue is sharded, a shard to a thread. Closing waits a bounded time for the queue to
-//! drain; every span not confirmed by the collector — refused, timed out, unreachable, still
-//! queued when time ran out — counts as dropped.
+//! leave. Nor do pushing threads wait for each other: the queue is sharded, a shard to a thread;
+//! nor for the task, which swaps a shard's buffer for an empty one and copies the spans out
+//! after letting the shard go. Closing waits a bounded time for the queue to drain; every span
+//! not confirmed by the collector — refused, timed out, unreachable, still queued when time ran
+//! out — counts as dropped.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -126,16 +127,15 @@ impl Framed {
         self.ends.is_empty()
     }
 
-    /// Moves its last `count` spans to the end of `to`.
-    fn move_last(&mut self, count: usize, to: &mut Framed) {
-        let split = self.len() - count.min(self.len());
-        let at = split.checked_sub(1).map_or(0, |last| self.ends[last]);
-        let base = to.bytes.len();
-        to.bytes.extend_from_slice(&self.bytes[at..]);
-        to.ends
-            .extend(self.ends[split..].iter().map(|end| base + end - at));
-        self.bytes.truncate(at);
-        self.ends.truncate(split);
+    /// Drops its first `count` spans (those sent), keeping the rest in order.
+    fn drop_first(&mut self, count: usize) {
+        let count = count.min(self.len());
+        let at = count.checked_sub(1).map_or(0, |last| self.ends[last]);
+        self.bytes.drain(..at);
+        self.ends.drain(..count);
+        for end in &mut self.ends {
+            *end -= at;
+        }
     }
 
     /// Appends every span of `other`.
@@ -150,15 +150,18 @@ impl Framed {
         self.ends.clear();
     }
 
-    /// The framed bytes of the spans in stretches of at most `most`, with their counts.
-    fn stretches(&self, most: usize) -> impl Iterator<Item = (&[u8], u64)> {
+    /// The framed bytes of its first `count` spans in stretches of at most `most`, with their
+    /// counts.
+    fn stretches(&self, count: usize, most: usize) -> impl Iterator<Item = (&[u8], u64)> {
         let mut start = 0;
-        self.ends.chunks(most).map(move |ends| {
-            let end = ends[ends.len() - 1];
-            let stretch = &self.bytes[start..end];
-            start = end;
-            (stretch, ends.len() as u64)
-        })
+        self.ends[..count.min(self.len())]
+            .chunks(most)
+            .map(move |ends| {
+                let end = ends[ends.len() - 1];
+                let stretch = &self.bytes[start..end];
+                start = end;
+                (stretch, ends.len() as u64)
+            })
     }
 
     /// Each span's own bytes (its frame taken off).
@@ -177,12 +180,29 @@ impl Framed {
     }
 }
 
-/// What is queued, and whether more can come.
+/// What the export task has taken from the queue and not yet sent, and whether more can come.
 #[derive(Default)]
 pub struct Pending {
     pub spans: Framed,
     /// Nothing more will come.
     closed: bool,
+    /// An empty buffer, swapped for the next shard's full one.
+    spare: Framed,
+}
+
+impl Pending {
+    /// How many of its spans to send now: all of them once the queue has closed or the
+    /// schedule delay has passed; when the task was woken by a full batch, only whole batches
+    /// of `max_batch`, the rest waiting for more (so it sends full requests, not a full one and
+    /// the few spans that came while it woke).
+    fn due(&self, woken_by_batch: bool, max_batch: usize) -> usize {
+        let all = self.spans.len();
+        if self.closed || !woken_by_batch {
+            all
+        } else {
+            all - all % max_batch
+        }
+    }
 }
 
 impl Queue {
@@ -228,30 +248,23 @@ impl Queue {
         self.ready.notify_one();
     }
 
-    /// Takes what is queued into `into` (emptied first), and says whether the queue has
-    /// closed. With `whole_batches`, spans short of a full batch stay queued (unless it has
-    /// closed), so a task woken by a full batch sends only full requests, not a full one and
-    /// a few spans that came while it woke.
-    pub fn take_into(&self, into: &mut Pending, whole_batches: bool) {
-        into.spans.clear();
+    /// Adds what is queued to what `into` holds, and says in it whether the queue has closed.
+    /// A shard's spans are taken by swapping its buffer for `into`'s empty spare, so a thread
+    /// pushing spans waits for no copy; they are copied after the shard's lock is let go.
+    pub fn take_into(&self, into: &mut Pending) {
         // Read first: a span pushed as the queue closes, after the shards are taken, stays
         // queued, so it counts as dropped.
         into.closed = self.closed.load(Ordering::Acquire);
+        let mut taken = 0;
         for shard in &self.shards {
-            if let Ok(mut spans) = shard.0.lock() {
-                into.spans.append(&spans);
-                spans.clear();
+            match shard.0.lock() {
+                Ok(mut spans) if !spans.is_empty() => std::mem::swap(&mut *spans, &mut into.spare),
+                _ => continue,
             }
+            taken += into.spare.len() as u64;
+            into.spans.append(&into.spare);
+            into.spare.clear();
         }
-        if whole_batches && !into.closed {
-            let short = into.spans.len() % self.max_batch;
-            if short > 0
-                && let Ok(mut first) = self.shards[0].0.lock()
-            {
-                into.spans.move_last(short, &mut first);
-            }
-        }
-        let taken = into.spans.len() as u64;
         self.counts.queued.fetch_sub(taken, Ordering::Relaxed);
         self.counts.taken.fetch_add(taken, Ordering::Relaxed);
     }
@@ -260,7 +273,7 @@ impl Queue {
     #[cfg(test)]
     pub fn take(&self) -> Pending {
         let mut taken = Pending::default();
-        self.take_into(&mut taken, false);
+        self.take_into(&mut taken);
         taken
     }
 }
@@ -340,14 +353,16 @@ impl Batches {
         let mut pending = Pending::default();
         loop {
             let woken = tokio::time::timeout(self.limits.delay, queue.ready.notified()).await;
-            queue.take_into(&mut pending, woken.is_ok());
-            for (spans, sent) in pending.spans.stretches(queue.max_batch) {
+            queue.take_into(&mut pending);
+            let due = pending.due(woken.is_ok(), queue.max_batch);
+            for (spans, sent) in pending.spans.stretches(due, queue.max_batch) {
                 let request = collector.send(self.envelope.request(spans), sent);
                 if let Ok(Ok(rejected)) = tokio::time::timeout(self.limits.timeout, request).await {
                     let taken = sent.saturating_sub(rejected);
                     queue.counts.exported.fetch_add(taken, Ordering::Relaxed);
                 }
             }
+            pending.spans.drop_first(due);
             if pending.closed {
                 return;
             }
@@ -468,6 +483,35 @@ mod tests {
         assert_eq!(counts.dropped(), 1);
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_export_thread_runs_at_a_lower_priority_than_the_runs() {
+        let (queue, _, done) =
+            start(Kept::default(), envelope(), Limits::default()).expect("started");
+        // Whether an export thread runs at the lower priority (its nice value is field 19 of
+        // its stat, the 17th after the parenthesised name); other tests' export threads, lowered
+        // alike, may be the one found.
+        let lowered = || {
+            let tasks = std::fs::read_dir("/proc/self/task").expect("this process's threads");
+            tasks.flatten().any(|task| {
+                let read = |file: &str| std::fs::read_to_string(task.path().join(file));
+                let named = read("comm").is_ok_and(|name| name.trim() == "pagantic-otlp");
+                let stat = read("stat").unwrap_or_default();
+                let nice = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(16)?.parse::<i32>().ok());
+                named && nice == Some(EXPORT_NICENESS)
+            })
+        };
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !lowered() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(lowered(), "an export thread at nice {EXPORT_NICENESS}");
+        queue.close();
+        assert!(done.wait(Duration::from_secs(30)));
+    }
+
     #[test]
     fn every_queued_span_is_sent_once_the_queue_closes() {
         let exporter = Kept::default();
@@ -555,7 +599,7 @@ mod tests {
     }
 
     #[test]
-    fn a_task_woken_by_full_batches_leaves_the_spans_short_of_one_queued() {
+    fn a_task_woken_by_full_batches_sends_whole_batches_and_keeps_the_rest_in_order() {
         let limits = Limits {
             max_batch: 3,
             ..Limits::default()
@@ -565,20 +609,23 @@ mod tests {
             queue.push(&span(&format!("s{n}")));
         }
         let mut pending = Pending::default();
-        queue.take_into(&mut pending, true);
-        assert_eq!(names(&pending), ["s0", "s1", "s2", "s3", "s4", "s5"]);
+        queue.take_into(&mut pending);
+        let due = pending.due(true, 3);
+        let sent: Vec<u64> = pending.spans.stretches(due, 3).map(|(_, n)| n).collect();
+        assert_eq!(sent, [3, 3], "two full requests");
+        pending.spans.drop_first(due);
+        assert_eq!(names(&pending), ["s6"], "the span short of a batch is kept");
         queue.push(&span("s7"));
-        queue.take_into(&mut pending, true);
-        assert!(pending.spans.is_empty(), "two spans are short of a batch");
-        queue.take_into(&mut pending, false);
-        assert_eq!(
-            names(&pending),
-            ["s6", "s7"],
-            "the delay passed: all of them"
-        );
+        queue.take_into(&mut pending);
+        assert_eq!(pending.due(true, 3), 0, "two spans are short of a batch");
+        assert_eq!(pending.due(false, 3), 2, "the delay passed: all of them");
+        assert_eq!(names(&pending), ["s6", "s7"], "the kept span first");
         queue.push(&span("s8"));
         queue.close();
-        queue.take_into(&mut pending, true);
-        assert_eq!(names(&pending), ["s8"], "a closed queue gives everything");
+        queue.take_into(&mut pending);
+        assert_eq!(pending.due(true, 3), 3, "a closed queue gives everything");
+        pending.spans.drop_first(2);
+        assert_eq!(names(&pending), ["s8"]);
+        assert!(queue.take().spans.is_empty(), "nothing is left queued");
     }
 }
