@@ -179,7 +179,7 @@ impl Events {
 
     /// The id of the trace this run belongs to, when the session exports traces.
     pub fn trace_id(&self) -> Option<String> {
-        self.trace().map(RunTrace::trace_id_hex)
+        self.trace().map(|trace| trace.trace_id.to_string())
     }
 
     /// The `traceparent` naming span `span` of this run, when the session exports traces (what

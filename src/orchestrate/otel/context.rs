@@ -99,16 +99,6 @@ impl RunTrace {
         }
     }
 
-    /// The trace id as W3C Trace Context and OTLP's JSON write it: 32 lowercase hex digits
-    /// (written digit by digit: a batch writes one for every row).
-    pub fn trace_id_hex(&self) -> String {
-        let id = u128::from_be_bytes(self.trace_id.to_bytes());
-        (0..32)
-            .rev()
-            .map(|digit| char::from(b"0123456789abcdef"[(id >> (digit * 4)) as usize & 0xf]))
-            .collect()
-    }
-
     /// The OpenTelemetry span id of the run's event span `span`: the run's seed and the span's
     /// number mixed (splitmix64, one-to-one, so two spans of a run never share an id), never zero.
     pub fn span_id(&self, span: events::SpanId) -> SpanId {
@@ -202,9 +192,6 @@ mod tests {
             .map(|n| run(0).span_id(events::SpanId::numbered(n)))
             .collect();
         assert_eq!(ids.len(), 10_000);
-        let trace = TraceId::from_hex("04bf92f3577b34da6a3ce929d0e0e473").expect("an id");
-        let run = RunTrace::new(SpanId::from(1), trace, true, TraceState::default());
-        assert_eq!(run.trace_id_hex(), trace.to_string());
         assert!(!ids.contains(&SpanId::INVALID));
     }
 }

@@ -574,13 +574,17 @@ mod tests {
         assert_eq!(queue.take().spans.len(), 0);
     }
 
-    #[test]
-    fn a_full_batch_wakes_the_task() {
-        let limits = Limits {
+    /// A queue that wakes its task every 3 spans.
+    fn batches_of_3() -> Queue {
+        Queue::new(&Limits {
             max_batch: 3,
             ..Limits::default()
-        };
-        let queue = Queue::new(&limits);
+        })
+    }
+
+    #[test]
+    fn a_full_batch_wakes_the_task() {
+        let queue = batches_of_3();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -600,11 +604,7 @@ mod tests {
 
     #[test]
     fn a_task_woken_by_full_batches_sends_whole_batches_and_keeps_the_rest_in_order() {
-        let limits = Limits {
-            max_batch: 3,
-            ..Limits::default()
-        };
-        let queue = Queue::new(&limits);
+        let queue = batches_of_3();
         for n in 0..7 {
             queue.push(&span(&format!("s{n}")));
         }
