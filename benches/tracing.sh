@@ -8,9 +8,13 @@
 # medians, the median of each round's own off/on slowdown, which a host whose speed drifts
 # between rounds disturbs less.
 #
-#   bash benches/tracing.sh            # ROWS=100000 ROUNDS=5 by default
+#   bash benches/tracing.sh                    # ROWS=100000 ROUNDS=5 by default
+#   RECEIVER=python bash benches/tracing.sh    # the receiver in Python's http.server instead
 #
-# The dev build, as benches/batch.sh uses; GNU time for the peak RSS.
+# The receiver is examples/otlp_receiver.rs by default: one thread of Rust, as the integration
+# tests' receiver is. RECEIVER=python uses Python's http.server, which spends several times as
+# much CPU on each request's headers. The dev build, as benches/batch.sh uses; GNU time for the
+# peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --locked --quiet
@@ -21,8 +25,9 @@ rows=${ROWS:-100000}
 rounds=${ROUNDS:-5}
 python3 benches/gen_rows.py "$dir" "$rows"
 rm -f "$dir/receiver.port"
-# The receiver: answers every POST with 200, keeping the connection open as collectors do.
-python3 - "$dir/receiver.port" <<'PY' &
+if [ "${RECEIVER:-rust}" = python ]; then
+  # Answers every POST with 200, keeping the connection open as collectors do.
+  python3 - "$dir/receiver.port" <<'PY' &
 import http.server, sys
 class Take(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -38,9 +43,16 @@ server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Take)
 open(sys.argv[1], "w").write(str(server.server_address[1]))
 server.serve_forever()
 PY
+else
+  cargo build --locked --quiet --example otlp_receiver
+  ./target/debug/examples/otlp_receiver "$dir/receiver.port" &
+fi
 receiver=$!
 trap 'kill "$receiver" 2>/dev/null || true' EXIT
-while [ ! -s "$dir/receiver.port" ]; do sleep 0.1; done
+while [ ! -s "$dir/receiver.port" ]; do
+  kill -0 "$receiver" 2>/dev/null || { echo "tracing.sh: the receiver did not start" >&2; exit 1; }
+  sleep 0.1
+done
 url="http://127.0.0.1:$(cat "$dir/receiver.port")"
 : > "$dir/results.txt"
 measure() { # label, extra flags…
