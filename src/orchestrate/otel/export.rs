@@ -1,7 +1,8 @@
 //! Sending finished spans to the collector without ever holding up a run: a bounded queue the
 //! sink pushes to (a full queue drops the span and counts it), and a task on a thread of its own
 //! that sends what has queued in batches, each request bounded by the exporter's timeout. A span
-//! is queued already encoded (`wire.rs`), so a request is its spans' bytes in one envelope.
+//! is queued already encoded (`wire.rs`), or, a step attempt's, as a record the task encodes when
+//! it takes it; a request is its spans' bytes in one envelope.
 //!
 //! Pushing a span wakes nobody: the task is woken when a full batch is waiting, when the queue
 //! closes, or when the schedule delay has passed, so a batch job making 200,000 spans a second
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::span::StepRecord;
 use super::wire::{self, Envelope};
 
 /// How the export task queues, batches and sends; each has its `OTEL_BSP_*` or
@@ -83,7 +85,24 @@ const SHARDS: usize = 8;
 /// One shard of the queue, on cache lines of its own.
 #[derive(Default)]
 #[repr(align(128))]
-struct Shard(Mutex<Framed>);
+struct Shard(Mutex<Queued>);
+
+/// What a shard holds: spans encoded, and step attempts' spans left for the task to encode.
+#[derive(Default)]
+struct Queued {
+    spans: Framed,
+    steps: Vec<StepRecord>,
+}
+
+impl Queued {
+    fn is_empty(&self) -> bool {
+        self.spans.is_empty() && self.steps.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len() + self.steps.len()
+    }
+}
 
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
@@ -187,7 +206,7 @@ pub struct Pending {
     /// Nothing more will come.
     closed: bool,
     /// An empty buffer, swapped for the next shard's full one.
-    spare: Framed,
+    spare: Queued,
 }
 
 impl Pending {
@@ -221,6 +240,18 @@ impl Queue {
     /// Queues a copy of `span` (an encoded OTLP span); a full or closed queue refuses it (it is
     /// counted as dropped). Every batch's worth queued wakes the task.
     pub fn push(&self, span: &[u8]) {
+        self.queue(|queued| queued.spans.add(span));
+    }
+
+    /// Queues the span of a step attempt, which the task encodes when it takes it; refused and
+    /// counted as [`Queue::push`]'s spans are.
+    pub fn push_step(&self, step: StepRecord) {
+        self.queue(|queued| queued.steps.push(step));
+    }
+
+    /// Queues one span, which `add` puts into this thread's shard, when the queue is open and
+    /// has room; else counts it refused.
+    fn queue(&self, add: impl FnOnce(&mut Queued)) {
         let counts = &self.counts;
         if self.closed.load(Ordering::Acquire) {
             counts.refused.fetch_add(1, Ordering::Relaxed);
@@ -234,8 +265,8 @@ impl Queue {
         }
         let shard = &self.shards[SHARD.with(|shard| *shard)];
         // A poisoned shard loses the span, which stays counted as queued: so as dropped.
-        if let Ok(mut spans) = shard.0.lock() {
-            spans.add(span);
+        if let Ok(mut queued) = shard.0.lock() {
+            add(&mut queued);
         }
         if (before + 1).is_multiple_of(self.max_batch as u64) {
             self.ready.notify_one();
@@ -249,8 +280,9 @@ impl Queue {
     }
 
     /// Adds what is queued to what `into` holds, and says in it whether the queue has closed.
-    /// A shard's spans are taken by swapping its buffer for `into`'s empty spare, so a thread
-    /// pushing spans waits for no copy; they are copied after the shard's lock is let go.
+    /// A shard's spans are taken by swapping its buffers for `into`'s empty spares, so a thread
+    /// pushing spans waits for no copy; they are copied, and step attempts' spans encoded, after
+    /// the shard's lock is let go.
     pub fn take_into(&self, into: &mut Pending) {
         // Read first: a span pushed as the queue closes, after the shards are taken, stays
         // queued, so it counts as dropped.
@@ -262,8 +294,13 @@ impl Queue {
                 _ => continue,
             }
             taken += into.spare.len() as u64;
-            into.spans.append(&into.spare);
-            into.spare.clear();
+            into.spans.append(&into.spare.spans);
+            into.spare.spans.clear();
+            for step in into.spare.steps.drain(..) {
+                let span = step.encode();
+                into.spans.add(&span);
+                wire::spare(span);
+            }
         }
         self.counts.queued.fetch_sub(taken, Ordering::Relaxed);
         self.counts.taken.fetch_add(taken, Ordering::Relaxed);

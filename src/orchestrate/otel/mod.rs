@@ -28,6 +28,7 @@ mod content;
 mod context;
 mod export;
 mod sink;
+mod span;
 mod wire;
 
 use std::sync::{Arc, Mutex};

@@ -4,16 +4,17 @@
 //! model call, one `execute_tool {tool}` per tool call under the chat span that asked for it.
 //!
 //! Events arrive after the fact (a model call's event comes when it ended, with its duration),
-//! so spans are built whole and handed to the export queue; ids come from [`RunTrace::span_id`],
-//! so a span names its parent before the parent has ended. Times are the events' own: a run's
+//! so spans are built whole and handed to the export queue — encoded, or, a step attempt's, as
+//! a [`StepRecord`] the export thread encodes; ids come from [`RunTrace::span_id`], so a span
+//! names its parent before the parent has ended. Times are the events' own: a run's
 //! start plus an event's `at_ms`, a duration before that for what it ended, so the spans and the
 //! events file agree and no span reads the clock again. A run's spans in progress live with the
 //! run (its `Events` hold its [`TracedRun`]), so runs on other threads share no lock with it and
 //! nothing is looked up by run id. It counts nothing of its own: tokens, costs and statuses are
 //! the events' (the ledger's) numbers.
 
-use std::cell::RefCell;
-use std::sync::{Arc, Mutex};
+use std::cell::Cell;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
 
 use opentelemetry::Context;
@@ -23,14 +24,11 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision,
 use super::content::bounded;
 use super::context::{RunTrace, TraceParent};
 use super::export::Queue;
-use super::wire::{self, Attr, Attributes, Kind, Link, Of, Span, SpanEvent};
+use super::span::{Attempt, Built, Ids, SHOWN_AS, StepRecord, StepShape, encode, span_flags};
+use super::wire::{self, Attr, Attributes, Kind, Link, Of, SpanEvent};
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::events::{CallKind, Event, EventData, SpanId, StepOutcome, ToolOutcome};
 use crate::orchestrate::record::Lifecycle;
-
-/// The OpenInference span kind (`LLM`, `TOOL`, `AGENT`, `CHAIN`, `RETRIEVER`), which Arize
-/// Phoenix files spans under, set beside the GenAI attributes.
-const SHOWN_AS: &str = "openinference.span.kind";
 
 /// Where a new run's trace comes from.
 pub enum Origin {
@@ -49,11 +47,27 @@ pub enum Origin {
 
 /// What a run is, for its root span: its plan, and attributes its caller gave (a batch row's
 /// id, a test case's variant).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunInfo {
-    pub plan: Arc<PlanShape>,
+    pub plan: &'static PlanShape,
     pub attributes: Vec<(&'static str, String)>,
 }
+
+impl Default for RunInfo {
+    /// A run that said nothing of its plan.
+    fn default() -> RunInfo {
+        static NO_PLAN: LazyLock<PlanShape> = LazyLock::new(PlanShape::default);
+        RunInfo {
+            plan: &NO_PLAN,
+            attributes: Vec::new(),
+        }
+    }
+}
+
+/// Every plan shape this process has traced, each built once and kept for the life of the
+/// process, so a step's span can be left to the export thread naming its step by reference. A
+/// process traces few plans: a batch's one, the ones a server serves, a watched file's versions.
+static SHAPES: Mutex<Vec<&'static PlanShape>> = Mutex::new(Vec::new());
 
 /// A plan as its runs' spans show it: its name and steps, and the attributes its root span and
 /// each step's spans always carry, encoded once. Shared by the runs of one plan (a batch's
@@ -64,20 +78,6 @@ pub struct PlanShape {
     steps: Vec<StepShape>,
     /// The root span's attributes that name the plan.
     root: Attributes,
-}
-
-/// A step as its spans show it.
-#[derive(Debug)]
-struct StepShape {
-    name: String,
-    /// Its type, as the plan says it.
-    kind: &'static str,
-    /// The first part of its spans' names (`step `, `invoke_agent `, `retrieval `).
-    span_name: &'static str,
-    /// Whether it is an agent (`gen_ai.agent.name` is set whether or not it ran rounds).
-    agent: bool,
-    /// What every span of it carries: its name and type, its span kind and operation.
-    constant: Attributes,
 }
 
 /// Turns events into spans; see the module docs.
@@ -147,20 +147,6 @@ struct Open {
     args: Option<String>,
 }
 
-/// A span under construction, its name's parts borrowed from the event or run it comes from.
-struct Built<'a> {
-    span: SpanId,
-    parent: Option<SpanId>,
-    name: (&'static str, &'a str),
-    kind: Kind,
-    /// When it started and ended, in Unix nanoseconds.
-    started: u64,
-    ended: u64,
-    attributes: Attributes,
-    /// Its `error.type` when it failed: a failure code, or `_OTHER`.
-    error: Option<&'static str>,
-}
-
 impl Tracer {
     pub fn new(
         queue: Arc<Queue>,
@@ -188,26 +174,41 @@ impl Tracer {
         }
     }
 
-    /// The shape of plan `name` with `steps` (names and types): the last one this thread asked
-    /// for when it is the same. Kept by each thread, so the rows of a batch share no lock and no
-    /// reference count between threads.
-    pub fn plan_shape<'a, I>(&self, name: &str, steps: I) -> Arc<PlanShape>
+    /// The shape of plan `name` with `steps` (names and types), built the first time the
+    /// process sees it. Each thread keeps the last one it asked for, so the rows of a batch
+    /// take no lock for it.
+    pub fn plan_shape<'a, I>(&self, name: &str, steps: I) -> &'static PlanShape
     where
         I: IntoIterator<Item = (&'a str, &'static str)>,
         I::IntoIter: Clone,
     {
         thread_local! {
-            static LAST_PLAN: RefCell<Option<Arc<PlanShape>>> = const { RefCell::new(None) };
+            static LAST_PLAN: Cell<Option<&'static PlanShape>> = const { Cell::new(None) };
         }
         let steps = steps.into_iter();
-        LAST_PLAN.with_borrow_mut(|last| {
-            if let Some(shape) = last.as_ref().filter(|shape| shape.is(name, steps.clone())) {
-                return Arc::clone(shape);
+        if let Some(shape) = LAST_PLAN
+            .get()
+            .filter(|shape| shape.is(name, steps.clone()))
+        {
+            return shape;
+        }
+        let mut shapes = SHAPES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let shape = match shapes
+            .iter()
+            .copied()
+            .find(|shape| shape.is(name, steps.clone()))
+        {
+            Some(shape) => shape,
+            None => {
+                let shape: &'static PlanShape = Box::leak(Box::new(PlanShape::new(name, steps)));
+                shapes.push(shape);
+                shape
             }
-            let shape = Arc::new(PlanShape::new(name, steps));
-            *last = Some(Arc::clone(&shape));
-            shape
-        })
+        };
+        LAST_PLAN.set(Some(shape));
+        shape
     }
 
     /// The trace of a run that starts now; a sampled run's spans are kept from here on.
@@ -288,61 +289,47 @@ impl Tracer {
         if spans.ended {
             return;
         }
-        let span = match &event.data {
+        let ended = match &event.data {
             EventData::Lifecycle { state } => {
                 spans.ended = true;
-                self.root_span(&run.trace, event, &mut spans, *state)
+                Ended::Encoded(self.root_span(&run.trace, event, &mut spans, *state))
             }
             _ => {
                 let Some(ending) = self.settle(event, &mut spans) else {
                     return;
                 };
-                let Some(built) = self.built(event, ending, &spans) else {
-                    return;
-                };
-                self.export(&run.trace, None, built, &[], &[])
+                match &event.data {
+                    EventData::StepEnd {
+                        outcome, attempt, ..
+                    } => {
+                        let open = &ending.open;
+                        let attempt = Attempt::of(outcome, *attempt, open.cached_calls, open.agent);
+                        step_span(&run.trace, event, ending, &spans, attempt)
+                    }
+                    _ => {
+                        let Some(built) = self.built(event, ending) else {
+                            return;
+                        };
+                        Ended::Encoded(export(
+                            &run.trace,
+                            (event.span, event.parent_span),
+                            None,
+                            built,
+                            &[],
+                            &[],
+                        ))
+                    }
+                }
             }
         };
         drop(spans);
-        self.queue.push(&span);
-        wire::spare(span);
-    }
-
-    /// The encoded span `built` of a run in `trace`, with `events` and `links`; a root span's
-    /// parent is `root_parent`.
-    fn export(
-        &self,
-        trace: &RunTrace,
-        root_parent: Option<&SpanContext>,
-        built: Built,
-        events: &[SpanEvent],
-        links: &[Link],
-    ) -> Vec<u8> {
-        let (parent, remote) = match built.parent {
-            Some(parent) => (Some(trace.span_id(parent)), false),
-            None => root_parent.map_or((None, false), |p| (Some(p.span_id()), p.is_remote())),
-        };
-        let mut attributes = built.attributes;
-        if let Some(kind) = built.error {
-            attributes.str("error.type", kind);
+        match ended {
+            Ended::Encoded(span) => {
+                self.queue.push(&span);
+                wire::spare(span);
+            }
+            Ended::Step(record) => self.queue.push_step(record),
         }
-        let trace_state = trace.state.header();
-        Span {
-            trace_id: trace.trace_id.to_bytes(),
-            span_id: trace.span_id(built.span).to_bytes(),
-            parent_span_id: parent.map(|id| id.to_bytes()),
-            trace_state: &trace_state,
-            // Only sampled runs are exported: their trace flags are 01.
-            flags: span_flags(0x01, remote),
-            name: built.name,
-            kind: built.kind,
-            start: built.started,
-            end: built.ended,
-            events,
-            links,
-            error: built.error,
-        }
-        .encode(attributes)
     }
 
     /// The run's root span, ended by `event` (the run's move to `end`).
@@ -377,8 +364,6 @@ impl Tracer {
             _ => None,
         };
         let built = Built {
-            span: SpanId::RUN,
-            parent: None,
             name,
             kind: Kind::Internal,
             started: run.started,
@@ -391,49 +376,14 @@ impl Tracer {
             span_id: link.span_id().to_bytes(),
             flags: span_flags(u32::from(link.trace_flags().to_u8()), link.is_remote()),
         });
-        self.export(
+        export(
             trace,
+            (SpanId::RUN, None),
             run.parent.as_ref(),
             built,
             &run.notes,
             link.as_slice(),
         )
-    }
-
-    /// The span of step attempt `attempt` of `shape`, ended by `event` with `outcome`.
-    fn step_span<'a>(
-        &self,
-        event: &'a Event,
-        ending: Ending,
-        shape: &StepShape,
-        outcome: &StepOutcome,
-        attempt: u32,
-    ) -> Built<'a> {
-        let Ending { open, at } = ending;
-        let step = event.step.as_deref().unwrap_or_default();
-        let (status, error) = match outcome {
-            StepOutcome::Ok { .. } => ("ok", None),
-            StepOutcome::Failed { error } => ("failed", Some(error.code)),
-            StepOutcome::Cancelled => ("cancelled", None),
-        };
-        let mut attributes = Attributes::new(Of::Span);
-        attributes.extend(&shape.constant);
-        attributes.int("pagantic.step.attempt", i64::from(attempt));
-        attributes.str("pagantic.step.status", status);
-        attributes.count("pagantic.step.cached_calls", open.cached_calls);
-        if shape.agent || open.agent {
-            attributes.str("gen_ai.agent.name", step);
-        }
-        Built {
-            span: event.span,
-            parent: event.parent_span,
-            name: (shape.span_name, step),
-            kind: Kind::Internal,
-            started: open.started.unwrap_or(at),
-            ended: at,
-            attributes,
-            error: error.map(FailureCode::as_str),
-        }
     }
 
     fn tool_span<'a>(
@@ -467,8 +417,6 @@ impl Tracer {
             ToolOutcome::Cancelled => None,
         };
         Built {
-            span: event.span,
-            parent: event.parent_span,
             name: ("execute_tool ", tool),
             kind: Kind::Internal,
             started: open.started.unwrap_or_else(|| before(at, duration_ms)),
@@ -539,8 +487,6 @@ impl Tracer {
             attributes.str("gen_ai.output.messages", &content.output);
         }
         Some(Built {
-            span: event.span,
-            parent: event.parent_span,
             name: ("chat ", model),
             kind: Kind::Client,
             started: before(at, *duration_ms),
@@ -621,29 +567,55 @@ impl PlanShape {
     }
 }
 
-impl StepShape {
-    fn new(name: &str, kind: &'static str) -> StepShape {
-        let (span_name, operation, shown_as) = match kind {
-            "agent" => ("invoke_agent ", Some("invoke_agent"), "AGENT"),
-            "retrieve" | "rerank" => ("retrieval ", Some("retrieval"), "RETRIEVER"),
-            _ => ("step ", None, "CHAIN"),
-        };
-        let mut constant = Attributes::constant(&[
-            ("pagantic.step.name", name),
-            ("pagantic.step.type", kind),
-            (SHOWN_AS, shown_as),
-        ]);
-        if let Some(operation) = operation {
-            constant.str("gen_ai.operation.name", operation);
+/// A span that an event ended: encoded, or a step attempt's left to the export thread.
+enum Ended {
+    Encoded(Vec<u8>),
+    Step(StepRecord),
+}
+
+/// The span of a step attempt that `event` ended: a record for the export thread when its step
+/// is in the run's plan and its trace carries no state, else encoded here.
+fn step_span(
+    trace: &RunTrace,
+    event: &Event,
+    ending: Ending,
+    run: &RunSpans,
+    attempt: Attempt,
+) -> Ended {
+    let Ending { open, at } = ending;
+    let started = open.started.unwrap_or(at);
+    let step = event.step.as_deref().unwrap_or_default();
+    let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
+    let ids = (event.span, event.parent_span);
+    match planned {
+        Some(shape) if trace.state.header().is_empty() => {
+            let ids = Ids::of(trace, ids, None);
+            Ended::Step(StepRecord::new(ids, shape, attempt, started, at))
         }
-        StepShape {
-            name: name.to_string(),
-            kind,
-            span_name,
-            agent: kind == "agent",
-            constant,
+        Some(shape) => {
+            let built = shape.span(&attempt, started, at);
+            Ended::Encoded(export(trace, ids, None, built, &[], &[]))
+        }
+        None => {
+            let unplanned = StepShape::new(step, "");
+            let built = unplanned.span(&attempt, started, at);
+            Ended::Encoded(export(trace, ids, None, built, &[], &[]))
         }
     }
+}
+
+/// The encoded span `built` of a run in `trace`, its event span and parent `ids`, with `events`
+/// and `links`; a root span's parent is `root_parent`.
+fn export(
+    trace: &RunTrace,
+    ids: (SpanId, Option<SpanId>),
+    root_parent: Option<&SpanContext>,
+    built: Built,
+    events: &[SpanEvent],
+    links: &[Link],
+) -> Vec<u8> {
+    let ids = Ids::of(trace, ids, root_parent);
+    encode(ids, &trace.state.header(), built, events, links)
 }
 
 impl TracedRun {
@@ -724,23 +696,9 @@ impl Tracer {
 
     /// The span `event` ends, built from the event, what [`Tracer::settle`] took from `run`,
     /// and the plan `run` runs.
-    fn built<'a>(&self, event: &'a Event, ending: Ending, run: &RunSpans) -> Option<Built<'a>> {
+    /// The span of a tool call or model call that `event` ended (a step's is [`step_span`]).
+    fn built<'a>(&self, event: &'a Event, ending: Ending) -> Option<Built<'a>> {
         match &event.data {
-            EventData::StepEnd {
-                outcome, attempt, ..
-            } => {
-                let step = event.step.as_deref().unwrap_or_default();
-                let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
-                let unplanned;
-                let shape = match planned {
-                    Some(shape) => shape,
-                    None => {
-                        unplanned = StepShape::new(step, "");
-                        &unplanned
-                    }
-                };
-                Some(self.step_span(event, ending, shape, outcome, *attempt))
-            }
             EventData::ToolEnd {
                 tool,
                 outcome,
@@ -777,14 +735,6 @@ fn before(end: u64, duration_ms: f64) -> u64 {
 fn nanos_of(ms: f64) -> u64 {
     // A float-to-integer `as` saturates, and takes NaN to 0.
     (ms.max(0.0) * 1_000_000.0) as u64
-}
-
-/// OTLP's span flags: the W3C trace flags, and that the context says whether the parent is
-/// remote, and whether it is.
-fn span_flags(trace_flags: u32, parent_is_remote: bool) -> u32 {
-    const HAS_IS_REMOTE: u32 = 0x100;
-    const IS_REMOTE: u32 = 0x200;
-    trace_flags | HAS_IS_REMOTE | if parent_is_remote { IS_REMOTE } else { 0 }
 }
 
 #[cfg(test)]
@@ -996,19 +946,84 @@ mod tests {
     fn the_runs_of_one_plan_share_its_shape_and_another_plan_gets_its_own() {
         let queue = Arc::new(Queue::new(&export::Limits::default()));
         let tracer = Tracer::new(queue, Box::new(Sampler::AlwaysOn), None, "t".into(), false);
-        let first = tracer.plan_shape("main", [("a", "infer"), ("b", "tool")]);
-        let again = tracer.plan_shape("main", [("a", "infer"), ("b", "tool")]);
-        assert!(Arc::ptr_eq(&first, &again));
-        for (name, steps) in [
+        let steps = [("a", "infer"), ("b", "tool")];
+        let first = tracer.plan_shape("main", steps);
+        assert!(std::ptr::eq(first, tracer.plan_shape("main", steps)));
+        for (name, others) in [
             ("main", vec![("a", "infer")]),
             ("main", vec![("a", "infer"), ("b", "tool"), ("c", "tool")]),
             ("main", vec![("a", "infer"), ("b", "agent")]),
             ("other", vec![("a", "infer"), ("b", "tool")]),
         ] {
-            let shape = tracer.plan_shape(name, steps.clone());
-            assert!(!Arc::ptr_eq(&first, &shape), "{name} {steps:?}");
-            assert!(shape.is(name, steps.into_iter()));
+            let shape = tracer.plan_shape(name, others.clone());
+            assert!(!std::ptr::eq(first, shape), "{name} {others:?}");
+            assert!(shape.is(name, others.into_iter()));
         }
+        // Asked for again after other plans, and from another thread: built once for the process.
+        assert!(std::ptr::eq(first, tracer.plan_shape("main", steps)));
+        std::thread::scope(|threads| {
+            let elsewhere = threads.spawn(|| tracer.plan_shape("main", steps));
+            let elsewhere = elsewhere.join().expect("the other thread");
+            assert!(std::ptr::eq(first, elsewhere));
+        });
+    }
+
+    /// A planned step's span is left to the export thread as a record, except in a trace that
+    /// carries state (encoded on the run's thread, with it); both come out as the same span.
+    #[test]
+    fn a_step_s_span_is_the_same_whichever_thread_encodes_it() {
+        let (session, queue) = traced(Sampler::AlwaysOn);
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let stateful = TraceParent::parse(parent, Some("vendor=on")).expect("a traceparent");
+        let runs = [
+            session.new_run(),
+            session.new_run_continuing(Default::default(), Some(stateful)),
+        ];
+        let mut steps = Vec::new();
+        for run in &runs {
+            run.describe("main", [("solve", "agent")], row_7);
+            let solve = run.new_span();
+            let start = EventData::StepStart { attempt: 2 };
+            run.emit(Some("solve"), solve, Some(SpanId::RUN), start);
+            queue.take();
+            let failed = EventData::StepEnd {
+                outcome: StepOutcome::Failed {
+                    error: Failure::new(FailureCode::ToolTimeout, "too slow"),
+                },
+                attempt: 2,
+                duration_ms: 1.0,
+            };
+            run.emit(Some("solve"), solve, Some(SpanId::RUN), failed);
+            let [step] = <[Decoded; 1]>::try_from(spans(&queue)).expect("one span");
+            steps.push(step);
+        }
+        let [recorded, encoded] = <[Decoded; 2]>::try_from(steps).expect("two");
+        assert_eq!(recorded.trace_state, "");
+        assert_eq!(encoded.trace_state, "vendor=on");
+        for span in [&recorded, &encoded] {
+            assert_eq!(span.name, "invoke_agent solve");
+            assert_eq!(
+                span.flags, 0x101,
+                "sampled; its parent, the run, is not remote"
+            );
+            assert_eq!(span.parent_span_id.len(), 8);
+            assert_eq!(
+                attribute(span, "gen_ai.agent.name"),
+                Some(Any::StringValue("solve".into()))
+            );
+            assert_eq!(
+                attribute(span, "pagantic.step.attempt"),
+                Some(Any::IntValue(2))
+            );
+            assert_eq!(
+                attribute(span, "error.type"),
+                Some(Any::StringValue("TOOL_TIMEOUT".into()))
+            );
+        }
+        let names = |span: &Decoded| -> Vec<String> {
+            span.attributes.iter().map(|kv| kv.key.clone()).collect()
+        };
+        assert_eq!(names(&recorded), names(&encoded));
     }
 
     #[test]
