@@ -298,28 +298,10 @@ impl Tracer {
                 let Some(ending) = self.settle(event, &mut spans) else {
                     return;
                 };
-                match &event.data {
-                    EventData::StepEnd {
-                        outcome, attempt, ..
-                    } => {
-                        let open = &ending.open;
-                        let attempt = Attempt::of(outcome, *attempt, open.cached_calls, open.agent);
-                        step_span(&run.trace, event, ending, &spans, attempt)
-                    }
-                    _ => {
-                        let Some(built) = self.built(event, ending) else {
-                            return;
-                        };
-                        Ended::Encoded(export(
-                            &run.trace,
-                            (event.span, event.parent_span),
-                            None,
-                            built,
-                            &[],
-                            &[],
-                        ))
-                    }
-                }
+                let Some(ended) = self.ended(&run.trace, event, ending, &spans) else {
+                    return;
+                };
+                ended
             }
         };
         drop(spans);
@@ -587,21 +569,22 @@ fn step_span(
     let step = event.step.as_deref().unwrap_or_default();
     let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
     let ids = (event.span, event.parent_span);
-    match planned {
-        Some(shape) if trace.state.header().is_empty() => {
-            let ids = Ids::of(trace, ids, None);
-            Ended::Step(StepRecord::new(ids, shape, attempt, started, at))
-        }
-        Some(shape) => {
-            let built = shape.span(&attempt, started, at);
-            Ended::Encoded(export(trace, ids, None, built, &[], &[]))
-        }
-        None => {
-            let unplanned = StepShape::new(step, "");
-            let built = unplanned.span(&attempt, started, at);
-            Ended::Encoded(export(trace, ids, None, built, &[], &[]))
-        }
+    if let Some(shape) = planned
+        && trace.state.header().is_empty()
+    {
+        let ids = Ids::of(trace, ids, None);
+        return Ended::Step(StepRecord::new(ids, shape, attempt, started, at));
     }
+    let unplanned;
+    let shape = match planned {
+        Some(shape) => shape,
+        None => {
+            unplanned = StepShape::new(step, "");
+            &unplanned
+        }
+    };
+    let built = shape.span(&attempt, started, at);
+    Ended::Encoded(export(trace, ids, None, built, &[], &[]))
 }
 
 /// The encoded span `built` of a run in `trace`, its event span and parent `ids`, with `events`
@@ -694,20 +677,35 @@ impl Tracer {
         }
     }
 
-    /// The span `event` ends, built from the event, what [`Tracer::settle`] took from `run`,
-    /// and the plan `run` runs.
-    /// The span of a tool call or model call that `event` ended (a step's is [`step_span`]).
-    fn built<'a>(&self, event: &'a Event, ending: Ending) -> Option<Built<'a>> {
-        match &event.data {
+    /// The span `event` ends, from the event, what [`Tracer::settle`] took from `run`, and the
+    /// plan `run` runs: a step attempt's as [`step_span`] leaves it, a tool call's or a model
+    /// call's encoded.
+    fn ended(
+        &self,
+        trace: &RunTrace,
+        event: &Event,
+        ending: Ending,
+        run: &RunSpans,
+    ) -> Option<Ended> {
+        let built = match &event.data {
+            EventData::StepEnd {
+                outcome, attempt, ..
+            } => {
+                let open = &ending.open;
+                let attempt = Attempt::of(outcome, *attempt, open.cached_calls, open.agent);
+                return Some(step_span(trace, event, ending, run, attempt));
+            }
             EventData::ToolEnd {
                 tool,
                 outcome,
                 cached,
                 duration_ms,
-            } => Some(self.tool_span(event, ending, tool, outcome, *cached, *duration_ms)),
-            EventData::Inference { .. } => self.chat_span(event, ending.at),
-            _ => None,
-        }
+            } => self.tool_span(event, ending, tool, outcome, *cached, *duration_ms),
+            EventData::Inference { .. } => self.chat_span(event, ending.at)?,
+            _ => return None,
+        };
+        let ids = (event.span, event.parent_span);
+        Some(Ended::Encoded(export(trace, ids, None, built, &[], &[])))
     }
 }
 
@@ -985,7 +983,6 @@ mod tests {
             let solve = run.new_span();
             let start = EventData::StepStart { attempt: 2 };
             run.emit(Some("solve"), solve, Some(SpanId::RUN), start);
-            queue.take();
             let failed = EventData::StepEnd {
                 outcome: StepOutcome::Failed {
                     error: Failure::new(FailureCode::ToolTimeout, "too slow"),
@@ -995,6 +992,8 @@ mod tests {
             };
             run.emit(Some("solve"), solve, Some(SpanId::RUN), failed);
             let [step] = <[Decoded; 1]>::try_from(spans(&queue)).expect("one span");
+            let run_span = run.traceparent(SpanId::RUN).expect("traced").span_id;
+            assert_eq!(step.parent_span_id, run_span.to_be_bytes(), "under its run");
             steps.push(step);
         }
         let [recorded, encoded] = <[Decoded; 2]>::try_from(steps).expect("two");
@@ -1006,7 +1005,6 @@ mod tests {
                 span.flags, 0x101,
                 "sampled; its parent, the run, is not remote"
             );
-            assert_eq!(span.parent_span_id.len(), 8);
             assert_eq!(
                 attribute(span, "gen_ai.agent.name"),
                 Some(Any::StringValue("solve".into()))

@@ -64,6 +64,26 @@ impl StepShape {
             constant,
         }
     }
+
+    /// The span of `attempt` of this step, from `started` to `ended`.
+    pub fn span(&self, attempt: &Attempt, started: u64, ended: u64) -> Built<'_> {
+        let mut attributes = Attributes::new(Of::Span);
+        attributes.extend(&self.constant);
+        attributes.int("pagantic.step.attempt", i64::from(attempt.number));
+        attributes.str("pagantic.step.status", attempt.status);
+        attributes.count("pagantic.step.cached_calls", attempt.cached_calls);
+        if self.agent || attempt.agent {
+            attributes.str("gen_ai.agent.name", &self.name);
+        }
+        Built {
+            name: (self.span_name, &self.name),
+            kind: Kind::Internal,
+            started,
+            ended,
+            attributes,
+            error: attempt.error,
+        }
+    }
 }
 
 /// What a step attempt came to, as its span says it.
@@ -93,28 +113,6 @@ impl Attempt {
             cached_calls,
             agent,
             error,
-        }
-    }
-}
-
-impl StepShape {
-    /// The span of `attempt` of this step, from `started` to `ended`.
-    pub fn span(&self, attempt: &Attempt, started: u64, ended: u64) -> Built<'_> {
-        let mut attributes = Attributes::new(Of::Span);
-        attributes.extend(&self.constant);
-        attributes.int("pagantic.step.attempt", i64::from(attempt.number));
-        attributes.str("pagantic.step.status", attempt.status);
-        attributes.count("pagantic.step.cached_calls", attempt.cached_calls);
-        if self.agent || attempt.agent {
-            attributes.str("gen_ai.agent.name", &self.name);
-        }
-        Built {
-            name: (self.span_name, &self.name),
-            kind: Kind::Internal,
-            started,
-            ended,
-            attributes,
-            error: attempt.error,
         }
     }
 }
