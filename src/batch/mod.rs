@@ -27,8 +27,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::core::{Cost, Failure, FailureCode, TokenUsage};
+use crate::inference::Pacing;
 use crate::orchestrate::{
     CacheTally, FanOut, Job, Pipeline, Rendered, RunRecord, RunRequest, RunStatus, Runner, Session,
+    StepStatus,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -633,35 +635,59 @@ pub async fn preview(
 /// One output line: the row, its status, output or error, usage, cost, what it waited for rate
 /// limits (when it did), its trace (when traces are exported) and timings per step.
 fn line_for(row: &Row, record: &RunRecord) -> String {
-    let status = status_name(record.status);
-    let mut line = Map::new();
-    line.insert("row".into(), json!(row.id));
-    line.insert("index".into(), json!(row.index));
-    line.insert("input".into(), Value::Object(row.data.clone()));
-    line.insert("run_id".into(), json!(record.run_id));
-    line.insert("status".into(), json!(status));
-    line.insert(
-        "output".into(),
-        record.output.clone().unwrap_or(Value::Null),
-    );
-    if let Some(error) = &record.error {
-        line.insert("error".into(), json!(error));
+    let line = Line {
+        row: &row.id,
+        index: row.index,
+        input: &row.data,
+        run_id: &record.run_id,
+        status: status_name(record.status),
+        output: record.output.as_ref(),
+        error: record.error.as_ref(),
         // A resume runs the row again when its failure may pass.
-        line.insert("transient".into(), json!(error.transient()));
-    }
-    line.insert("usage".into(), json!(record.usage));
-    line.insert("cost".into(), json!(record.cost));
-    line.insert("duration_ms".into(), json!(record.duration_ms));
-    if !record.rate_limit.is_none() {
-        line.insert("rate_limit".into(), json!(record.rate_limit));
-    }
-    if let Some(trace_id) = &record.trace_id {
-        line.insert("trace_id".into(), json!(trace_id));
-    }
-    line.insert("steps".into(), steps_of(record));
-    // Written out from a JSON value: serde_json's own writer for it is optimised even where
-    // this crate is not (dev builds), so this is cheaper than serialising a struct directly.
-    Value::Object(line).to_string()
+        transient: record.error.as_ref().map(Failure::transient),
+        usage: &record.usage,
+        cost: record.cost,
+        duration_ms: record.duration_ms,
+        rate_limit: (!record.rate_limit.is_none()).then_some(&record.rate_limit),
+        trace_id: record.trace_id.as_deref(),
+        steps: steps_of(record),
+    };
+    // Written straight from the row and the record, which it borrows: nothing is copied into
+    // a JSON value first.
+    serde_json::to_string(&line).unwrap_or_default()
+}
+
+/// An output line as it is written, in this order.
+#[derive(Serialize)]
+struct Line<'a> {
+    row: &'a str,
+    index: usize,
+    input: &'a Map<String, Value>,
+    run_id: &'a str,
+    status: &'static str,
+    output: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Failure>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transient: Option<bool>,
+    usage: &'a TokenUsage,
+    cost: Option<Cost>,
+    duration_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<&'a Pacing>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<&'a str>,
+    steps: Vec<StepLine<'a>>,
+}
+
+/// A step as output lines give it: name, status, duration, usage and cost.
+#[derive(Serialize)]
+struct StepLine<'a> {
+    name: &'a str,
+    status: StepStatus,
+    duration_ms: f64,
+    usage: &'a TokenUsage,
+    cost: Option<Cost>,
 }
 
 /// A run's status as output lines give it.
@@ -673,12 +699,17 @@ fn status_name(status: RunStatus) -> &'static str {
     }
 }
 
-/// A run's steps as output lines give them: name, status, duration, usage and cost.
-fn steps_of(record: &RunRecord) -> Value {
-    record
-        .steps
-        .iter()
-        .map(|s| json!({ "name": s.name, "status": s.status, "duration_ms": s.duration_ms, "usage": s.usage, "cost": s.cost }))
+/// A run's steps as output lines give them.
+fn steps_of(record: &RunRecord) -> Vec<StepLine<'_>> {
+    let steps = record.steps.iter();
+    steps
+        .map(|step| StepLine {
+            name: &step.name,
+            status: step.status,
+            duration_ms: step.duration_ms,
+            usage: &step.usage,
+            cost: step.cost,
+        })
         .collect()
 }
 

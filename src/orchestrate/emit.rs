@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::events::{Event, EventData, SpanId, Watch, new_run_id};
-use super::otel::{Origin, RunInfo, RunTrace, TraceParent, TracedRun, Tracer};
+use super::otel::{Origin, PlanShape, RunInfo, RunTrace, TraceParent, TracedRun, Tracer};
 use super::record::Lifecycle;
 use super::sinks::Sinks;
 use crate::core::Timestamp;
@@ -150,21 +150,17 @@ impl Events {
         self.inner.traced.as_ref().map(|traced| &traced.trace)
     }
 
-    /// Says what this run runs, for its trace: plan `plan` with `steps` (names and types), and
-    /// the root span's `attributes` (asked for only when the run is traced).
-    pub fn describe<'a, I>(
+    /// Says what this run runs, for its trace: its plan's shape, and the root span's
+    /// `attributes` (both asked for only when the run is traced).
+    pub fn describe(
         &self,
-        plan: &str,
-        steps: I,
+        plan: impl FnOnce() -> &'static PlanShape,
         attributes: impl FnOnce() -> Vec<(&'static str, String)>,
-    ) where
-        I: IntoIterator<Item = (&'a str, &'static str)>,
-        I::IntoIter: Clone,
-    {
-        if let Some((tracer, run)) = self.tracing()
+    ) {
+        if let Some((_, run)) = self.tracing()
             && run.trace.sampled
         {
-            let plan = tracer.plan_shape(plan, steps);
+            let plan = plan();
             let attributes = attributes();
             run.describe(RunInfo { plan, attributes });
         }

@@ -182,6 +182,7 @@ mod tests {
             inputs: Default::default(),
             step_timeout: None,
             max_cost: None,
+            trace_shape: Default::default(),
         })
     }
 

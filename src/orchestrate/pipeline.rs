@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
@@ -43,6 +43,8 @@ pub struct Pipeline {
     pub step_timeout: Option<Duration>,
     /// Most a run's model calls may cost: the policy's `max_cost`.
     pub max_cost: Option<Cost>,
+    /// The plan as its runs' spans show it, looked up by the first traced run.
+    pub trace_shape: OnceLock<&'static otel::PlanShape>,
 }
 
 impl Pipeline {

@@ -32,7 +32,7 @@ use super::emit::Events;
 use super::events::{Observer, Watch};
 use super::executor::{RunHandle, RunOptions, execute, render_step};
 use super::ledger::RunLedger;
-use super::otel::{TraceParent, TraceSettings, Tracing};
+use super::otel::{self, TraceParent, TraceSettings, Tracing};
 use super::pipeline::{NestedRun, NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus};
 use super::sinks::{JsonLinesFile, Observing, Sinks};
@@ -479,11 +479,16 @@ fn describe(
     pipeline: &Pipeline,
     attributes: impl FnOnce() -> Vec<(&'static str, String)>,
 ) {
-    let steps = pipeline
-        .steps
-        .iter()
-        .map(|step| (step.name.as_str(), step.kind));
-    events.describe(&pipeline.name, steps, attributes);
+    let plan = || {
+        *pipeline.trace_shape.get_or_init(|| {
+            let steps = pipeline.steps.iter();
+            otel::plan_shape(
+                &pipeline.name,
+                steps.map(|step| (step.name.as_str(), step.kind)),
+            )
+        })
+    };
+    events.describe(plan, attributes);
 }
 
 impl Drop for Session {

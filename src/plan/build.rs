@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -141,6 +141,7 @@ impl Plan {
                 .max_cost
                 .as_ref()
                 .map(|l| Cost::from_amount(l.value)),
+            trace_shape: OnceLock::new(),
         })
     }
 

@@ -367,7 +367,7 @@ fn group_line(
     line.insert("fold_levels".into(), json!(open.fold.levels()));
     if let Some(record) = record {
         line.insert("duration_ms".into(), json!(record.duration_ms));
-        line.insert("steps".into(), steps_of(record));
+        line.insert("steps".into(), json!(steps_of(record)));
     }
     Value::Object(line).to_string()
 }

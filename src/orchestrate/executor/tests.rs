@@ -145,6 +145,7 @@ fn pipeline(specs: Vec<Spec>, log: &Log) -> Pipeline {
         inputs: IndexMap::new(),
         step_timeout: None,
         max_cost: None,
+        trace_shape: Default::default(),
     }
 }
 
@@ -193,6 +194,7 @@ async fn a_chain_passes_each_output_on_as_input() {
         inputs: IndexMap::new(),
         step_timeout: None,
         max_cost: None,
+        trace_shape: Default::default(),
     };
     let record = execute(
         &pipeline,

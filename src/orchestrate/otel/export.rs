@@ -157,11 +157,17 @@ impl Framed {
         }
     }
 
-    /// Appends every span of `other`.
-    fn append(&mut self, other: &Framed) {
-        let base = self.bytes.len();
-        self.bytes.extend_from_slice(&other.bytes);
-        self.ends.extend(other.ends.iter().map(|end| base + end));
+    /// Takes every span of `other`, leaving it empty: its buffers when this holds none (most
+    /// takes, the last batch sent whole), else a copy after its own.
+    fn take_from(&mut self, other: &mut Framed) {
+        if self.is_empty() {
+            std::mem::swap(self, other);
+        } else {
+            let base = self.bytes.len();
+            self.bytes.extend_from_slice(&other.bytes);
+            self.ends.extend(other.ends.iter().map(|end| base + end));
+        }
+        other.clear();
     }
 
     fn clear(&mut self) {
@@ -281,8 +287,8 @@ impl Queue {
 
     /// Adds what is queued to what `into` holds, and says in it whether the queue has closed.
     /// A shard's spans are taken by swapping its buffers for `into`'s empty spares, so a thread
-    /// pushing spans waits for no copy; they are copied, and step attempts' spans encoded, after
-    /// the shard's lock is let go.
+    /// pushing spans waits for no copy; they are moved to `into` (copied only behind spans still
+    /// waiting there), and step attempts' spans encoded, after the shard's lock is let go.
     pub fn take_into(&self, into: &mut Pending) {
         // Read first: a span pushed as the queue closes, after the shards are taken, stays
         // queued, so it counts as dropped.
@@ -294,8 +300,7 @@ impl Queue {
                 _ => continue,
             }
             taken += into.spare.len() as u64;
-            into.spans.append(&into.spare.spans);
-            into.spare.spans.clear();
+            into.spans.take_from(&mut into.spare.spans);
             for step in into.spare.steps.drain(..) {
                 let span = step.encode();
                 into.spans.add(&span);

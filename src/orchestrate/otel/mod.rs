@@ -39,7 +39,7 @@ use opentelemetry_sdk::Resource;
 pub use content::{captured, finish_reason};
 pub use context::{RunTrace, TraceParent};
 pub use export::Counts;
-pub use sink::{Origin, RunInfo, TracedRun, Tracer};
+pub use sink::{Origin, PlanShape, RunInfo, TracedRun, Tracer, plan_shape};
 
 use crate::inference::Notice;
 

@@ -13,7 +13,6 @@
 //! nothing is looked up by run id. It counts nothing of its own: tokens, costs and statuses are
 //! the events' (the ledger's) numbers.
 
-use std::cell::Cell;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
 
@@ -68,6 +67,26 @@ impl Default for RunInfo {
 /// process, so a step's span can be left to the export thread naming its step by reference. A
 /// process traces few plans: a batch's one, the ones a server serves, a watched file's versions.
 static SHAPES: Mutex<Vec<&'static PlanShape>> = Mutex::new(Vec::new());
+
+/// The shape of plan `name` with `steps` (names and types), built the first time the process
+/// sees it. A pipeline keeps what this gives it, so the runs of one plan (a batch's rows) ask
+/// once.
+pub fn plan_shape<'a, I>(name: &str, steps: I) -> &'static PlanShape
+where
+    I: IntoIterator<Item = (&'a str, &'static str)>,
+    I::IntoIter: Clone,
+{
+    let steps = steps.into_iter();
+    let mut shapes = SHAPES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(shape) = shapes.iter().find(|shape| shape.is(name, steps.clone())) {
+        return shape;
+    }
+    let shape: &'static PlanShape = Box::leak(Box::new(PlanShape::new(name, steps)));
+    shapes.push(shape);
+    shape
+}
 
 /// A plan as its runs' spans show it: its name and steps, and the attributes its root span and
 /// each step's spans always carry, encoded once. Shared by the runs of one plan (a batch's
@@ -172,43 +191,6 @@ impl Tracer {
                 ("gen_ai.tool.type", "function"),
             ]),
         }
-    }
-
-    /// The shape of plan `name` with `steps` (names and types), built the first time the
-    /// process sees it. Each thread keeps the last one it asked for, so the rows of a batch
-    /// take no lock for it.
-    pub fn plan_shape<'a, I>(&self, name: &str, steps: I) -> &'static PlanShape
-    where
-        I: IntoIterator<Item = (&'a str, &'static str)>,
-        I::IntoIter: Clone,
-    {
-        thread_local! {
-            static LAST_PLAN: Cell<Option<&'static PlanShape>> = const { Cell::new(None) };
-        }
-        let steps = steps.into_iter();
-        if let Some(shape) = LAST_PLAN
-            .get()
-            .filter(|shape| shape.is(name, steps.clone()))
-        {
-            return shape;
-        }
-        let mut shapes = SHAPES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let shape = match shapes
-            .iter()
-            .copied()
-            .find(|shape| shape.is(name, steps.clone()))
-        {
-            Some(shape) => shape,
-            None => {
-                let shape: &'static PlanShape = Box::leak(Box::new(PlanShape::new(name, steps)));
-                shapes.push(shape);
-                shape
-            }
-        };
-        LAST_PLAN.set(Some(shape));
-        shape
     }
 
     /// The trace of a run that starts now; a sampled run's spans are kept from here on.
@@ -836,7 +818,10 @@ mod tests {
     #[test]
     fn a_run_s_spans_hang_from_their_parents_and_a_sub_plan_from_its_step() {
         let (session, queue) = traced(Sampler::AlwaysOn);
-        session.describe("main", [("solve", "agent"), ("route", "route")], row_7);
+        session.describe(
+            || plan_shape("main", [("solve", "agent"), ("route", "route")]),
+            row_7,
+        );
         let solve = session.new_span();
         session.emit(
             Some("solve"),
@@ -877,7 +862,7 @@ mod tests {
             EventData::StepStart { attempt: 1 },
         );
         let nested = session.nested_run(route);
-        nested.describe("sub", [("inner", "infer")], Vec::new);
+        nested.describe(|| plan_shape("sub", [("inner", "infer")]), Vec::new);
         nested.lifecycle(Lifecycle::Execute);
         let inner = nested.new_span();
         nested.emit(
@@ -942,25 +927,23 @@ mod tests {
 
     #[test]
     fn the_runs_of_one_plan_share_its_shape_and_another_plan_gets_its_own() {
-        let queue = Arc::new(Queue::new(&export::Limits::default()));
-        let tracer = Tracer::new(queue, Box::new(Sampler::AlwaysOn), None, "t".into(), false);
         let steps = [("a", "infer"), ("b", "tool")];
-        let first = tracer.plan_shape("main", steps);
-        assert!(std::ptr::eq(first, tracer.plan_shape("main", steps)));
+        let first = plan_shape("main", steps);
+        assert!(std::ptr::eq(first, plan_shape("main", steps)));
         for (name, others) in [
             ("main", vec![("a", "infer")]),
             ("main", vec![("a", "infer"), ("b", "tool"), ("c", "tool")]),
             ("main", vec![("a", "infer"), ("b", "agent")]),
             ("other", vec![("a", "infer"), ("b", "tool")]),
         ] {
-            let shape = tracer.plan_shape(name, others.clone());
+            let shape = plan_shape(name, others.clone());
             assert!(!std::ptr::eq(first, shape), "{name} {others:?}");
             assert!(shape.is(name, others.into_iter()));
         }
         // Asked for again after other plans, and from another thread: built once for the process.
-        assert!(std::ptr::eq(first, tracer.plan_shape("main", steps)));
+        assert!(std::ptr::eq(first, plan_shape("main", steps)));
         std::thread::scope(|threads| {
-            let elsewhere = threads.spawn(|| tracer.plan_shape("main", steps));
+            let elsewhere = threads.spawn(move || plan_shape("main", steps));
             let elsewhere = elsewhere.join().expect("the other thread");
             assert!(std::ptr::eq(first, elsewhere));
         });
@@ -979,7 +962,7 @@ mod tests {
         ];
         let mut steps = Vec::new();
         for run in &runs {
-            run.describe("main", [("solve", "agent")], row_7);
+            run.describe(|| plan_shape("main", [("solve", "agent")]), row_7);
             let solve = run.new_span();
             let start = EventData::StepStart { attempt: 2 };
             run.emit(Some("solve"), solve, Some(SpanId::RUN), start);
@@ -1027,7 +1010,7 @@ mod tests {
     #[test]
     fn an_unsampled_trace_exports_nothing_but_keeps_its_id() {
         let (session, queue) = traced(Sampler::AlwaysOff);
-        session.describe("main", [], Vec::new);
+        session.describe(|| plan_shape("main", []), Vec::new);
         session.lifecycle(Lifecycle::Execute);
         session.lifecycle(Lifecycle::Complete);
         assert!(spans(&queue).is_empty());

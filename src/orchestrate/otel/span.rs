@@ -26,6 +26,9 @@ pub struct StepShape {
     agent: bool,
     /// What every span of it carries: its name and type, its span kind and operation.
     constant: Attributes,
+    /// What the span of its usual attempt carries, encoded once: the first, ended ok, with no
+    /// call the cache answered and no agent rounds unless it is an agent.
+    usual: Attributes,
 }
 
 /// A span under construction, its name's parts borrowed from the event, run or plan it comes
@@ -56,24 +59,55 @@ impl StepShape {
         if let Some(operation) = operation {
             constant.str("gen_ai.operation.name", operation);
         }
-        StepShape {
+        let mut shape = StepShape {
             name: name.to_string(),
             kind,
             span_name,
             agent: kind == "agent",
             constant,
-        }
+            usual: Attributes::default(),
+        };
+        let mut usual = shape.constant.clone();
+        shape.add_attempt(&mut usual, &Attempt::USUAL);
+        shape.usual = usual;
+        shape
     }
 
-    /// The span of `attempt` of this step, from `started` to `ended`.
-    pub fn span(&self, attempt: &Attempt, started: u64, ended: u64) -> Built<'_> {
-        let mut attributes = Attributes::new(Of::Span);
-        attributes.extend(&self.constant);
+    /// Adds what `attempt` came to.
+    fn add_attempt(&self, attributes: &mut Attributes, attempt: &Attempt) {
         attributes.int("pagantic.step.attempt", i64::from(attempt.number));
         attributes.str("pagantic.step.status", attempt.status);
         attributes.count("pagantic.step.cached_calls", attempt.cached_calls);
         if self.agent || attempt.agent {
             attributes.str("gen_ai.agent.name", &self.name);
+        }
+    }
+
+    /// Whether `attempt` is its usual one, whose attributes are encoded once.
+    fn is_usual(&self, attempt: &Attempt) -> bool {
+        let Attempt {
+            number,
+            status,
+            cached_calls,
+            agent,
+            error,
+        } = *attempt;
+        let usual = Attempt::USUAL;
+        number == usual.number
+            && status == usual.status
+            && cached_calls == usual.cached_calls
+            && error.is_none()
+            && (self.agent || agent == usual.agent)
+    }
+
+    /// The span of `attempt` of this step, from `started` to `ended`.
+    pub fn span(&self, attempt: &Attempt, started: u64, ended: u64) -> Built<'_> {
+        let mut attributes = Attributes::new(Of::Span);
+        if self.is_usual(attempt) {
+            attributes.extend(&self.usual);
+        } else {
+            attributes.extend(&self.constant);
+            self.add_attempt(&mut attributes, attempt);
         }
         Built {
             name: (self.span_name, &self.name),
@@ -99,6 +133,15 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// A step's usual attempt: the first, ended ok, with no call the cache answered, no rounds.
+    const USUAL: Attempt = Attempt {
+        number: 1,
+        status: "ok",
+        cached_calls: 0,
+        agent: false,
+        error: None,
+    };
+
     /// Attempt `number`, ended with `outcome`; its calls the cache answered, and whether it
     /// ran agent rounds.
     pub fn of(outcome: &StepOutcome, number: u32, cached_calls: u64, agent: bool) -> Attempt {
@@ -222,4 +265,51 @@ pub fn span_flags(trace_flags: u32, parent_is_remote: bool) -> u32 {
     const HAS_IS_REMOTE: u32 = 0x100;
     const IS_REMOTE: u32 = 0x200;
     trace_flags | HAS_IS_REMOTE | if parent_is_remote { IS_REMOTE } else { 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step's usual attempt takes its attributes encoded once; they must be the ones the
+    /// attempt would have written out in full, for an agent (named either way) and a step that
+    /// is not one.
+    #[test]
+    fn a_usual_attempt_s_span_is_the_one_written_out_in_full() {
+        let ids = Ids {
+            trace: [7; 16],
+            span: [2; 8],
+            parent: Some([1; 8]),
+            parent_is_remote: false,
+        };
+        for kind in ["infer", "agent"] {
+            let step = StepShape::new("ask", kind);
+            for ran_rounds in [false, true] {
+                let attempt = Attempt {
+                    agent: ran_rounds,
+                    ..Attempt::USUAL
+                };
+                let mut full = step.constant.clone();
+                step.add_attempt(&mut full, &attempt);
+                let written = Built {
+                    name: (step.span_name, "ask"),
+                    kind: Kind::Internal,
+                    started: 1,
+                    ended: 2,
+                    attributes: full,
+                    error: None,
+                };
+                let usual = step.span(&attempt, 1, 2);
+                assert_eq!(
+                    encode(ids, "", usual, &[], &[]),
+                    encode(ids, "", written, &[], &[]),
+                    "{kind}, rounds: {ran_rounds}"
+                );
+            }
+        }
+        assert!(!StepShape::new("ask", "infer").is_usual(&Attempt {
+            agent: true,
+            ..Attempt::USUAL
+        }));
+    }
 }
