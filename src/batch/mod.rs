@@ -538,7 +538,8 @@ impl FanOut for RowRuns<'_> {
         }
         self.tally.add(&record);
         self.stop |= record.status != RunStatus::Complete && self.options.fail_fast;
-        self.write(sequence, line_for(&row, &record))
+        let line = line_for(&row, &record)?;
+        self.write(sequence, line)
     }
 }
 
@@ -634,7 +635,7 @@ pub async fn preview(
 
 /// One output line: the row, its status, output or error, usage, cost, what it waited for rate
 /// limits (when it did), its trace (when traces are exported) and timings per step.
-fn line_for(row: &Row, record: &RunRecord) -> String {
+fn line_for(row: &Row, record: &RunRecord) -> Result<String, Failure> {
     let line = Line {
         row: &row.id,
         index: row.index,
@@ -653,8 +654,17 @@ fn line_for(row: &Row, record: &RunRecord) -> String {
         steps: steps_of(record),
     };
     // Written straight from the row and the record, which it borrows: nothing is copied into
-    // a JSON value first.
-    serde_json::to_string(&line).unwrap_or_default()
+    // a JSON value first. Strings, numbers and JSON values always serialise; were one not to,
+    // the batch stops with the row named rather than write a line that is not one.
+    serde_json::to_string(&line).map_err(|error| {
+        Failure::new(
+            FailureCode::ConfigFileError,
+            format!(
+                "could not write the output line of row `{}`: {error}",
+                row.id
+            ),
+        )
+    })
 }
 
 /// An output line as it is written, in this order.
@@ -748,6 +758,91 @@ mod tests {
         progress.ok = 0;
         progress.failed = 0;
         assert_eq!(progress.eta(), None);
+    }
+
+    /// An output line's keys, in the order users read and diff them: a failed row's error and
+    /// whether it may pass, its rate-limit wait and its trace only when it has them.
+    #[test]
+    fn an_output_line_names_the_row_then_the_run_in_a_fixed_order() {
+        let mut step = crate::orchestrate::StepRecord::not_run("ask", "infer");
+        step.status = StepStatus::Failed;
+        step.duration_ms = 1.5;
+        let failure = Failure::new(FailureCode::InferenceTimeout, "too slow");
+        let mut record = RunRecord {
+            run_id: "run-1".into(),
+            request_id: None,
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            plan: "p".into(),
+            status: RunStatus::Error,
+            output: None,
+            steps: vec![step],
+            usage: TokenUsage::default(),
+            cost: None,
+            model_calls: 1,
+            cache: CacheTally::default(),
+            rate_limit: Pacing {
+                waited: Duration::from_millis(250),
+                rate_limited: 2,
+            },
+            duration_ms: 2.5,
+            started_at: crate::core::Timestamp::now(),
+            ended_at: crate::core::Timestamp::now(),
+            error: Some(failure),
+        };
+        let mut data = Map::new();
+        data.insert("text".into(), json!("hi"));
+        let row = Row {
+            index: 3,
+            id: "r3".into(),
+            data,
+        };
+        let line = line_for(&row, &record).expect("a line");
+        let keys: Vec<String> = serde_json::from_str::<Map<String, Value>>(&line)
+            .expect("JSON")
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "row",
+                "index",
+                "input",
+                "run_id",
+                "status",
+                "output",
+                "error",
+                "transient",
+                "usage",
+                "cost",
+                "duration_ms",
+                "rate_limit",
+                "trace_id",
+                "steps"
+            ],
+            "{line}"
+        );
+        let parsed: Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(parsed["error"]["code"], "INFERENCE_TIMEOUT", "{line}");
+        assert_eq!(parsed["transient"], true, "{line}");
+        assert_eq!(
+            parsed["rate_limit"],
+            json!({ "waited_ms": 250, "refused": 2 })
+        );
+        assert_eq!(parsed["output"], Value::Null);
+        assert_eq!(
+            parsed["steps"],
+            json!([{ "name": "ask", "status": "failed", "duration_ms": 1.5,
+                     "usage": { "prompt_tokens": 0, "completion_tokens": 0 }, "cost": null }])
+        );
+        record.error = None;
+        record.trace_id = None;
+        record.rate_limit = Pacing::default();
+        let line = line_for(&row, &record).expect("a line");
+        let parsed: Map<String, Value> = serde_json::from_str(&line).expect("JSON");
+        for absent in ["error", "transient", "rate_limit", "trace_id"] {
+            assert!(!parsed.contains_key(absent), "{line}");
+        }
     }
 
     #[test]
