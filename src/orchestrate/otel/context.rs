@@ -83,6 +83,9 @@ pub struct RunTrace {
     pub trace_id: TraceId,
     pub sampled: bool,
     pub state: TraceState,
+    /// `state` as its W3C `tracestate` header (empty for none), written once for all the run's
+    /// spans.
+    pub state_header: String,
     /// Drawn at random for the run: what its spans' ids are mixed from.
     run: u64,
 }
@@ -94,6 +97,7 @@ impl RunTrace {
         RunTrace {
             trace_id,
             sampled,
+            state_header: state.header(),
             state,
             run: u64::from_be_bytes(seed.to_bytes()),
         }

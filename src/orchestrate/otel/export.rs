@@ -8,11 +8,12 @@
 //! closes, or when the schedule delay has passed, so a batch job making 200,000 spans a second
 //! costs a few hundred wake-ups, not one a span. The thread runs at a lower priority than the
 //! runs (nice +10 on Linux), so on a machine whose cores are busy it sends in the time they
-//! leave. Nor do pushing threads wait for each other: the queue is sharded, a shard to a thread;
-//! nor for the task, which swaps a shard's buffer for an empty one and copies the spans out
-//! after letting the shard go. Closing waits a bounded time for the queue to drain; every span
-//! not confirmed by the collector — refused, timed out, unreachable, still queued when time ran
-//! out — counts as dropped.
+//! leave. Nor do pushing threads wait for each other: the queue is sharded, a shard to a thread,
+//! and a shard claims room under the queue's bound a few dozen spans at a time, so the threads
+//! seldom write the one count they share; nor for the task, which swaps a shard's buffers for
+//! empty ones and encodes the step attempts' spans after letting the shard go. Closing waits a
+//! bounded time for the queue to drain; every span not confirmed by the collector — refused,
+//! timed out, unreachable, still queued when time ran out — counts as dropped.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,11 +54,15 @@ impl Default for Limits {
 }
 
 /// How many spans went where. Every span offered is queued, taken or refused; a pushing
-/// thread touches only `queued` (and `refused`, seldom).
+/// thread writes the count all threads share (`queued`) once every few spans, not at each.
 #[derive(Debug, Default)]
 pub struct Counts {
-    /// Spans in the queue now (being added, or waiting for the task).
+    /// Room claimed in the queue: its spans, and what each shard has claimed ahead for its next
+    /// few (`room`). A shard claims [`Queue::claim`] spans of room at a time, so the threads
+    /// pushing spans pass this count's cache line between cores once in that many spans.
     queued: AtomicU64,
+    /// Each shard's room claimed and not yet filled.
+    room: [Room; SHARDS],
     /// Spans the task took from the queue to send.
     taken: AtomicU64,
     /// Spans a full or closed queue refused.
@@ -66,14 +71,20 @@ pub struct Counts {
     exported: AtomicU64,
 }
 
+/// A shard's room claimed ahead, on cache lines of its own: written by the thread that holds
+/// the shard, read only when counting what was dropped.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Room(AtomicU64);
+
 impl Counts {
     /// Spans offered and never confirmed by the collector.
     pub fn dropped(&self) -> u64 {
-        let offered = [&self.queued, &self.taken, &self.refused]
-            .map(|count| count.load(Ordering::Relaxed))
-            .iter()
-            .sum::<u64>();
-        offered.saturating_sub(self.exported.load(Ordering::Relaxed))
+        let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
+        let unfilled: u64 = self.room.iter().map(|room| load(&room.0)).sum();
+        let offered =
+            load(&self.queued).saturating_sub(unfilled) + load(&self.taken) + load(&self.refused);
+        offered.saturating_sub(load(&self.exported))
     }
 }
 
@@ -120,6 +131,10 @@ pub struct Queue {
     counts: Arc<Counts>,
     max_queue: usize,
     max_batch: usize,
+    /// How much room a shard claims at a time: an eighth of a batch at most, so the task is
+    /// woken with nearly a batch's worth queued; one span for a small queue, whose bound then
+    /// holds exactly (claimed room no other shard can use is at most `SHARDS` times this).
+    claim: u64,
 }
 
 /// Encoded spans one after the other, each framed as a `spans` field of a request's
@@ -134,6 +149,12 @@ impl Framed {
     /// Adds `span` (an encoded OTLP span).
     pub fn add(&mut self, span: &[u8]) {
         wire::frame(&mut self.bytes, span);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Adds the span of `step`, encoded in place.
+    fn add_step(&mut self, step: &StepRecord) {
+        step.frame(&mut self.bytes);
         self.ends.push(self.bytes.len());
     }
 
@@ -240,6 +261,9 @@ impl Queue {
             counts: Arc::default(),
             max_queue: limits.max_queue,
             max_batch: limits.max_batch.max(1),
+            claim: (limits.max_queue / (SHARDS * 64))
+                .min(limits.max_batch / 8)
+                .clamp(1, 64) as u64,
         }
     }
 
@@ -256,27 +280,47 @@ impl Queue {
     }
 
     /// Queues one span, which `add` puts into this thread's shard, when the queue is open and
-    /// has room; else counts it refused.
+    /// has room; else counts it refused. The shard fills room it claimed before, and claims
+    /// [`Queue::claim`] spans more (as much as is left) when it has none.
     fn queue(&self, add: impl FnOnce(&mut Queued)) {
         let counts = &self.counts;
-        if self.closed.load(Ordering::Acquire) {
+        let at = SHARD.with(|shard| *shard);
+        let mut queued = match self.shards[at].0.lock() {
+            Ok(queued) if !self.closed.load(Ordering::Acquire) => queued,
+            // A poisoned shard takes no more spans.
+            _ => {
+                counts.refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let room = &counts.room[at].0;
+        let left = match room.load(Ordering::Relaxed) {
+            0 => self.claim_room(),
+            left => left,
+        };
+        if left == 0 {
             counts.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let before = counts.queued.fetch_add(1, Ordering::Relaxed);
-        if before >= self.max_queue as u64 {
-            counts.queued.fetch_sub(1, Ordering::Relaxed);
-            counts.refused.fetch_add(1, Ordering::Relaxed);
-            return;
+        add(&mut queued);
+        room.store(left - 1, Ordering::Relaxed);
+    }
+
+    /// Claims room for a shard's next spans: [`Queue::claim`] or what is left of the bound,
+    /// which may be none. Every batch's worth claimed wakes the task.
+    fn claim_room(&self) -> u64 {
+        let queued = &self.counts.queued;
+        let max_queue = self.max_queue as u64;
+        let before = queued.fetch_add(self.claim, Ordering::Relaxed);
+        let claimed = self.claim.min(max_queue.saturating_sub(before));
+        if claimed < self.claim {
+            queued.fetch_sub(self.claim - claimed, Ordering::Relaxed);
         }
-        let shard = &self.shards[SHARD.with(|shard| *shard)];
-        // A poisoned shard loses the span, which stays counted as queued: so as dropped.
-        if let Ok(mut queued) = shard.0.lock() {
-            add(&mut queued);
-        }
-        if (before + 1).is_multiple_of(self.max_batch as u64) {
+        let batch = self.max_batch as u64;
+        if (before + claimed) / batch > before / batch {
             self.ready.notify_one();
         }
+        claimed
     }
 
     /// Stops taking spans: the export task sends what is queued, then ends.
@@ -290,8 +334,8 @@ impl Queue {
     /// pushing spans waits for no copy; they are moved to `into` (copied only behind spans still
     /// waiting there), and step attempts' spans encoded, after the shard's lock is let go.
     pub fn take_into(&self, into: &mut Pending) {
-        // Read first: a span pushed as the queue closes, after the shards are taken, stays
-        // queued, so it counts as dropped.
+        // Read before the shards are taken: a pushing thread reads it holding its shard, so a
+        // span it adds before the queue closes is in its shard when the last take comes.
         into.closed = self.closed.load(Ordering::Acquire);
         let mut taken = 0;
         for shard in &self.shards {
@@ -302,9 +346,7 @@ impl Queue {
             taken += into.spare.len() as u64;
             into.spans.take_from(&mut into.spare.spans);
             for step in into.spare.steps.drain(..) {
-                let span = step.encode();
-                into.spans.add(&span);
-                wire::spare(span);
+                into.spans.add_step(&step);
             }
         }
         self.counts.queued.fetch_sub(taken, Ordering::Relaxed);
@@ -614,6 +656,39 @@ mod tests {
             "none sent: 300 taken, 100 refused"
         );
         assert_eq!(queue.take().spans.len(), 0);
+    }
+
+    #[test]
+    fn a_shard_claims_room_ahead_and_the_bound_and_the_counts_still_hold() {
+        let limits = Limits {
+            max_queue: 8192,
+            ..Limits::default()
+        };
+        let queue = Queue::new(&limits);
+        assert_eq!(
+            queue.claim, 16,
+            "a 64th of the queue a shard, at most an eighth of a batch"
+        );
+        for n in 0..10 {
+            queue.push(&span(&format!("s{n}")));
+        }
+        assert_eq!(queue.counts.queued.load(Ordering::Relaxed), 16, "one claim");
+        assert_eq!(
+            queue.counts.dropped(),
+            10,
+            "room claimed and not filled is no span"
+        );
+        assert_eq!(names(&queue.take()).len(), 10);
+        // The 10 taken leave the queue; 8,200 more fill it to its bound.
+        for n in 10..8210 {
+            queue.push(&span(&format!("s{n}")));
+        }
+        assert_eq!(
+            queue.take().spans.len(),
+            8192,
+            "the bound holds: the last 8 are refused"
+        );
+        assert_eq!(queue.counts.dropped(), 8210, "none sent");
     }
 
     /// A queue that wakes its task every 3 spans.

@@ -13,6 +13,7 @@
 //! nothing is looked up by run id. It counts nothing of its own: tokens, costs and statuses are
 //! the events' (the ledger's) numbers.
 
+use std::borrow::Cow;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
 
@@ -23,7 +24,9 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision,
 use super::content::bounded;
 use super::context::{RunTrace, TraceParent};
 use super::export::Queue;
-use super::span::{Attempt, Built, Ids, SHOWN_AS, StepRecord, StepShape, encode, span_flags};
+use super::span::{
+    Asked, Attempt, Built, Ids, SHOWN_AS, StepRecord, StepShape, encode, span_flags,
+};
 use super::wire::{self, Attr, Attributes, Kind, Link, Of, SpanEvent};
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::events::{CallKind, Event, EventData, SpanId, StepOutcome, ToolOutcome};
@@ -390,8 +393,14 @@ impl Tracer {
         }
     }
 
-    /// The span of a model call, from its `inference` event, which ended it at `at`.
-    fn chat_span<'a>(&self, event: &'a Event, at: u64) -> Option<Built<'a>> {
+    /// The span of a model call, from its `inference` event, which ended it at `at`; what it
+    /// asked is encoded once for its step (`step`, when the run's plan has it).
+    fn chat_span<'a>(
+        &self,
+        event: &'a Event,
+        at: u64,
+        step: Option<&StepShape>,
+    ) -> Option<Built<'a>> {
         let EventData::Inference {
             model,
             engine,
@@ -411,37 +420,30 @@ impl Tracer {
             return None;
         };
         let mut attributes = Attributes::new(Of::Span);
-        attributes.extend(&self.chat_constant);
-        match *engine {
-            "openai" => attributes.str("gen_ai.provider.name", "openai"),
-            other => attributes.add("gen_ai.provider.name", Attr::Joined("pagantic.", other)),
+        let asked = Asked {
+            engine,
+            model: Cow::Borrowed(model),
+            call: Cow::Borrowed(call),
+            temperature: sent.temperature,
+            max_tokens: sent.max_tokens,
+            constraint: sent.constraint,
+            schema_mode: sent.schema_mode,
+        };
+        match step {
+            Some(step) => step.add_asked(&mut attributes, &self.chat_constant, asked),
+            None => {
+                attributes.extend(&self.chat_constant);
+                asked.add(&mut attributes);
+            }
         }
-        attributes.str("gen_ai.request.model", model);
         attributes.count("gen_ai.usage.input_tokens", usage.prompt_tokens);
         attributes.count("gen_ai.usage.output_tokens", usage.completion_tokens);
-        match call {
-            CallKind::Single => attributes.str("pagantic.call", "call"),
-            CallKind::Agent(name) => attributes.add("pagantic.call", Attr::Joined("agent ", name)),
-            numbered => attributes.add("pagantic.call", Attr::Shown(numbered)),
-        }
         attributes.bool("pagantic.cached", *cached);
-        if let Some(temperature) = sent.temperature {
-            attributes.double("gen_ai.request.temperature", temperature);
-        }
         if let Some(cost) = cost {
             attributes.double("pagantic.cost", cost.amount());
         }
-        if let Some(constraint) = sent.constraint {
-            attributes.str("pagantic.constraint", constraint);
-        }
-        if let Some(mode) = sent.schema_mode {
-            attributes.str("pagantic.schema_mode", mode.name());
-        }
         if *cut_off {
             attributes.bool("pagantic.cut_off", true);
-        }
-        if let Some(max) = sent.max_tokens {
-            attributes.int("gen_ai.request.max_tokens", i64::from(max));
         }
         if let Some(reason) = finish_reason {
             attributes.add("gen_ai.response.finish_reasons", Attr::Strs(&[reason]));
@@ -552,7 +554,7 @@ fn step_span(
     let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
     let ids = (event.span, event.parent_span);
     if let Some(shape) = planned
-        && trace.state.header().is_empty()
+        && trace.state_header.is_empty()
     {
         let ids = Ids::of(trace, ids, None);
         return Ended::Step(StepRecord::new(ids, shape, attempt, started, at));
@@ -580,7 +582,7 @@ fn export(
     links: &[Link],
 ) -> Vec<u8> {
     let ids = Ids::of(trace, ids, root_parent);
-    encode(ids, &trace.state.header(), built, events, links)
+    encode(ids, &trace.state_header, built, events, links)
 }
 
 impl TracedRun {
@@ -683,7 +685,11 @@ impl Tracer {
                 cached,
                 duration_ms,
             } => self.tool_span(event, ending, tool, outcome, *cached, *duration_ms),
-            EventData::Inference { .. } => self.chat_span(event, ending.at)?,
+            EventData::Inference { .. } => {
+                let step = event.step.as_deref().unwrap_or_default();
+                let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
+                self.chat_span(event, ending.at, planned)?
+            }
             _ => return None,
         };
         let ids = (event.span, event.parent_span);

@@ -1,14 +1,19 @@
 //! What a finished span is made of and how it is encoded, whichever thread encodes it: a span
-//! under construction ([`Built`]), its ids, a plan's step as its spans show it, and a step
-//! attempt's span as a record ([`StepRecord`]) that the run's thread leaves in the export queue
-//! for the export thread to encode. The sink builds spans from events; the export queue carries
-//! them; both share this.
+//! under construction ([`Built`]), its ids, a plan's step as its spans show it (with what its
+//! usual attempts' spans and its model calls' requests mostly share, encoded once, since a batch
+//! repeats them on every row), and a step attempt's span as a record ([`StepRecord`]) that the
+//! run's thread leaves in the export queue for the export thread to encode. The sink builds
+//! spans from events; the export queue carries them; both share this.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use opentelemetry::trace::SpanContext;
 
 use super::context::RunTrace;
-use super::wire::{Attributes, Kind, Link, Of, Span, SpanEvent};
-use crate::orchestrate::events::{SpanId, StepOutcome};
+use super::wire::{self, Attr, Attributes, Kind, Link, Of, Shared, Span, SpanEvent};
+use crate::inference::SchemaMode;
+use crate::orchestrate::events::{CallKind, SpanId, StepOutcome};
 
 /// The OpenInference span kind (`LLM`, `TOOL`, `AGENT`, `CHAIN`, `RETRIEVER`), which Arize
 /// Phoenix files spans under, set beside the GenAI attributes.
@@ -29,6 +34,11 @@ pub struct StepShape {
     /// What the span of its usual attempt carries, encoded once: the first, ended ok, with no
     /// call the cache answered and no agent rounds unless it is an agent.
     usual: Attributes,
+    /// All of its usual attempt's span but the ids and times, encoded once.
+    usual_span: Shared,
+    /// What its first model call asked, and the attributes its `chat` span carries for it, from
+    /// the call's operation to its request: the step's later calls mostly ask the same.
+    first_call: OnceLock<(Asked<'static>, Attributes)>,
 }
 
 /// A span under construction, its name's parts borrowed from the event, run or plan it comes
@@ -66,11 +76,38 @@ impl StepShape {
             agent: kind == "agent",
             constant,
             usual: Attributes::default(),
+            usual_span: Shared::default(),
+            first_call: OnceLock::new(),
         };
         let mut usual = shape.constant.clone();
         shape.add_attempt(&mut usual, &Attempt::USUAL);
+        let nowhere = Ids {
+            trace: [0; 16],
+            span: [0; 8],
+            parent: None,
+            parent_is_remote: false,
+        };
+        shape.usual_span = shape.usual_span(nowhere, 0, 0).shared(usual.clone());
         shape.usual = usual;
         shape
+    }
+
+    /// The span of its usual attempt with `ids`, from `started` to `ended`, its attributes aside.
+    fn usual_span(&self, ids: Ids, started: u64, ended: u64) -> Span<'_> {
+        Span {
+            trace_id: ids.trace,
+            span_id: ids.span,
+            parent_span_id: ids.parent,
+            trace_state: "",
+            flags: span_flags(0x01, ids.parent_is_remote),
+            name: (self.span_name, &self.name),
+            kind: Kind::Internal,
+            start: started,
+            end: ended,
+            events: &[],
+            links: &[],
+            error: None,
+        }
     }
 
     /// Adds what `attempt` came to.
@@ -100,6 +137,25 @@ impl StepShape {
             && (self.agent || agent == usual.agent)
     }
 
+    /// Adds to a model call's span `attributes` what every call carries (`constant`) and what
+    /// this one `asked`: as encoded for the step's first call when this one asked the same.
+    pub fn add_asked(&self, attributes: &mut Attributes, constant: &Attributes, asked: Asked<'_>) {
+        match self.first_call.get() {
+            Some((first, encoded)) if *first == asked => attributes.extend(encoded),
+            Some(_) => {
+                attributes.extend(constant);
+                asked.add(attributes);
+            }
+            None => {
+                let mut encoded = constant.clone();
+                asked.add(&mut encoded);
+                attributes.extend(&encoded);
+                // Another thread's first call may have been kept first: either serves.
+                let _ = self.first_call.set((asked.into_owned(), encoded));
+            }
+        }
+    }
+
     /// The span of `attempt` of this step, from `started` to `ended`.
     pub fn span(&self, attempt: &Attempt, started: u64, ended: u64) -> Built<'_> {
         let mut attributes = Attributes::new(Of::Span);
@@ -116,6 +172,60 @@ impl StepShape {
             ended,
             attributes,
             error: attempt.error,
+        }
+    }
+}
+
+/// What a model call asked for, as its `chat` span says it: its engine, model and place in
+/// its step, and the request's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Asked<'a> {
+    pub engine: &'static str,
+    pub model: Cow<'a, str>,
+    pub call: Cow<'a, CallKind>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub constraint: Option<&'static str>,
+    pub schema_mode: Option<SchemaMode>,
+}
+
+impl Asked<'_> {
+    /// Its attributes: the provider (`openai`, or `pagantic.` and a local engine's name), the
+    /// model, the call, and the settings the request carried.
+    pub fn add(&self, attributes: &mut Attributes) {
+        match self.engine {
+            "openai" => attributes.str("gen_ai.provider.name", "openai"),
+            other => attributes.add("gen_ai.provider.name", Attr::Joined("pagantic.", other)),
+        }
+        attributes.str("gen_ai.request.model", &self.model);
+        match &*self.call {
+            CallKind::Single => attributes.str("pagantic.call", "call"),
+            CallKind::Agent(name) => attributes.add("pagantic.call", Attr::Joined("agent ", name)),
+            numbered => attributes.add("pagantic.call", Attr::Shown(numbered)),
+        }
+        if let Some(temperature) = self.temperature {
+            attributes.double("gen_ai.request.temperature", temperature);
+        }
+        if let Some(max) = self.max_tokens {
+            attributes.int("gen_ai.request.max_tokens", i64::from(max));
+        }
+        if let Some(constraint) = self.constraint {
+            attributes.str("pagantic.constraint", constraint);
+        }
+        if let Some(mode) = self.schema_mode {
+            attributes.str("pagantic.schema_mode", mode.name());
+        }
+    }
+
+    fn into_owned(self) -> Asked<'static> {
+        Asked {
+            engine: self.engine,
+            model: Cow::Owned(self.model.into_owned()),
+            call: Cow::Owned(self.call.into_owned()),
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            constraint: self.constraint,
+            schema_mode: self.schema_mode,
         }
     }
 }
@@ -192,10 +302,19 @@ impl StepRecord {
         }
     }
 
-    /// Its OTLP span, encoded.
-    pub fn encode(&self) -> Vec<u8> {
-        let built = self.step.span(&self.attempt, self.started, self.ended);
-        encode(self.ids, "", built, &[], &[])
+    /// Appends its OTLP span to `framed` as [`wire::frame`] does: a usual attempt's (most) from
+    /// what its step's usual spans share, any other encoded in full.
+    pub fn frame(&self, framed: &mut Vec<u8>) {
+        let step = self.step;
+        if step.is_usual(&self.attempt) && !self.ids.parent_is_remote {
+            let span = step.usual_span(self.ids, self.started, self.ended);
+            span.frame_with(framed, &step.usual_span);
+            return;
+        }
+        let built = step.span(&self.attempt, self.started, self.ended);
+        let span = encode(self.ids, "", built, &[], &[]);
+        wire::frame(framed, &span);
+        wire::spare(span);
     }
 }
 
@@ -311,5 +430,84 @@ mod tests {
             agent: true,
             ..Attempt::USUAL
         }));
+    }
+
+    /// A step's model calls that asked what its first asked take the attributes encoded for
+    /// it; one that asked otherwise (another call of a vote, another model) writes its own.
+    #[test]
+    fn a_call_that_asked_what_its_step_s_first_asked_takes_its_attributes_encoded_once() {
+        let step = StepShape::new("ask", "infer");
+        let constant = Attributes::constant(&[("gen_ai.operation.name", "chat")]);
+        let asked = |model: &'static str, call: CallKind| Asked {
+            engine: "local",
+            model: Cow::Borrowed(model),
+            call: Cow::Owned(call),
+            temperature: Some(0.2),
+            max_tokens: Some(64),
+            constraint: Some("json_schema"),
+            schema_mode: None,
+        };
+        let written = |asked: Asked<'_>| {
+            let mut full = constant.clone();
+            asked.add(&mut full);
+            full
+        };
+        let through_step = |asked: Asked<'_>| {
+            let mut attributes = Attributes::default();
+            step.add_asked(&mut attributes, &constant, asked);
+            attributes
+        };
+        let first = asked("qwen", CallKind::Vote(1));
+        for asked in [
+            first.clone(),
+            first.clone(),
+            asked("qwen", CallKind::Vote(2)),
+            asked("llama", CallKind::Vote(1)),
+            Asked {
+                temperature: None,
+                ..first.clone()
+            },
+        ] {
+            assert_eq!(
+                through_step(asked.clone()),
+                written(asked.clone()),
+                "{asked:?}"
+            );
+        }
+        let kept = step.first_call.get().expect("the first call is kept");
+        assert_eq!(kept.0, first);
+    }
+
+    /// A usual attempt's span framed from what its step's usual spans share is the one encoded
+    /// in full; another attempt's is encoded in full.
+    #[test]
+    fn a_usual_attempt_s_span_framed_from_its_step_s_shared_fields_is_the_full_one() {
+        for kind in ["infer", "agent"] {
+            let step: &'static StepShape = Box::leak(Box::new(StepShape::new("ask", kind)));
+            for parent in [Some([1; 8]), None] {
+                let ids = Ids {
+                    trace: [7; 16],
+                    span: [2; 8],
+                    parent,
+                    parent_is_remote: false,
+                };
+                let failed = Attempt {
+                    number: 2,
+                    status: "failed",
+                    error: Some("INFERENCE_TIMEOUT"),
+                    ..Attempt::USUAL
+                };
+                for attempt in [Attempt::USUAL, failed] {
+                    let mut framed = Vec::new();
+                    StepRecord::new(ids, step, attempt, 10, 20).frame(&mut framed);
+                    let mut full = Vec::new();
+                    wire::frame(
+                        &mut full,
+                        &encode(ids, "", step.span(&attempt, 10, 20), &[], &[]),
+                    );
+                    assert_eq!(framed, full, "{kind}, {parent:?}, {attempt:?}");
+                }
+            }
+        }
     }
 }

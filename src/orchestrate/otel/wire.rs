@@ -35,7 +35,7 @@ impl Of {
 }
 
 /// A message's attributes, encoded as they are added (repeated `KeyValue` fields).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Attributes {
     of: Of,
     bytes: Vec<u8>,
@@ -283,45 +283,82 @@ impl Span<'_> {
     pub fn encode(&self, attributes: Attributes) -> Vec<u8> {
         debug_assert_eq!(attributes.of, Of::Span);
         let mut buf = attributes.bytes;
-        bytes(&mut buf, 1, &self.trace_id);
-        bytes(&mut buf, 2, &self.span_id);
-        string(&mut buf, 3, self.trace_state);
+        self.encode_shared(&mut buf);
+        self.encode_own(&mut buf);
+        buf
+    }
+
+    /// What it shares with the spans of the same step's usual attempts, encoded once for all of
+    /// them: its `attributes`, and its fields but its ids and times.
+    pub fn shared(&self, attributes: Attributes) -> Shared {
+        let mut buf = attributes.bytes;
+        self.encode_shared(&mut buf);
+        Shared(buf)
+    }
+
+    /// Appends it to `framed` as [`frame`] does, from `shared` (the rest of it, encoded for a
+    /// span it shares it with) and its ids and times: the bytes [`Span::encode`] writes, in
+    /// place, with nothing encoded twice.
+    pub fn frame_with(&self, framed: &mut Vec<u8>, shared: &Shared) {
+        let own = field_len(16)
+            + field_len(8)
+            + self.parent_span_id.map_or(0, |_| field_len(8))
+            + 2 * (1 + 8);
+        delimited(framed, 2, shared.0.len() + own);
+        framed.extend_from_slice(&shared.0);
+        let at = framed.len();
+        self.encode_own(framed);
+        debug_assert_eq!(framed.len() - at, own);
+    }
+
+    /// Its ids and times: what differs between two spans of a step's usual attempts.
+    fn encode_own(&self, buf: &mut Vec<u8>) {
+        bytes(buf, 1, &self.trace_id);
+        bytes(buf, 2, &self.span_id);
         if let Some(parent) = &self.parent_span_id {
-            bytes(&mut buf, 4, parent);
+            bytes(buf, 4, parent);
         }
+        fixed64(buf, 7, self.start);
+        fixed64(buf, 8, self.end);
+    }
+
+    /// Its fields but its attributes, ids and times.
+    fn encode_shared(&self, buf: &mut Vec<u8>) {
+        string(buf, 3, self.trace_state);
         let (first, second) = self.name;
-        delimited(&mut buf, 5, first.len() + second.len());
+        delimited(buf, 5, first.len() + second.len());
         buf.extend_from_slice(first.as_bytes());
         buf.extend_from_slice(second.as_bytes());
-        key(6, WireType::Varint, &mut buf);
-        varint(&mut buf, self.kind as u64);
-        fixed64(&mut buf, 7, self.start);
-        fixed64(&mut buf, 8, self.end);
+        key(6, WireType::Varint, buf);
+        varint(buf, self.kind as u64);
         for event in self.events {
-            message(&mut buf, 11, |buf| {
+            message(buf, 11, |buf| {
                 fixed64(buf, 1, event.time);
                 string(buf, 2, event.name);
                 buf.extend_from_slice(&event.attributes.bytes);
             });
         }
         for link in self.links {
-            message(&mut buf, 13, |buf| {
+            message(buf, 13, |buf| {
                 bytes(buf, 1, &link.trace_id);
                 bytes(buf, 2, &link.span_id);
                 fixed32(buf, 6, link.flags);
             });
         }
         if let Some(message_text) = self.error {
-            message(&mut buf, 15, |buf| {
+            message(buf, 15, |buf| {
                 string(buf, 2, message_text);
                 key(3, WireType::Varint, buf);
                 varint(buf, 2); // STATUS_CODE_ERROR
             });
         }
-        fixed32(&mut buf, 16, self.flags);
-        buf
+        fixed32(buf, 16, self.flags);
     }
 }
+
+/// The encoded fields that the spans of a step's usual attempts share (see [`Span::shared`]).
+#[derive(Debug, Default)]
+pub struct Shared(Vec<u8>);
 
 /// What every export request repeats around its spans: the resource and the instrumentation
 /// scope, encoded once.
