@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -51,7 +52,7 @@ impl Http {
 }
 
 impl Collector for Http {
-    async fn send(&self, request: Vec<u8>, spans: u64) -> Result<u64, ()> {
+    async fn send(&self, request: Bytes, spans: u64) -> Result<u64, ()> {
         let post = self.client.post(self.url.clone()).body(request);
         let mut response = post.send().await.map_err(|_| ())?;
         if !response.status().is_success() {

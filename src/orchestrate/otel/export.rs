@@ -2,7 +2,9 @@
 //! sink pushes to (a full queue drops the span and counts it), and a task on a thread of its own
 //! that sends what has queued in batches, each request bounded by the exporter's timeout. A span
 //! is queued already encoded (`wire.rs`), or, a step attempt's, as a record the task encodes when
-//! it takes it; a request is its spans' bytes in one envelope.
+//! it takes it. The task copies a shard's spans into the requests it will send, a batch of spans
+//! each, after room it keeps for the request's envelope, and writes the envelope there when it
+//! sends the request: from its shard to the socket a span is copied once.
 //!
 //! Pushing a span wakes nobody: the task is woken when a full batch is waiting, when the queue
 //! closes, or when the schedule delay has passed, so a batch job making 200,000 spans a second
@@ -15,10 +17,12 @@
 //! bounded time for the queue to drain; every span not confirmed by the collector — refused,
 //! timed out, unreachable, still queued when time ran out — counts as dropped.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::span::StepRecord;
@@ -138,14 +142,29 @@ pub struct Queue {
 }
 
 /// Encoded spans one after the other, each framed as a `spans` field of a request's
-/// `ScopeSpans` (so a request is a copy of a stretch of them), and where each ends.
+/// `ScopeSpans`, and where each ends. In a shard they start at its first byte; in a request,
+/// after room left for the request's envelope, which is written there when it is sent, so a
+/// span is copied once between its shard and the socket.
 #[derive(Default)]
 pub struct Framed {
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    /// Where its first span starts: the room kept before it.
+    first: usize,
 }
 
 impl Framed {
+    /// A request's spans to come, after `room` bytes, in a buffer of `capacity` bytes.
+    fn request(room: usize, capacity: usize) -> Framed {
+        let mut bytes = Vec::with_capacity(capacity.max(room));
+        bytes.resize(room, 0);
+        Framed {
+            bytes,
+            ends: Vec::new(),
+            first: room,
+        }
+    }
+
     /// Adds `span` (an encoded OTLP span).
     pub fn add(&mut self, span: &[u8]) {
         wire::frame(&mut self.bytes, span);
@@ -158,6 +177,21 @@ impl Framed {
         self.ends.push(self.bytes.len());
     }
 
+    /// Adds `count` spans of `other` from its `at`th, in one copy.
+    fn add_from(&mut self, other: &Framed, at: usize, count: usize) {
+        let start = at
+            .checked_sub(1)
+            .map_or(other.first, |before| other.ends[before]);
+        let ends = &other.ends[at..at + count];
+        let Some(&end) = ends.last() else {
+            return;
+        };
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes[start..end]);
+        self.ends
+            .extend(ends.iter().map(|end| base + (end - start)));
+    }
+
     /// How many spans it holds.
     pub fn len(&self) -> usize {
         self.ends.len()
@@ -167,53 +201,15 @@ impl Framed {
         self.ends.is_empty()
     }
 
-    /// Drops its first `count` spans (those sent), keeping the rest in order.
-    fn drop_first(&mut self, count: usize) {
-        let count = count.min(self.len());
-        let at = count.checked_sub(1).map_or(0, |last| self.ends[last]);
-        self.bytes.drain(..at);
-        self.ends.drain(..count);
-        for end in &mut self.ends {
-            *end -= at;
-        }
-    }
-
-    /// Takes every span of `other`, leaving it empty: its buffers when this holds none (most
-    /// takes, the last batch sent whole), else a copy after its own.
-    fn take_from(&mut self, other: &mut Framed) {
-        if self.is_empty() {
-            std::mem::swap(self, other);
-        } else {
-            let base = self.bytes.len();
-            self.bytes.extend_from_slice(&other.bytes);
-            self.ends.extend(other.ends.iter().map(|end| base + end));
-        }
-        other.clear();
-    }
-
     fn clear(&mut self) {
-        self.bytes.clear();
+        self.bytes.truncate(self.first);
         self.ends.clear();
-    }
-
-    /// The framed bytes of its first `count` spans in stretches of at most `most`, with their
-    /// counts.
-    fn stretches(&self, count: usize, most: usize) -> impl Iterator<Item = (&[u8], u64)> {
-        let mut start = 0;
-        self.ends[..count.min(self.len())]
-            .chunks(most)
-            .map(move |ends| {
-                let end = ends[ends.len() - 1];
-                let stretch = &self.bytes[start..end];
-                start = end;
-                (stretch, ends.len() as u64)
-            })
     }
 
     /// Each span's own bytes (its frame taken off).
     #[cfg(test)]
     pub fn spans(&self) -> Vec<&[u8]> {
-        let mut start = 0;
+        let mut start = self.first;
         self.ends
             .iter()
             .map(|&end| {
@@ -229,25 +225,112 @@ impl Framed {
 /// What the export task has taken from the queue and not yet sent, and whether more can come.
 #[derive(Default)]
 pub struct Pending {
-    pub spans: Framed,
+    requests: Requests,
     /// Nothing more will come.
     closed: bool,
     /// An empty buffer, swapped for the next shard's full one.
     spare: Queued,
 }
 
-impl Pending {
-    /// How many of its spans to send now: all of them once the queue has closed or the
-    /// schedule delay has passed; when the task was woken by a full batch, only whole batches
-    /// of `max_batch`, the rest waiting for more (so it sends full requests, not a full one and
-    /// the few spans that came while it woke).
-    fn due(&self, woken_by_batch: bool, max_batch: usize) -> usize {
-        let all = self.spans.len();
-        if self.closed || !woken_by_batch {
-            all
-        } else {
-            all - all % max_batch
+/// The most bytes a request is given before its first span: a full request of spans carrying
+/// content can take megabytes, and one such need not make every later request as large.
+const MOST_AT_ONCE: usize = 1 << 20;
+
+/// Spans taken and not yet sent, as requests of a batch of spans each (the last may hold
+/// fewer), oldest first, each with room for its envelope before its spans.
+#[derive(Default)]
+struct Requests {
+    waiting: VecDeque<Framed>,
+    /// The room a request keeps for its envelope ([`Envelope::room`]).
+    room: usize,
+    /// The bytes the last full request took: the next is given as many at once, so a request
+    /// is not copied as it grows.
+    size: usize,
+}
+
+impl Requests {
+    /// The request to add a span to: the last, or a new one when it is full.
+    fn open(&mut self, max_batch: usize) -> &mut Framed {
+        if self
+            .waiting
+            .back()
+            .is_none_or(|last| last.len() >= max_batch)
+        {
+            let capacity = self.size.min(MOST_AT_ONCE);
+            self.waiting.push_back(Framed::request(self.room, capacity));
         }
+        let last = self.waiting.len() - 1;
+        &mut self.waiting[last]
+    }
+
+    /// Takes the first request, to send (None when none is waiting).
+    fn next_to_send(&mut self, max_batch: usize) -> Option<Framed> {
+        let request = self.waiting.pop_front()?;
+        if request.len() == max_batch {
+            self.size = request.bytes.len();
+        }
+        Some(request)
+    }
+}
+
+impl Pending {
+    /// Nothing taken yet; requests keep `room` bytes for their envelope.
+    fn new(room: usize) -> Pending {
+        let requests = Requests {
+            room,
+            ..Requests::default()
+        };
+        Pending {
+            requests,
+            ..Pending::default()
+        }
+    }
+
+    /// How many of its requests to send now: all of them once the queue has closed or the
+    /// schedule delay has passed; when the task was woken by a full batch, only the full ones,
+    /// the last waiting for more (so it sends full requests, not a full one and the few spans
+    /// that came while it woke).
+    fn due(&self, woken_by_batch: bool, max_batch: usize) -> usize {
+        let waiting = &self.requests.waiting;
+        let last_short = waiting.back().is_some_and(|last| last.len() < max_batch);
+        if last_short && woken_by_batch && !self.closed {
+            waiting.len() - 1
+        } else {
+            waiting.len()
+        }
+    }
+
+    /// Moves the spans of the shard's buffers just swapped into `spare` into requests of at
+    /// most `max_batch` spans: the encoded ones a stretch at a time, the step attempts' encoded
+    /// in place.
+    fn take_spare(&mut self, max_batch: usize) {
+        let Pending {
+            requests, spare, ..
+        } = self;
+        let mut at = 0;
+        while at < spare.spans.len() {
+            let request = requests.open(max_batch);
+            let count = (max_batch - request.len()).min(spare.spans.len() - at);
+            request.add_from(&spare.spans, at, count);
+            at += count;
+        }
+        spare.spans.clear();
+        for step in spare.steps.drain(..) {
+            requests.open(max_batch).add_step(&step);
+        }
+    }
+
+    /// How many spans it holds.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.requests.waiting.iter().map(Framed::len).sum()
+    }
+
+    /// Each span's own bytes, in order.
+    #[cfg(test)]
+    pub fn spans(&self) -> Vec<&[u8]> {
+        let waiting = self.requests.waiting.iter();
+        waiting.flat_map(Framed::spans).collect()
     }
 }
 
@@ -331,8 +414,8 @@ impl Queue {
 
     /// Adds what is queued to what `into` holds, and says in it whether the queue has closed.
     /// A shard's spans are taken by swapping its buffers for `into`'s empty spares, so a thread
-    /// pushing spans waits for no copy; they are moved to `into` (copied only behind spans still
-    /// waiting there), and step attempts' spans encoded, after the shard's lock is let go.
+    /// pushing spans waits for no copy; they are copied into `into`'s requests, and step
+    /// attempts' spans encoded there, after the shard's lock is let go.
     pub fn take_into(&self, into: &mut Pending) {
         // Read before the shards are taken: a pushing thread reads it holding its shard, so a
         // span it adds before the queue closes is in its shard when the last take comes.
@@ -344,10 +427,7 @@ impl Queue {
                 _ => continue,
             }
             taken += into.spare.len() as u64;
-            into.spans.take_from(&mut into.spare.spans);
-            for step in into.spare.steps.drain(..) {
-                into.spans.add_step(&step);
-            }
+            into.take_spare(self.max_batch);
         }
         self.counts.queued.fetch_sub(taken, Ordering::Relaxed);
         self.counts.taken.fetch_add(taken, Ordering::Relaxed);
@@ -365,7 +445,7 @@ impl Queue {
 /// Where batches go: one export request at a time, answered with how many of its spans the
 /// collector rejected (Err: none were taken).
 pub trait Collector: Send + 'static {
-    fn send(&self, request: Vec<u8>, spans: u64) -> impl Future<Output = Result<u64, ()>>;
+    fn send(&self, request: Bytes, spans: u64) -> impl Future<Output = Result<u64, ()>>;
 }
 
 /// Starts the export task on a thread of its own (with its own single-threaded runtime, so it
@@ -434,19 +514,23 @@ impl Batches {
     /// time, until the queue has closed and is empty. A request that fails or outlasts
     /// `timeout` is lost, and spans the collector rejects are not counted as exported.
     async fn send<C: Collector>(&self, queue: &Queue, collector: C) {
-        let mut pending = Pending::default();
+        let mut pending = Pending::new(self.envelope.room());
         loop {
             let woken = tokio::time::timeout(self.limits.delay, queue.ready.notified()).await;
             queue.take_into(&mut pending);
             let due = pending.due(woken.is_ok(), queue.max_batch);
-            for (spans, sent) in pending.spans.stretches(due, queue.max_batch) {
-                let request = collector.send(self.envelope.request(spans), sent);
+            for _ in 0..due {
+                let Some(request) = pending.requests.next_to_send(queue.max_batch) else {
+                    break;
+                };
+                let sent = request.len() as u64;
+                let request = self.envelope.wrap(request.bytes, request.first);
+                let request = collector.send(request, sent);
                 if let Ok(Ok(rejected)) = tokio::time::timeout(self.limits.timeout, request).await {
                     let taken = sent.saturating_sub(rejected);
                     queue.counts.exported.fetch_add(taken, Ordering::Relaxed);
                 }
             }
-            pending.spans.drop_first(due);
             if pending.closed {
                 return;
             }
@@ -475,7 +559,7 @@ mod tests {
     }
 
     impl Collector for Kept {
-        async fn send(&self, request: Vec<u8>, spans: u64) -> Result<u64, ()> {
+        async fn send(&self, request: Bytes, spans: u64) -> Result<u64, ()> {
             if self.refuse {
                 return Err(());
             }
@@ -503,7 +587,7 @@ mod tests {
 
     /// The names of the spans in `pending`, in order.
     fn names(pending: &Pending) -> Vec<String> {
-        let spans = pending.spans.spans().into_iter();
+        let spans = pending.spans().into_iter();
         spans
             .map(|span| Span::decode(span).expect("a span").name)
             .collect()
@@ -655,7 +739,7 @@ mod tests {
             400,
             "none sent: 300 taken, 100 refused"
         );
-        assert_eq!(queue.take().spans.len(), 0);
+        assert_eq!(queue.take().len(), 0);
     }
 
     #[test]
@@ -684,7 +768,7 @@ mod tests {
             queue.push(&span(&format!("s{n}")));
         }
         assert_eq!(
-            queue.take().spans.len(),
+            queue.take().len(),
             8192,
             "the bound holds: the last 8 are refused"
         );
@@ -725,24 +809,40 @@ mod tests {
         for n in 0..7 {
             queue.push(&span(&format!("s{n}")));
         }
-        let mut pending = Pending::default();
+        let mut pending = Pending::new(5);
         queue.take_into(&mut pending);
         let due = pending.due(true, 3);
-        let sent: Vec<u64> = pending.spans.stretches(due, 3).map(|(_, n)| n).collect();
-        assert_eq!(sent, [3, 3], "two full requests");
-        pending.spans.drop_first(due);
+        assert_eq!(due, 2, "two full requests");
+        let mut sent = Vec::new();
+        for _ in 0..due {
+            let request = pending.requests.next_to_send(3).expect("a request");
+            assert_eq!(request.first, 5, "room for the envelope");
+            assert_eq!(request.bytes[..5], [0; 5]);
+            sent.push(request.len());
+        }
+        assert_eq!(sent, [3, 3]);
         assert_eq!(names(&pending), ["s6"], "the span short of a batch is kept");
         queue.push(&span("s7"));
         queue.take_into(&mut pending);
         assert_eq!(pending.due(true, 3), 0, "two spans are short of a batch");
-        assert_eq!(pending.due(false, 3), 2, "the delay passed: all of them");
+        assert_eq!(pending.due(false, 3), 1, "the delay passed: all of them");
         assert_eq!(names(&pending), ["s6", "s7"], "the kept span first");
         queue.push(&span("s8"));
+        queue.push(&span("s9"));
         queue.close();
         queue.take_into(&mut pending);
-        assert_eq!(pending.due(true, 3), 3, "a closed queue gives everything");
-        pending.spans.drop_first(2);
-        assert_eq!(names(&pending), ["s8"]);
-        assert!(queue.take().spans.is_empty(), "nothing is left queued");
+        assert_eq!(names(&pending), ["s6", "s7", "s8", "s9"]);
+        assert_eq!(pending.due(true, 3), 2, "a closed queue gives everything");
+        let full = pending.requests.size;
+        assert!(full > 5, "a full request's size is kept");
+        let opened_after = &pending.requests.waiting[1];
+        assert!(
+            opened_after.bytes.capacity() >= full,
+            "a request opened after a full one was sent is given its size at once"
+        );
+        let first = pending.requests.next_to_send(3).expect("the first request");
+        assert_eq!(first.len(), 3);
+        assert_eq!(names(&pending), ["s9"]);
+        assert!(queue.take().spans().is_empty(), "nothing is left queued");
     }
 }

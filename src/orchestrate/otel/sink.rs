@@ -753,7 +753,7 @@ mod tests {
 
     fn spans(queue: &Queue) -> Vec<Decoded> {
         let pending = queue.take();
-        let spans = pending.spans.spans().into_iter();
+        let spans = pending.spans().into_iter();
         spans
             .map(|span| Decoded::decode(span).expect("an OTLP span"))
             .collect()

@@ -35,7 +35,7 @@ pub struct StepShape {
     /// call the cache answered and no agent rounds unless it is an agent.
     usual: Attributes,
     /// All of its usual attempt's span but the ids and times, encoded once.
-    usual_span: Shared,
+    usual_shared: Shared,
     /// What its first model call asked, and the attributes its `chat` span carries for it, from
     /// the call's operation to its request: the step's later calls mostly ask the same.
     first_call: OnceLock<(Asked<'static>, Attributes)>,
@@ -76,7 +76,7 @@ impl StepShape {
             agent: kind == "agent",
             constant,
             usual: Attributes::default(),
-            usual_span: Shared::default(),
+            usual_shared: Shared::default(),
             first_call: OnceLock::new(),
         };
         let mut usual = shape.constant.clone();
@@ -87,7 +87,7 @@ impl StepShape {
             parent: None,
             parent_is_remote: false,
         };
-        shape.usual_span = shape.usual_span(nowhere, 0, 0).shared(usual.clone());
+        shape.usual_shared = shape.usual_span(nowhere, 0, 0).shared(usual.clone());
         shape.usual = usual;
         shape
     }
@@ -308,7 +308,7 @@ impl StepRecord {
         let step = self.step;
         if step.is_usual(&self.attempt) && !self.ids.parent_is_remote {
             let span = step.usual_span(self.ids, self.started, self.ended);
-            span.frame_with(framed, &step.usual_span);
+            span.frame_with(framed, &step.usual_shared);
             return;
         }
         let built = step.span(&self.attempt, self.started, self.ended);

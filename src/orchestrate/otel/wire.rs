@@ -13,6 +13,7 @@
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use opentelemetry::{Array, Value};
 use prost::encoding::{WireType, encode_varint, encoded_len_varint};
 
@@ -393,22 +394,36 @@ impl Envelope {
         }
     }
 
-    /// The `ExportTraceServiceRequest` of `spans`: encoded spans, each [`frame`]d.
-    pub fn request(&self, spans: &[u8]) -> Vec<u8> {
+    /// The room to keep before a request's spans for [`Envelope::wrap`] to write the envelope
+    /// in: its fields, and two lengths of up to ten bytes.
+    pub fn room(&self) -> usize {
+        2 * (1 + 10)
+            + field_len(self.resource.len())
+            + string_len(&self.resource_schema)
+            + field_len(self.scope.len())
+            + string_len(&self.scope_schema)
+    }
+
+    /// The `ExportTraceServiceRequest` of the spans in `framed` (each [`frame`]d) after its
+    /// first `room` bytes, at least [`Envelope::room`]: the envelope is written into that room,
+    /// just before the spans, so they are not copied again. Its fields come before the spans,
+    /// the schema URLs included, which protobuf allows (a message's fields in any order).
+    pub fn wrap(&self, mut framed: Vec<u8>, room: usize) -> Bytes {
         let scope_spans =
-            field_len(self.scope.len()) + spans.len() + string_len(&self.scope_schema);
+            field_len(self.scope.len()) + string_len(&self.scope_schema) + framed.len() - room;
         let resource_spans = field_len(self.resource.len())
-            + field_len(scope_spans)
-            + string_len(&self.resource_schema);
-        let mut buf = Vec::with_capacity(field_len(resource_spans));
-        delimited(&mut buf, 1, resource_spans);
-        bytes(&mut buf, 1, &self.resource);
-        delimited(&mut buf, 2, scope_spans);
-        bytes(&mut buf, 1, &self.scope);
-        buf.extend_from_slice(spans);
-        string(&mut buf, 3, &self.scope_schema);
-        string(&mut buf, 3, &self.resource_schema);
-        buf
+            + string_len(&self.resource_schema)
+            + field_len(scope_spans);
+        let mut head = Vec::with_capacity(self.room());
+        delimited(&mut head, 1, resource_spans);
+        bytes(&mut head, 1, &self.resource);
+        string(&mut head, 3, &self.resource_schema);
+        delimited(&mut head, 2, scope_spans);
+        bytes(&mut head, 1, &self.scope);
+        string(&mut head, 3, &self.scope_schema);
+        let start = room - head.len();
+        framed[start..room].copy_from_slice(&head);
+        Bytes::from(framed).slice(start..)
     }
 }
 
@@ -591,15 +606,23 @@ mod tests {
         let mut resource = Attributes::new(Of::Resource);
         resource.value("service.name", &Value::from("pagantic"));
         resource.value("list", &Value::Array(Array::I64(vec![1, 2])));
-        let envelope = Envelope::new(&resource, "", "pagantic", "1.0", "https://s/1.37.0");
-        let mut spans = Vec::new();
+        let envelope = Envelope::new(
+            &resource,
+            "https://r/1",
+            "pagantic",
+            "1.0",
+            "https://s/1.37.0",
+        );
+        let room = envelope.room();
+        let mut spans = vec![0; room];
         frame(&mut spans, &span.encode(attributes.clone()));
         frame(&mut spans, &span.encode(attributes));
-        let request = envelope.request(&spans);
+        let request = envelope.wrap(spans, room);
         let decoded = ExportTraceServiceRequest::decode(&request[..]).expect("valid OTLP");
         let [resource_spans] = &decoded.resource_spans[..] else {
             panic!("{decoded:?}")
         };
+        assert_eq!(resource_spans.schema_url, "https://r/1");
         let resource = resource_spans.resource.as_ref().expect("resource");
         assert_eq!(
             resource.attributes,
