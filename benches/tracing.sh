@@ -14,9 +14,8 @@
 #   RECEIVER=python bash benches/tracing.sh    # the receiver in Python's http.server instead
 #   PAGANTIC=target/release/pagantic bash benches/tracing.sh   # a binary built beforehand
 #
-# The receiver is examples/otlp_receiver.rs by default: one thread of Rust, as the integration
-# tests' receiver is. RECEIVER=python uses Python's http.server, which spends several times as
-# much CPU on each request's headers. The dev build, as benches/batch.sh uses, unless PAGANTIC
+# The receiver is benches/otlp_receiver.sh's: examples/otlp_receiver.rs by default, Python's
+# http.server with RECEIVER=python. The dev build, as benches/batch.sh uses, unless PAGANTIC
 # names another (a release build: `cargo build --release --no-default-features` is enough for the
 # scripted model); GNU time for the peak RSS.
 set -euo pipefail
@@ -32,36 +31,9 @@ mkdir -p "$dir"
 rows=${ROWS:-100000}
 rounds=${ROUNDS:-5}
 python3 benches/gen_rows.py "$dir" "$rows"
-rm -f "$dir/receiver.port"
-if [ "${RECEIVER:-rust}" = python ]; then
-  # Answers every POST with 200, keeping the connection open as collectors do.
-  python3 - "$dir/receiver.port" <<'PY' &
-import http.server, sys
-class Take(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", "0")
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Take)
-open(sys.argv[1], "w").write(str(server.server_address[1]))
-server.serve_forever()
-PY
-else
-  cargo build --locked --quiet --example otlp_receiver
-  ./target/debug/examples/otlp_receiver "$dir/receiver.port" &
-fi
-receiver=$!
-trap 'kill "$receiver" 2>/dev/null || true' EXIT
-while [ ! -s "$dir/receiver.port" ]; do
-  kill -0 "$receiver" 2>/dev/null || { echo "tracing.sh: the receiver did not start" >&2; exit 1; }
-  sleep 0.1
-done
-url="http://127.0.0.1:$(cat "$dir/receiver.port")"
+# shellcheck source=benches/otlp_receiver.sh
+source benches/otlp_receiver.sh
+start_receiver "$dir"
 : > "$dir/results.txt"
 measure() { # label, extra flags…
   local label=$1; shift
