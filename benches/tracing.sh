@@ -14,7 +14,7 @@
 #   RECEIVER=python bash benches/tracing.sh    # the receiver in Python's http.server instead
 #   PAGANTIC=target/release/pagantic bash benches/tracing.sh   # a binary built beforehand
 #
-# The receiver is benches/otlp_receiver.sh's: examples/otlp_receiver.rs by default, Python's
+# The receiver is benches/tracing_common.sh's: examples/otlp_receiver.rs by default, Python's
 # http.server with RECEIVER=python. The dev build, as benches/batch.sh uses, unless PAGANTIC
 # names another (a release build: `cargo build --release --no-default-features` is enough for the
 # scripted model); GNU time for the peak RSS.
@@ -26,13 +26,9 @@ else
   cargo build --locked --quiet
   bin=./target/debug/pagantic
 fi
-dir=target/bench-tracing
-mkdir -p "$dir"
-rows=${ROWS:-100000}
-rounds=${ROUNDS:-5}
-python3 benches/gen_rows.py "$dir" "$rows"
-# shellcheck source=benches/otlp_receiver.sh
-source benches/otlp_receiver.sh
+# shellcheck source=benches/tracing_common.sh
+source benches/tracing_common.sh
+bench_rows 5
 start_receiver "$dir"
 : > "$dir/results.txt"
 measure() { # label, extra flags…

@@ -17,13 +17,9 @@ set -euo pipefail
 a=$(realpath "$1")
 b=$(realpath "$2")
 cd "$(dirname "$0")/.."
-dir=target/bench-tracing
-mkdir -p "$dir"
-rows=${ROWS:-100000}
-rounds=${ROUNDS:-20}
-python3 benches/gen_rows.py "$dir" "$rows"
-# shellcheck source=benches/otlp_receiver.sh
-source benches/otlp_receiver.sh
+# shellcheck source=benches/tracing_common.sh
+source benches/tracing_common.sh
+bench_rows 20
 start_receiver "$dir"
 : > "$dir/ab.txt"
 for round in $(seq "$rounds"); do

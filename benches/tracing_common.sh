@@ -1,9 +1,22 @@
-# Sourced by the trace benchmarks (tracing.sh, tracing_ab.sh): `start_receiver DIR` starts the
-# OTLP/HTTP receiver they export to on a loopback port of its own (written to DIR/receiver.port),
-# stops it by its PID when the script exits, however it ends, and sets `receiver` (the PID) and
-# `url`. The receiver is examples/otlp_receiver.rs, one thread of Rust as the integration tests'
-# receiver is; with RECEIVER=python, Python's http.server, which spends several times as much CPU
-# on each request's headers.
+# Sourced by the trace benchmarks (tracing.sh, tracing_ab.sh, tracing_floor.sh).
+#
+# `bench_rows ROUNDS [N ...]` sets `dir` (target/bench-tracing), `rows` (ROWS, 100,000 by
+# default) and `rounds` (ROUNDS, else the number given), and writes the rows there (and N more).
+#
+# `start_receiver DIR` starts the OTLP/HTTP receiver they export to on a loopback port of its own
+# (written to DIR/receiver.port), stops it by its PID when the script exits, however it ends, and
+# sets `receiver` (the PID) and `url`. The receiver is examples/otlp_receiver.rs, one thread of
+# Rust as the integration tests' receiver is; with RECEIVER=python, Python's http.server, which
+# spends several times as much CPU on each request's headers.
+bench_rows() {
+  dir=target/bench-tracing
+  mkdir -p "$dir"
+  rows=${ROWS:-100000}
+  rounds=${ROUNDS:-$1}
+  shift
+  python3 benches/gen_rows.py "$dir" "$rows" "$@"
+}
+
 start_receiver() {
   local dir=$1
   rm -f "$dir/receiver.port"
