@@ -7,7 +7,8 @@
 # (written to DIR/receiver.port), stops it by its PID when the script exits, however it ends, and
 # sets `receiver` (the PID) and `url`. The receiver is examples/otlp_receiver.rs, one thread of
 # Rust as the integration tests' receiver is; with RECEIVER=python, Python's http.server, which
-# spends several times as much CPU on each request's headers.
+# spends several times as much CPU on each request's headers. With CAPTURE=FILE, the Python one,
+# keeping the first request's body in FILE.
 bench_rows() {
   dir=target/bench-tracing
   mkdir -p "$dir"
@@ -20,14 +21,16 @@ bench_rows() {
 start_receiver() {
   local dir=$1
   rm -f "$dir/receiver.port"
-  if [ "${RECEIVER:-rust}" = python ]; then
+  if [ "${RECEIVER:-rust}" = python ] || [ -n "${CAPTURE:-}" ]; then
     # Answers every POST with 200, keeping the connection open as collectors do.
-    python3 - "$dir/receiver.port" <<'PY' &
-import http.server, sys
+    python3 - "$dir/receiver.port" "${CAPTURE:-}" <<'PY' &
+import http.server, os, sys
 class Take(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        if sys.argv[2] and not os.path.exists(sys.argv[2]):
+            open(sys.argv[2], "wb").write(body)
         self.send_response(200)
         self.send_header("content-type", "application/x-protobuf")
         self.send_header("content-length", "0")

@@ -17,31 +17,13 @@ bin=./target/debug/pagantic
 source benches/tracing_common.sh
 bench_rows 12 2000
 # One request as pagantic sends it (512 spans): the first that a 2,000-row batch sends.
-rm -f "$dir/request.bin" "$dir/capture.port"
-python3 - "$dir/capture.port" "$dir/request.bin" <<'PY' &
-import http.server, os, sys
-class Keep(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        if not os.path.exists(sys.argv[2]):
-            open(sys.argv[2], "wb").write(body)
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-server = http.server.HTTPServer(("127.0.0.1", 0), Keep)
-open(sys.argv[1], "w").write(str(server.server_address[1]))
-server.serve_forever()
-PY
-capture=$!
-trap 'kill "$capture" 2>/dev/null || true' EXIT
-while [ ! -s "$dir/capture.port" ]; do sleep 0.1; done
+rm -f "$dir/request.bin"
+CAPTURE="$dir/request.bin" start_receiver "$dir"
 rm -f "$dir/out.jsonl"
 "$bin" run --quiet benches/plans/batch-scripted.yaml --batch "$dir/rows-2000.jsonl" \
-  --out "$dir/out.jsonl" --id id --no-cache --otlp "http://127.0.0.1:$(cat "$dir/capture.port")"
-kill "$capture"
+  --out "$dir/out.jsonl" --id id --no-cache --otlp "$url"
+kill "$receiver"
+[ -s "$dir/request.bin" ] || { echo "tracing_floor.sh: no request was captured" >&2; exit 1; }
 start_receiver "$dir"
 # As many requests as the batch sends (5 spans a row, 512 a request), at the rate export sends
 # them in a batch that runs at about 40,000 rows/s.

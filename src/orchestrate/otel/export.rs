@@ -263,13 +263,14 @@ impl Requests {
         &mut self.waiting[last]
     }
 
-    /// Takes the first request, to send (None when none is waiting).
-    fn next_to_send(&mut self, max_batch: usize) -> Option<Framed> {
-        let request = self.waiting.pop_front()?;
-        if request.len() == max_batch {
-            self.size = request.bytes.len();
-        }
-        Some(request)
+    /// Takes the first `count` requests, to send (a full one's size is kept for the next).
+    fn take_first(&mut self, count: usize, max_batch: usize) -> impl Iterator<Item = Framed> {
+        let size = &mut self.size;
+        self.waiting.drain(..count).inspect(move |request| {
+            if request.len() == max_batch {
+                *size = request.bytes.len();
+            }
+        })
     }
 }
 
@@ -519,10 +520,7 @@ impl Batches {
             let woken = tokio::time::timeout(self.limits.delay, queue.ready.notified()).await;
             queue.take_into(&mut pending);
             let due = pending.due(woken.is_ok(), queue.max_batch);
-            for _ in 0..due {
-                let Some(request) = pending.requests.next_to_send(queue.max_batch) else {
-                    break;
-                };
+            for request in pending.requests.take_first(due, queue.max_batch) {
                 let sent = request.len() as u64;
                 let request = self.envelope.wrap(request.bytes, request.first);
                 let request = collector.send(request, sent);
@@ -814,8 +812,7 @@ mod tests {
         let due = pending.due(true, 3);
         assert_eq!(due, 2, "two full requests");
         let mut sent = Vec::new();
-        for _ in 0..due {
-            let request = pending.requests.next_to_send(3).expect("a request");
+        for request in pending.requests.take_first(due, 3) {
             assert_eq!(request.first, 5, "room for the envelope");
             assert_eq!(request.bytes[..5], [0; 5]);
             sent.push(request.len());
@@ -840,8 +837,8 @@ mod tests {
             opened_after.bytes.capacity() >= full,
             "a request opened after a full one was sent is given its size at once"
         );
-        let first = pending.requests.next_to_send(3).expect("the first request");
-        assert_eq!(first.len(), 3);
+        let first: Vec<Framed> = pending.requests.take_first(1, 3).collect();
+        assert_eq!(first.iter().map(Framed::len).collect::<Vec<_>>(), [3]);
         assert_eq!(names(&pending), ["s9"]);
         assert!(queue.take().spans().is_empty(), "nothing is left queued");
     }
