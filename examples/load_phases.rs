@@ -13,7 +13,8 @@ use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use pagantic::core::Message;
-use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request, store};
+use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request};
+use pagantic::model_store;
 
 /// Marks a child writes beside mistral.rs's log lines (on the same stdout).
 const MARK: &str = "load_phases mark";
@@ -154,7 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let path = match args.get(2) {
         Some(path) => path.into(),
-        None => store::cached_file(&store::DEFAULT_LLM)
+        None => model_store::cached_file(&model_store::DEFAULT_LLM)
             .ok_or("the embedded model is not pulled: run `pagantic models pull`")?,
     };
     if args.get(1).map(String::as_str) == Some("--child") {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pagantic::core::Message;
-use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request, store};
+use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request};
+use pagantic::model_store;
 
 /// The prompt for prefill: 670 tokens by the model's tokenizer (`prefill_tokens` in the output),
 /// the same text the llama.cpp side uses.
@@ -54,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let path = match std::env::args().nth(1) {
         Some(path) => path.into(),
-        None => store::cached_file(&store::DEFAULT_LLM)
+        None => model_store::cached_file(&model_store::DEFAULT_LLM)
             .ok_or("the embedded model is not pulled: run `pagantic models pull`")?,
     };
     let started = Instant::now();

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pagantic::core::Message;
-use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request, store};
+use pagantic::inference::{Engine, LocalConfig, LocalEngine, LocalSettings, Request};
+use pagantic::model_store;
 use tokio::sync::Semaphore;
 
 /// Instructions shared by every request (about 300 tokens with the chat template).
@@ -133,7 +134,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os("MISTRALRS_DEBUG").is_some() {
         mistralrs::core::initialize_logging();
     }
-    let path = store::cached_file(&store::DEFAULT_LLM)
+    let path = model_store::cached_file(&model_store::DEFAULT_LLM)
         .ok_or("the embedded model is not pulled: run `pagantic models pull`")?;
     let questions: Vec<&'static str> = QUESTIONS.iter().copied().cycle().take(rows).collect();
 

@@ -15,9 +15,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use pagantic::core::Message;
-use pagantic::inference::{
-    Engine, Grammar, LocalConfig, LocalEngine, LocalSettings, Request, store,
-};
+use pagantic::inference::{Engine, Grammar, LocalConfig, LocalEngine, LocalSettings, Request};
+use pagantic::model_store;
 use serde_json::{Value, json};
 
 const INSTRUCTIONS: &str = "You classify product reviews for a shop. Read the review and answer \
@@ -146,7 +145,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => n.parse()?,
         None => 3,
     };
-    let path = store::cached_file(&store::DEFAULT_LLM)
+    let path = model_store::cached_file(&model_store::DEFAULT_LLM)
         .ok_or("the embedded model is not pulled: run `pagantic models pull`")?;
     let rows: Vec<(String, String)> =
         std::fs::read_to_string("benches/data/reviews-labelled.jsonl")?

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use pagantic::inference::store;
+use pagantic::model_store;
 use pagantic::rerank::{BiEncoder, OnnxConfig, OnnxModel, OnnxSource, Scorer};
 
 #[derive(serde::Deserialize)]
@@ -34,12 +34,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads = args.next().map_or(Ok(2), |t| t.parse())?;
     let batch_size = args.next().map_or(Ok(32), |b| b.parse())?;
     let pairs: Pairs = serde_json::from_str(&std::fs::read_to_string(path)?)?;
-    if store::cached_file(&store::DEFAULT_SCORER).is_none() {
+    if model_store::cached_file(&model_store::DEFAULT_SCORER).is_none() {
         return Err("pull the model first: cargo run -- models pull".into());
     }
     let scorer = BiEncoder::new(OnnxModel::new(
         OnnxConfig {
-            source: OnnxSource::Embedded(&store::DEFAULT_SCORER),
+            source: OnnxSource::Embedded(&model_store::DEFAULT_SCORER),
             batch_size,
             threads,
             max_length: Some(256),

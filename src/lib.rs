@@ -7,7 +7,8 @@
 //! | layer | module | owns |
 //! | --- | --- | --- |
 //! | 0 | [`core`] | messages, tool calls, usage, prices and costs, candidates, the failure taxonomy |
-//! | 1 | [`inference`] | the `Engine` trait, requests and responses; the local (mistral.rs), OpenAI-compatible and scripted engines; the model store |
+//! | 1 | [`model_store`] | model files: the embedded models' store (`models pull`), where a local model's file comes from, GGUF inspection and Q8_0 derivation, files' hashes; below the engines, which use it |
+//! | 1 | [`inference`] | the `Engine` trait, requests and responses; the local (mistral.rs), OpenAI-compatible and scripted engines |
 //! | 2 | [`cache`] | the persistent call cache: SQLite under content hashes of everything that decides an answer; an engine decorator |
 //! | 2 | [`constraint`] | model output to schema-valid JSON: repair, enum normalisation, schema errors |
 //! | 2 | [`corpora`] | corpora: loading, chunking, BM25 and keyword retrieval; a retriever tool's candidates |
@@ -15,7 +16,7 @@
 //! | 2 | [`rerank`] | scorers behind one trait (keyword; ONNX cross- and bi-encoders) and the selection: top_k / min_score, duplicates, a character budget |
 //! | 2 | [`tool`] | running tools: commands (no shell, process groups, timeouts, caps), builtins, MCP server sessions |
 //! | 2 | [`validate`] | validation rules and the retry policy |
-//! | 3 | [`orchestrate`] | the run session and its `Runner` (the one way into the executor, one fan-out for many runs), a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records and ledgers, events and their sinks |
+//! | 3 | [`orchestrate`] | the run session and its `Runner` (the one way into the executor, one fan-out for many runs) with the resources its builds and runs share, a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records and ledgers, events and their sinks |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
 //! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
 //! | 5 | [`serve`] | plans as an HTTP service: routes, admission (slots, queue), bearer token, metrics, reloading changed plans |
@@ -29,6 +30,7 @@ pub mod constraint;
 pub mod core;
 pub mod corpora;
 pub mod inference;
+pub mod model_store;
 pub mod orchestrate;
 pub mod plan;
 pub mod prompt;

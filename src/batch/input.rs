@@ -390,7 +390,7 @@ fn matching_files(pattern: &str) -> Result<Vec<PathBuf>, Failure> {
 /// input: of the file's bytes, or for a directory or glob of each file's path and SHA-256 in
 /// order. Stdin cannot be read twice: None.
 pub fn sha256(source: &str) -> Result<Option<String>, Failure> {
-    use crate::inference::store::{hex, sha256_file};
+    use crate::model_store::{hex, sha256_file};
     use sha2::{Digest, Sha256};
     let hash_file = |path: &Path| sha256_file(path).map_err(|failure| bad_input(failure.message));
     let path = Path::new(source);

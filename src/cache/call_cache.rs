@@ -10,8 +10,7 @@ use super::cassette::{self, Entries, Recorder};
 use super::database::{Database, RunStats, Stored};
 use super::{CacheError, CacheMode, CacheSettings, DATABASE_FILE, Key};
 use crate::core::{Failure, Memo};
-use crate::inference::source::Notice;
-use crate::inference::store;
+use crate::model_store::{FileHashes, Notice};
 
 /// Says once that the cache cannot be used; the run goes on uncached.
 struct Health {
@@ -63,14 +62,20 @@ pub struct CallCache {
     recorder: Option<Recorder>,
     /// Where to say what the record holds once it is written.
     notice: Option<Notice>,
+    /// The model files the session has hashed (a file new to the database is hashed once).
+    hashes: Arc<FileHashes>,
 }
 
 impl CallCache {
     /// The cache `settings` describe; None when its mode is off. A database that cannot be
     /// opened (when first needed) is warned about once, and the cache then never answers. A
     /// cassette is read now, and one that cannot be read, or a record that could not be
-    /// written, is refused before anything runs.
-    pub fn open(settings: &CacheSettings) -> Result<Option<Arc<CallCache>>, Failure> {
+    /// written, is refused before anything runs. Files the database has no hash for are hashed
+    /// through `hashes`, the session's.
+    pub fn open(
+        settings: &CacheSettings,
+        hashes: Arc<FileHashes>,
+    ) -> Result<Option<Arc<CallCache>>, Failure> {
         if settings.mode == CacheMode::Off {
             return Ok(None);
         }
@@ -106,6 +111,7 @@ impl CallCache {
             tally: Mutex::default(),
             recorder,
             notice: settings.notice.clone(),
+            hashes,
         })))
     }
 
@@ -230,7 +236,7 @@ impl CallCache {
         {
             return Some(known);
         }
-        let sha256 = store::sha256_file_once(path).ok()?;
+        let sha256 = self.hashes.sha256(path).ok()?;
         if let Some(database) = database {
             database.record_file_hash(name, metadata.len(), modified_ns, sha256.clone());
         }
@@ -326,13 +332,13 @@ mod tests {
         let warnings = Arc::default();
         let key = Key::of("call", &[&"question"]);
         {
-            let cache = CallCache::open(&settings(dir.path(), &warnings))
+            let cache = CallCache::open(&settings(dir.path(), &warnings), Arc::default())
                 .expect("opens")
                 .expect("on");
             assert_eq!(cache.get(&key), None);
             cache.put(key, "call", "answer".into(), 3, 50.0);
         }
-        let cache = CallCache::open(&settings(dir.path(), &warnings))
+        let cache = CallCache::open(&settings(dir.path(), &warnings), Arc::default())
             .expect("opens")
             .expect("on");
         assert_eq!(
@@ -356,7 +362,7 @@ mod tests {
         )
         .expect("written");
         let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
-        let cache = CallCache::open(&settings(dir.path(), &warnings))
+        let cache = CallCache::open(&settings(dir.path(), &warnings), Arc::default())
             .expect("opens")
             .expect("on");
         let key = Key::of("call", &[&"question"]);
@@ -384,7 +390,7 @@ mod tests {
         }
         let before = std::fs::read(&path).expect("the file");
         let warnings: Arc<Mutex<Vec<String>>> = Arc::default();
-        let cache = CallCache::open(&settings(dir.path(), &warnings))
+        let cache = CallCache::open(&settings(dir.path(), &warnings), Arc::default())
             .expect("opens")
             .expect("on");
         assert!(!cache.usable());
@@ -405,7 +411,7 @@ mod tests {
     #[test]
     fn a_cache_that_is_never_asked_creates_nothing() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let cache = CallCache::open(&settings(dir.path(), &Arc::default()))
+        let cache = CallCache::open(&settings(dir.path(), &Arc::default()), Arc::default())
             .expect("opens")
             .expect("on");
         cache.finish();
@@ -420,7 +426,11 @@ mod tests {
             dir: Some(dir.path().to_path_buf()),
             ..CacheSettings::default()
         };
-        assert!(CallCache::open(&settings).expect("opens").is_none());
+        assert!(
+            CallCache::open(&settings, Arc::default())
+                .expect("opens")
+                .is_none()
+        );
         assert!(!dir.path().join(DATABASE_FILE).exists());
     }
 }

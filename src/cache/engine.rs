@@ -191,13 +191,14 @@ mod tests {
     use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
 
     fn cache(dir: &std::path::Path, mode: CacheMode) -> Arc<CallCache> {
-        CallCache::open(&CacheSettings {
+        let settings = CacheSettings {
             mode,
             dir: Some(dir.to_path_buf()),
             ..CacheSettings::default()
-        })
-        .expect("opens")
-        .expect("on")
+        };
+        CallCache::open(&settings, Arc::default())
+            .expect("opens")
+            .expect("on")
     }
 
     fn ask(text: &str) -> Request {

@@ -23,7 +23,7 @@ impl Key {
 
     /// The key as 64 lowercase hex digits (how a cassette writes it).
     pub fn hex(&self) -> String {
-        crate::inference::store::hex(&self.0)
+        crate::model_store::hex(&self.0)
     }
 
     /// The key [`hex`](Key::hex) wrote; None for anything but 64 lowercase hex digits.

@@ -33,8 +33,7 @@ pub use engine::CachedEngine;
 pub use error::CacheError;
 pub use key::Key;
 
-use crate::inference::source::Notice;
-use crate::inference::store;
+use crate::model_store::{self, Notice};
 
 /// The environment variable that moves the cache (e.g. to a local disk the workers of one
 /// machine share; see docs/cache.md for several machines).
@@ -86,7 +85,7 @@ impl CacheSettings {
 pub fn default_dir() -> PathBuf {
     match std::env::var_os(CACHE_DIR_VAR) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => store::home().join("cache"),
+        _ => model_store::home().join("cache"),
     }
 }
 

@@ -15,8 +15,8 @@ use tokio::sync::mpsc::Receiver;
 
 use crate::core::Message;
 use crate::inference::TokenSink;
+use crate::orchestrate::RunIds;
 use crate::orchestrate::inputs::{InputSpec, InputType};
-use crate::orchestrate::new_run_id;
 use crate::orchestrate::{
     Event, EventData, Pipeline, RunStatus, Session, SessionOptions, ToolOutcome,
 };
@@ -180,7 +180,7 @@ fn open_conversation(args: &Args) -> Outcome<(String, Conversation)> {
     };
     let chat_session = loaded
         .as_ref()
-        .map_or_else(new_run_id, |l| l.session.clone());
+        .map_or_else(|| RunIds::default().next(), |l| l.session.clone());
     let history: Vec<Message> = loaded.map(|l| l.messages).unwrap_or_default();
     let saved = match &args.save {
         Some(path) => {

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::cache::{CacheMode, CacheSettings};
 use crate::core::{Failure, FailureCode, Message};
-use crate::inference::Notice;
+use crate::model_store::Notice;
 use crate::orchestrate::tools::Approvals;
 use crate::orchestrate::{Pipeline, Session, SessionOptions, TraceSettings};
 use crate::plan::build::BuildOptions;
@@ -247,18 +247,19 @@ pub fn load_checked(session: &Session, path: &Path, given: &PlanInputs) -> Outco
 
 /// Refuses (exit 2, the session ended with ERROR) a plan that no longer matches its lockfile.
 pub fn check_lock(session: &Session, plan: &Plan) -> Outcome<()> {
-    Lock::check(plan, &lock_path(&plan.path)).or_else(|failure| refuse(session, &failure))
+    Lock::check(plan, &lock_path(&plan.path), session.resources())
+        .or_else(|failure| refuse(session, &failure))
 }
 
-/// Builds the plan's pipeline in the session's PREPARE stage, behind the session's call cache
-/// (exit 2 when it cannot be built: nothing ran).
+/// Builds the plan's pipeline in the session's PREPARE stage, with the session's resources and
+/// behind its call cache (exit 2 when it cannot be built: nothing ran).
 pub fn build(session: &Session, plan: &Plan, options: BuildOptions) -> Outcome<Pipeline> {
     let options = BuildOptions {
         cache: session.cache(),
         ..options
     };
     session
-        .prepare(|| plan.build(options))
+        .prepare(|| plan.build(session.resources(), options))
         .or_else(|failure| refuse(session, &failure))
 }
 

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use crate::plan::lock::{Lock, lock_path};
 
 use super::EXIT_OK;
-use super::common::{Outcome, load_plan};
+use super::common::{Outcome, invalid, load_plan};
 use crate::core::file::write_atomic;
+use crate::orchestrate::Standalone;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -18,7 +19,8 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Outcome {
     let plan = load_plan(&args.plan)?;
-    let lock = Lock::of(&plan);
+    let standalone = Standalone::start().or_else(|failure| invalid(&failure))?;
+    let lock = Lock::of(&plan, standalone.resources());
     let path = lock_path(&args.plan);
     // Atomically, and replacing a symbolic link at the path rather than writing through it.
     write_atomic(&path, lock.to_text().as_bytes())?;

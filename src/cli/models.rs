@@ -2,8 +2,7 @@
 
 use std::io::{self, Write};
 
-use crate::inference::source::describe_pull;
-use crate::inference::store::{self, FileRole, Verdict};
+use crate::model_store::{self, FileRole, Verdict, describe_pull};
 
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 
@@ -46,7 +45,7 @@ pub fn run(args: &Args) -> io::Result<u8> {
             force,
         } => pull(name, *force),
         Command::Pull { name: None, force } => {
-            for model in store::EMBEDDED {
+            for model in model_store::EMBEDDED {
                 let code = pull(model.name, *force)?;
                 if code != EXIT_OK {
                     return Ok(code);
@@ -59,8 +58,8 @@ pub fn run(args: &Args) -> io::Result<u8> {
 }
 
 fn pull(name: &str, force: bool) -> io::Result<u8> {
-    let Some(model) = store::embedded(name) else {
-        let names: Vec<&str> = store::EMBEDDED.iter().map(|m| m.name).collect();
+    let Some(model) = model_store::embedded(name) else {
+        let names: Vec<&str> = model_store::EMBEDDED.iter().map(|m| m.name).collect();
         writeln!(
             io::stderr(),
             "error: no model named `{name}`; known: default, {}",
@@ -68,7 +67,7 @@ fn pull(name: &str, force: bool) -> io::Result<u8> {
         )?;
         return Ok(EXIT_INVALID);
     };
-    if !force && let Some(path) = store::cached_file(model) {
+    if !force && let Some(path) = model_store::cached_file(model) {
         writeln!(
             io::stderr(),
             "{} is already in the cache: {}",
@@ -77,7 +76,7 @@ fn pull(name: &str, force: bool) -> io::Result<u8> {
         )?;
         return Ok(EXIT_OK);
     }
-    let result = store::pull(model, &mut |progress| {
+    let result = model_store::pull(model, &mut |progress| {
         if let Some(line) = describe_pull(model, &progress) {
             let _ = writeln!(io::stderr(), "pagantic: {line}");
         }
@@ -96,7 +95,7 @@ fn pull(name: &str, force: bool) -> io::Result<u8> {
 
 fn list(verify: bool, all: bool) -> io::Result<u8> {
     let mut stdout = io::stdout().lock();
-    let listed = store::list(verify);
+    let listed = model_store::list(verify);
     writeln!(
         stdout,
         "{:<30} {:>10}  {:<9} {:<16} path",
@@ -148,16 +147,16 @@ fn list(verify: bool, all: bool) -> io::Result<u8> {
         writeln!(
             stdout,
             "(the cache at {} holds no models; run `pagantic models pull`)",
-            store::home().display()
+            model_store::home().display()
         )?;
     }
     if all {
         writeln!(stdout)?;
-        for model in store::EMBEDDED {
+        for model in model_store::EMBEDDED {
             writeln!(stdout, "available: {} — {}", model.name, model.description)?;
         }
     }
-    Ok(if listed.iter().all(store::Listed::verified) {
+    Ok(if listed.iter().all(model_store::Listed::verified) {
         EXIT_OK
     } else {
         EXIT_FAILED

@@ -230,12 +230,13 @@ fn batch_exit_code(end: crate::batch::End) -> u8 {
 
 /// The SHA-256 of the plan's text and of everything its lockfile pins, so that a batch output
 /// knows which plan wrote it.
-fn plan_sha256(plan: &Plan) -> String {
+fn plan_sha256(session: &Session, plan: &Plan) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     hasher.update(plan.source.text.as_bytes());
-    hasher.update(crate::plan::lock::Lock::of(plan).to_text().as_bytes());
-    crate::inference::store::hex(&hasher.finalize())
+    let lock = crate::plan::lock::Lock::of(plan, session.resources());
+    hasher.update(lock.to_text().as_bytes());
+    crate::model_store::hex(&hasher.finalize())
 }
 
 /// `run --batch`: the plan over every row of the input, each row a run of `session`.
@@ -264,7 +265,7 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         limit: batch.limit,
         shard: batch.shard.clone(),
         reshard: batch.reshard,
-        plan_sha256: plan_sha256(plan),
+        plan_sha256: plan_sha256(session, plan),
         map: batch.map.clone(),
         ordered: batch.ordered,
     };
@@ -387,7 +388,7 @@ fn map_then_reduce(
         })?;
     let reduce = Arc::new(build(session, &reduce_plan, build_options)?);
     let reduce_options = crate::batch::BatchOptions {
-        plan_sha256: plan_sha256(&reduce_plan),
+        plan_sha256: plan_sha256(session, &reduce_plan),
         ..options.clone()
     };
     let grouping = grouping(
@@ -426,7 +427,7 @@ fn grouping(
 fn reduce_sha256(plan_sha256: &str, key: &str, fold: Option<u64>) -> String {
     use sha2::{Digest, Sha256};
     let text = format!("{plan_sha256}\ngroup-by {key}\nfold {fold:?}");
-    crate::inference::store::hex(&Sha256::digest(text.as_bytes()))
+    crate::model_store::hex(&Sha256::digest(text.as_bytes()))
 }
 
 /// Ends a batch's session and prints (and with `--summary` writes) how it went.

@@ -6,16 +6,16 @@
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::{Failure, FailureCode};
-use crate::orchestrate::SessionOptions;
+use crate::orchestrate::{Session, SessionOptions};
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
 use crate::plan::duration::DurationSpec;
-use crate::serve::{self, Catalog, Limits, Rejected, Reporter, ServeOptions, Shutdown};
+use crate::serve::{self, Catalog, Limits, Rejected, Reporter, ServeOptions, Served, Shutdown};
 
 use super::common::{
     ApproveArgs, CacheArgs, Exit, Outcome, TraceArgs, invalid, open_session, print_failure,
@@ -102,6 +102,39 @@ pub struct Args {
 /// How often `--watch` looks at the files.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
 
+/// Checks and builds every plan at `paths` in the session's PREPARE stage (exit 2, the session
+/// ended with ERROR, when any is invalid or cannot be built: each one's problem is printed).
+fn load_all(session: &Session, paths: &[PathBuf], build: &BuildOptions) -> Outcome<Vec<Served>> {
+    let resources = session.resources();
+    let loaded: Vec<_> = session.prepare(|| {
+        paths
+            .iter()
+            .map(|path| serve::load(path, resources, build))
+            .collect()
+    });
+    let mut plans = Vec::new();
+    let mut rejected = false;
+    for result in loaded {
+        match result {
+            Ok(served) => plans.push(served),
+            Err(Rejected::Invalid(diagnostics)) => {
+                report::print(&diagnostics, Format::Human)?;
+                rejected = true;
+            }
+            Err(Rejected::Unbuildable(failure)) => {
+                print_failure(&failure)?;
+                rejected = true;
+            }
+        }
+    }
+    if rejected {
+        session.fail();
+        session.finish();
+        return Err(Exit::Code(EXIT_INVALID));
+    }
+    Ok(plans)
+}
+
 pub fn run(args: &Args) -> Outcome {
     let expanded = serve::expand(&args.plans).or_else(|failure| invalid(&failure))?;
     for path in &expanded.skipped {
@@ -139,28 +172,7 @@ pub fn run(args: &Args) -> Outcome {
         approvals: args.approve.approvals(),
         ..BuildOptions::default()
     };
-    let loaded: Vec<_> =
-        session.prepare(|| paths.iter().map(|path| serve::load(path, &build)).collect());
-    let mut plans = Vec::new();
-    let mut rejected = false;
-    for result in loaded {
-        match result {
-            Ok(served) => plans.push(served),
-            Err(Rejected::Invalid(diagnostics)) => {
-                report::print(&diagnostics, Format::Human)?;
-                rejected = true;
-            }
-            Err(Rejected::Unbuildable(failure)) => {
-                print_failure(&failure)?;
-                rejected = true;
-            }
-        }
-    }
-    if rejected {
-        session.fail();
-        session.finish();
-        return Err(Exit::Code(EXIT_INVALID));
-    }
+    let plans = load_all(&session, paths, &build)?;
     let catalog = Catalog::new(plans)
         .map(|catalog| catalog.watching(args.plans.clone(), expanded.skipped.clone()))
         .or_else(|failure| {
@@ -184,6 +196,7 @@ pub fn run(args: &Args) -> Outcome {
         grace: args.grace,
         watch: args.watch.then_some(WATCH_EVERY),
         cache: session.cache(),
+        resources: session.resources().clone(),
         approvals: args.approve.approvals(),
         allowed_origins: args.allowed_origins.clone(),
         allowed_hosts: args.allowed_hosts.clone(),

@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use super::common::{Exit, Outcome, load_plan};
+use super::common::{Exit, Outcome, invalid, load_plan};
 use super::report::{self, Format};
 use super::{EXIT_INVALID, EXIT_OK};
 use crate::orchestrate::tools::SideEffects;
+use crate::orchestrate::{Resources, Standalone};
 use crate::plan::policy::{Limit, PolicyOrigin};
 use crate::plan::tools::{McpTool, ToolEnv, ToolSpec};
 use crate::plan::{self, EffectivePolicy, Plan};
@@ -82,7 +83,8 @@ pub fn run(args: &Args) -> Outcome {
         },
         None => plan.policy.clone(),
     };
-    let lines = tool_lines(&plan, &policy);
+    let standalone = Standalone::start().or_else(|failure| invalid(&failure))?;
+    let lines = tool_lines(&plan, &policy, standalone.resources());
     let mut stdout = io::stdout().lock();
     for line in &lines {
         match args.format {
@@ -120,7 +122,7 @@ pub fn run(args: &Args) -> Outcome {
 
 /// Each declared tool, built as a run would build it, with its availability under `policy`;
 /// for an MCP server, each tool it lists and each allowed one it lacks.
-fn tool_lines(plan: &Plan, policy: &EffectivePolicy) -> Vec<ToolLine> {
+fn tool_lines(plan: &Plan, policy: &EffectivePolicy, resources: &Resources) -> Vec<ToolLine> {
     let dir = plan.dir();
     plan.raw
         .tools
@@ -130,6 +132,7 @@ fn tool_lines(plan: &Plan, policy: &EffectivePolicy) -> Vec<ToolLine> {
                 name,
                 dir: &dir,
                 dry_run: false,
+                mcp: &resources.mcp,
             };
             let refused = refusal(name, policy);
             if let ToolSpec::Mcp(server) = spec {

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::orchestrate::Standalone;
 use crate::plan::lock::{Lock, lock_path};
 use crate::plan::suite::{is_test_file, load_suite};
 use crate::plan::{self, Diagnostic, PlanError};
@@ -51,6 +52,14 @@ pub fn run(args: &Args) -> io::Result<u8> {
     let mut errors = unmatched.len();
     report::print(&unmatched, args.format)?;
     let mut tests = 0;
+    // What checking a lockfile reaches (MCP servers, model files' hashes), started once.
+    let standalone = match args.locked.then(Standalone::start).transpose() {
+        Ok(standalone) => standalone,
+        Err(failure) => {
+            print_failure(&failure)?;
+            return Ok(EXIT_INVALID);
+        }
+    };
     for file in &files {
         if is_test_file(file) {
             tests += 1;
@@ -83,8 +92,9 @@ pub fn run(args: &Args) -> io::Result<u8> {
         }
         match plan::load_plan(file, policy.as_ref()) {
             Ok(plan) => {
-                if args.locked
-                    && let Err(failure) = Lock::check(&plan, &lock_path(file))
+                if let Some(standalone) = &standalone
+                    && let Err(failure) =
+                        Lock::check(&plan, &lock_path(file), standalone.resources())
                 {
                     invalid += 1;
                     errors += 1;

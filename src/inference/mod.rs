@@ -6,12 +6,9 @@
 //! batch row of a run, and must accept concurrent requests.
 
 mod example;
-pub mod gguf;
 mod local;
 mod openai;
 mod scripted;
-pub mod source;
-pub mod store;
 pub mod traceparent;
 
 use std::future::Future;
@@ -23,17 +20,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::core::step_clock::StepClock;
 use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition};
 
 pub use example::example_for_schema;
-#[cfg(not(feature = "local"))]
-pub use local::no_local_engine;
-#[cfg(feature = "local")]
-pub use local::{LocalConfig, LocalEngine};
-pub use local::{LocalModel, LocalSettings};
+// `LocalModel`, `LocalSettings`, `LocalLoads`, `missing_local_engine`, and where the build has
+// the local engine, `LocalConfig` and `LocalEngine`.
+pub use local::*;
 pub use openai::{Compat, OpenAiConfig, OpenAiEngine, Pacing, RateLimit, pacing};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
-pub use source::{HubPin, LocalSource, Notice, hub_pin};
+use traceparent::Traceparent;
 
 /// A decoding constraint given as a grammar (GBNF is translated to Lark before it gets here).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -72,6 +68,22 @@ pub struct Request {
     /// `--repeat`); like `candidate`, engines ignore it and a call cache keys sampled calls by it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample: Option<u32>,
+    /// What the run lends the call besides what it asks; never serialised, so a call cache
+    /// never keys on it.
+    #[serde(skip)]
+    pub context: CallContext,
+}
+
+/// What a run lends one model call besides what the call asks: engines that reach a server or
+/// wait for a model read it, and it says nothing about the answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallContext {
+    /// The call's W3C `traceparent`, when the run exports traces: the `openai` engine sends it,
+    /// so the server's own spans (vLLM exports OTLP) join the run's trace.
+    pub traceparent: Option<Traceparent>,
+    /// The clock of the step attempt making the call: waiting for a model to load or for its
+    /// pace is off it.
+    pub clock: StepClock,
 }
 
 /// Time spent on one call.

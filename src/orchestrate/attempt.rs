@@ -12,7 +12,8 @@ use tokio::task::JoinError;
 use super::events::{EventData, OnDrop, SkipReason, SpanId, StepOutcome};
 use super::pipeline::{StepContext, StepHandler, StepNode, StepOutput};
 use super::record::StepStatus;
-use crate::core::{Failure, FailureCode, step_clock};
+use crate::core::step_clock::StepClock;
+use crate::core::{Failure, FailureCode};
 use crate::validate::RetryPolicy;
 
 /// What one step task reports back.
@@ -108,6 +109,11 @@ impl StepTask {
         loop {
             let span = ctx.events.new_span();
             ctx.span = span;
+            // An attempt bounded by a timeout runs on a clock of its own.
+            ctx.clock = match self.timeout {
+                Some(_) => StepClock::for_attempt(),
+                None => StepClock::default(),
+            };
             let result = self.attempt(&ctx, parent, attempt).await;
             ctx.span = parent;
             let failure = match result {
@@ -162,7 +168,7 @@ impl StepTask {
         };
         let cancelled = OnDrop::new(|| end(StepOutcome::Cancelled));
         let result = match self.timeout {
-            Some(limit) => match step_clock::timeout(limit, self.handler.run(ctx)).await {
+            Some(limit) => match ctx.clock.bound(limit, self.handler.run(ctx)).await {
                 Some(result) => result,
                 None => Err(Failure::new(
                     FailureCode::OrchestrationStepTimeout,

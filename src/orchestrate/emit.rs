@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::events::{Event, EventData, SpanId, Watch, new_run_id};
+use super::events::{Event, EventData, RunIds, SpanId, Watch};
 use super::otel::{Origin, PlanShape, RunInfo, RunTrace, TraceParent, TracedRun, Tracer};
 use super::record::Lifecycle;
 use super::sinks::Sinks;
@@ -36,10 +36,12 @@ struct Inner {
 }
 
 /// Where every run of a session sends its events: the session's sinks, and its tracer when it
-/// exports traces. Shared by the runs, so a new run (a batch row) takes one reference to it.
+/// exports traces; and where its runs get their ids. Shared by the runs, so a new run (a batch
+/// row) takes one reference to it.
 struct Outlets {
     sinks: Arc<Sinks>,
     tracer: Option<Arc<Tracer>>,
+    run_ids: RunIds,
 }
 
 /// The events of one run: its id, its clock and its spans, and where its events go (the
@@ -60,7 +62,11 @@ impl Events {
     /// trace, when the session exports traces.
     pub fn traced(sinks: Arc<Sinks>, tracer: Option<Arc<Tracer>>) -> Self {
         Self::run_of(
-            Arc::new(Outlets { sinks, tracer }),
+            Arc::new(Outlets {
+                sinks,
+                tracer,
+                run_ids: RunIds::default(),
+            }),
             Arc::new(Watch::default()),
             None,
             Origin::Session,
@@ -78,7 +84,7 @@ impl Events {
         parent: Option<ParentLink>,
         origin: Origin,
     ) -> Self {
-        let run_id = new_run_id();
+        let run_id = outlets.run_ids.next();
         let traced = outlets
             .tracer
             .as_ref()
@@ -94,6 +100,11 @@ impl Events {
                 traced,
             }),
         }
+    }
+
+    /// A new id from those the session's runs get theirs from (a streamed completion's).
+    pub fn new_id(&self) -> String {
+        self.inner.outlets.run_ids.next()
     }
 
     /// Events of another run (its own run id, clock and spans) that go where these go: every

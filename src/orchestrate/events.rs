@@ -448,19 +448,38 @@ pub struct Watch {
     pub request_id: Option<String>,
 }
 
-/// A run id: time and process, unique enough to tell runs apart in logs (also a chat session's).
-pub fn new_run_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{:012x}-{:04x}{:02x}",
-        nanos & 0xffff_ffff_ffff,
-        std::process::id() & 0xffff,
-        count & 0xff
-    )
+/// Hands out run ids: time and process, unique enough to tell runs apart in logs (also a chat
+/// session's). A session's runs share one, so no two of its runs in the same nanosecond get the
+/// same id; the process id is read once.
+#[derive(Debug)]
+pub struct RunIds {
+    process: u32,
+    count: AtomicU64,
+}
+
+impl Default for RunIds {
+    fn default() -> Self {
+        RunIds {
+            process: std::process::id(),
+            count: AtomicU64::new(0),
+        }
+    }
+}
+
+impl RunIds {
+    /// The next id.
+    pub fn next(&self) -> String {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let count = self.count.fetch_add(1, Ordering::Relaxed);
+        format!(
+            "{:012x}-{:04x}{:02x}",
+            nanos & 0xffff_ffff_ffff,
+            self.process & 0xffff,
+            count & 0xff
+        )
+    }
 }
 
 #[cfg(test)]
@@ -469,6 +488,17 @@ mod tests {
 
     use super::*;
     use crate::core::FailureCode;
+
+    #[test]
+    fn run_ids_differ_and_name_the_process() {
+        let ids = RunIds::default();
+        let (first, second) = (ids.next(), ids.next());
+        assert_ne!(first, second);
+        assert_eq!(first.len(), "000000000000-000000".len());
+        let process = format!("{:04x}", std::process::id() & 0xffff);
+        assert_eq!(&first[13..17], process);
+        assert_eq!((&first[17..], &second[17..]), ("00", "01"));
+    }
 
     fn event(data: EventData) -> Event {
         Event {

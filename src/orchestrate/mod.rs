@@ -10,6 +10,7 @@
 //! | file | owns |
 //! | --- | --- |
 //! | `session.rs` | the session and its [`Runner`]: runtime, signals, end state, nested runs |
+//! | `resources.rs` | what a session's builds and runs share: MCP servers, model loads, file hashes |
 //! | `fanout.rs` | [`Runner::run_many`]: many runs, bounded and cancellable |
 //! | `executor.rs` | one run over the step graph: start ready steps, record their ends |
 //! | `schedule.rs` | which steps wait for which; feedback loops send the run back |
@@ -34,6 +35,7 @@ mod ledger;
 mod otel;
 mod pipeline;
 mod record;
+mod resources;
 mod schedule;
 mod scope;
 mod session;
@@ -44,8 +46,8 @@ pub mod voting;
 
 pub use emit::Events;
 pub use events::{
-    AgentOutcome, Event, EventData, Observer, Sent, SkipReason, SpanId, StepOutcome, ToolOutcome,
-    Watch, new_run_id,
+    AgentOutcome, Event, EventData, Observer, RunIds, Sent, SkipReason, SpanId, StepOutcome,
+    ToolOutcome, Watch,
 };
 pub use fanout::{FanOut, Job};
 pub use ledger::{RunLedger, StepLedger};
@@ -57,5 +59,8 @@ pub use pipeline::{
 pub use record::{
     AnsweredBy, CacheTally, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord,
 };
+#[cfg(test)]
+pub(crate) use resources::for_tests as test_resources;
+pub use resources::{Resources, Standalone};
 pub use session::{RunRequest, Runner, Session, SessionOptions};
 pub use sinks::{EventSink, JsonLinesFile, Observing, Sinks};

@@ -21,9 +21,10 @@ use super::inputs::{self, InputSpec};
 use super::ledger::{Booking, StepLedger};
 use super::otel;
 use super::record::RunRecord;
+use crate::core::step_clock::StepClock;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{
-    CacheStatus, Engine, Grammar, ModelInfo, Request, Response, SchemaMode, TokenSink, traceparent,
+    CacheStatus, CallContext, Engine, Grammar, ModelInfo, Request, Response, SchemaMode, TokenSink,
 };
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
@@ -145,6 +146,9 @@ pub struct StepContext {
     /// Which repeat of the same run this is (see [`super::RunRequest::sample`]); its model calls
     /// carry it.
     pub sample: Option<u32>,
+    /// The clock of the attempt under way when the step has a timeout (else no step's): its
+    /// model calls carry it, so their waits for a model to load are not charged to the timeout.
+    pub clock: StepClock,
 }
 
 impl StepContext {
@@ -201,6 +205,15 @@ impl StepContext {
         }
     }
 
+    /// What a model call of this step on span `span` is lent besides what it asks: its trace
+    /// parent, and the clock of the attempt making it.
+    fn call_context(&self, span: SpanId) -> CallContext {
+        CallContext {
+            traceparent: self.events.traceparent(span),
+            clock: self.clock.clone(),
+        }
+    }
+
     async fn call_model(
         &self,
         engine: &dyn Engine,
@@ -222,6 +235,7 @@ impl StepContext {
             .captures_content()
             .then(|| request.messages.clone());
         let span = self.events.new_span();
+        request.context = self.call_context(span);
         let started = Instant::now();
         // A run watched alone (a server's client) gets the text of the steps built to stream too.
         let stream = self.streamed(stream);
@@ -236,13 +250,10 @@ impl StepContext {
                     .emit(Some(&self.step), span, Some(self.span), data);
             }
         });
-        let asked = async {
-            match stream {
-                Some(sink) => engine.infer_streaming(request, sink).await,
-                None => engine.infer(request).await,
-            }
+        let answered = match stream {
+            Some(sink) => engine.infer_streaming(request, sink).await,
+            None => engine.infer(request).await,
         };
-        let answered = traceparent::with(self.events.traceparent(span), asked).await;
         cut_off.disarm();
         // A replay's miss names its step: where the prompt (or what fed it) changed.
         let answered = answered.map_err(|failure| match failure.code {
@@ -357,6 +368,7 @@ impl StepContext {
             feedback: Vec::new(),
             nesting: super::session::detached_nesting(),
             sample: None,
+            clock: StepClock::default(),
         }
     }
 }

@@ -1,13 +1,15 @@
 //! A run session: the one thing every command that runs a pipeline opens (`run`, `run --batch`,
 //! `chat`, `render`, `test`, `serve`), so they all behave alike.
 //!
-//! A session owns the async runtime, the event sinks (the `--events` file and an observer such as
-//! the progress lines), the lifecycle from INIT to the end state — which the session decides from
-//! how its runs and other work ended, not each command — and cancellation: Ctrl-C (SIGINT)
-//! and SIGTERM — what Kubernetes, Slurm and systemd send before they kill — both cancel the run in
-//! flight, which then ends as a CANCELLED record that keeps every completed step's output. The
-//! signal handlers are installed when the session opens, so a signal that arrives while models
-//! load cancels the run that follows instead of killing the process with nothing written.
+//! A session owns the async runtime and what its builds and runs share on it ([`Resources`]: MCP
+//! servers, local models' loads, model files' hashes), the event sinks (the `--events` file and
+//! an observer such as the progress lines), the lifecycle from INIT to the end state — which the
+//! session decides from how its runs and other work ended, not each command — and cancellation:
+//! Ctrl-C (SIGINT) and SIGTERM — what Kubernetes, Slurm and systemd send before they kill — both
+//! cancel the run in flight, which then ends as a CANCELLED record that keeps every completed
+//! step's output. The signal handlers are installed when the session opens, so a signal that
+//! arrives while models load cancels the run that follows instead of killing the process with
+//! nothing written.
 //!
 //! Runs get their step timeout from the pipeline (the policy's `timeout_per_step`), never from
 //! the command, so no adapter can forget it.
@@ -35,9 +37,10 @@ use super::ledger::RunLedger;
 use super::otel::{self, TraceParent, TraceSettings, Tracing};
 use super::pipeline::{NestedRun, NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus};
+use super::resources::{Resources, start_runtime};
 use super::sinks::{JsonLinesFile, Observing, Sinks};
 use crate::cache::{CacheSettings, CallCache};
-use crate::core::{Failure, FailureCode};
+use crate::core::Failure;
 
 /// How to open a session.
 pub struct SessionOptions {
@@ -71,6 +74,8 @@ impl Default for SessionOptions {
 
 /// An open session; see the module docs.
 pub struct Session {
+    /// What its builds and runs share, on its runtime.
+    resources: Resources,
     runtime: tokio::runtime::Runtime,
     runner: Runner,
     /// The export of its runs' traces, when on.
@@ -186,17 +191,12 @@ impl Session {
             .with_some(options.observer.map(Observing))
             .with_some(file);
         let events = Events::traced(Arc::new(sinks), tracer);
-        let started = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Failure::new(
-                    FailureCode::ConfigFileError,
-                    format!("cannot start the async runtime: {e}"),
-                )
-            })
-            .and_then(|runtime| Ok((runtime, CallCache::open(&options.cache)?)));
-        let (runtime, cache) = started.inspect_err(|_| {
+        let started = start_runtime().and_then(|runtime| {
+            let resources = Resources::new(runtime.handle().clone());
+            let cache = CallCache::open(&options.cache, Arc::clone(&resources.hashes))?;
+            Ok((runtime, resources, cache))
+        });
+        let (runtime, resources, cache) = started.inspect_err(|_| {
             events.lifecycle(Lifecycle::Init);
             events.lifecycle(Lifecycle::Error);
         })?;
@@ -226,6 +226,7 @@ impl Session {
             }
         }
         let session = Session {
+            resources,
             runtime,
             runner,
             tracing,
@@ -246,6 +247,11 @@ impl Session {
     /// plan's engines.
     pub fn cache(&self) -> Option<Arc<CallCache>> {
         self.runner.cache.clone()
+    }
+
+    /// What the session's builds and runs share: a plan is built with these.
+    pub fn resources(&self) -> &Resources {
+        &self.resources
     }
 
     /// The session's events (its own run id); [`Events::new_run`] gives another run's.
@@ -412,6 +418,11 @@ impl Runner {
         wait_until(&self.interrupt, |interrupted| *interrupted)
     }
 
+    /// A new id from those the session's runs get theirs from (a streamed completion's).
+    pub fn new_id(&self) -> String {
+        self.events.new_id()
+    }
+
     /// Records a failure outside any run (see [`Session::fail`]).
     pub fn note_failure(&self) {
         self.outcomes.failed.fetch_add(1, Ordering::Relaxed);
@@ -505,6 +516,7 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::FailureCode;
 
     #[test]
     fn a_session_records_init_plan_prepare_and_its_end_state() {

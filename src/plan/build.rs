@@ -23,10 +23,11 @@ use super::tools::{ToolEnv, ToolKind};
 use crate::cache::{CachedEngine, CallCache};
 use crate::core::{Cost, Failure, FailureCode, Memo};
 use crate::corpora::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
-use crate::inference::{Engine, Notice, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
+use crate::inference::{Engine, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
+use crate::model_store::Notice;
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
 use crate::orchestrate::tools::{Approval, Approvals, ToolAction, ToolCache, ToolRuntime};
-use crate::orchestrate::{Pipeline, StepHandler, StepNode};
+use crate::orchestrate::{Pipeline, Resources, StepHandler, StepNode};
 use crate::prompt::Templates;
 use crate::rerank::{BiEncoder, KeywordScorer, Scorer};
 use crate::validate::RetryPolicy;
@@ -55,6 +56,8 @@ pub struct BuildOptions {
 /// its [`BuildContext`].
 struct Builder<'p> {
     plan: &'p Plan,
+    /// What the session's builds share: its MCP servers, local models' loads, file hashes.
+    resources: &'p Resources,
     options: BuildOptions,
     dir: PathBuf,
     models: HashMap<String, BuiltModel>,
@@ -68,9 +71,10 @@ struct Builder<'p> {
 
 impl<'p> Builder<'p> {
     /// A builder for `plan` that has resolved no name yet.
-    fn new(plan: &'p Plan, options: BuildOptions) -> Self {
+    fn new(plan: &'p Plan, resources: &'p Resources, options: BuildOptions) -> Self {
         Builder {
             plan,
+            resources,
             options,
             dir: plan.dir(),
             models: HashMap::new(),
@@ -83,10 +87,11 @@ impl<'p> Builder<'p> {
 }
 
 impl Plan {
-    /// Builds the runnable pipeline.
-    pub fn build(&self, options: BuildOptions) -> Result<Pipeline, Failure> {
+    /// Builds the runnable pipeline with the session's `resources` (the MCP servers its tools
+    /// reach, the loads its local models share).
+    pub fn build(&self, resources: &Resources, options: BuildOptions) -> Result<Pipeline, Failure> {
         let templates = Arc::new(Templates::new(super::prompts_dir(&self.dir())));
-        let mut builder = Builder::new(self, options);
+        let mut builder = Builder::new(self, resources, options);
         let mut steps = Vec::with_capacity(self.raw.steps.len());
         for (index, step) in self.raw.steps.iter().enumerate() {
             builder.step = index;
@@ -150,6 +155,7 @@ impl Plan {
     pub fn build_similarity(
         &self,
         model: Option<&str>,
+        resources: &Resources,
         options: BuildOptions,
     ) -> Result<Arc<dyn Scorer>, Failure> {
         if options.dry_run {
@@ -162,7 +168,7 @@ impl Plan {
         let Some(name) = model else {
             return Ok(Arc::new(super::models::onnx::embedded_bi_encoder(notice)));
         };
-        let mut builder = Builder::new(self, options);
+        let mut builder = Builder::new(self, resources, options);
         match builder.built_model(name)? {
             BuiltModel::Bi(encoder) => Ok(encoder),
             _ => Err(wrong_kind(name, "a bi-encoder")),
@@ -229,6 +235,7 @@ impl Builder<'_> {
                     .cache
                     .as_ref()
                     .is_some_and(|cache| cache.only()),
+            loads: &self.resources.loads,
         }
     }
 
@@ -288,7 +295,9 @@ impl Builder<'_> {
             stream: None,
             ..self.options.clone()
         };
-        Ok(AgentAction::Plan(Arc::new(plan.build(options)?)))
+        Ok(AgentAction::Plan(Arc::new(
+            plan.build(self.resources, options)?,
+        )))
     }
 
     /// The tools entry `name` offers a model: itself, or the several its kind offers (an MCP
@@ -298,6 +307,7 @@ impl Builder<'_> {
             name,
             dir: &self.dir,
             dry_run: self.options.dry_run,
+            mcp: &self.resources.mcp,
         };
         match self
             .plan
@@ -403,6 +413,7 @@ impl BuildContext for Builder<'_> {
             name,
             dir: &self.dir,
             dry_run: self.options.dry_run,
+            mcp: &self.resources.mcp,
         };
         let mut tool = spec.kind().build(&env)?;
         if spec.kind().access().approval == Approval::Required

@@ -24,6 +24,8 @@ use super::tools::{ToolEnv, ToolSpec};
 use crate::core::file::{ReadError, TEXT_LIMIT, read_bounded};
 use crate::core::{Failure, FailureCode};
 use crate::corpora::matching_files;
+use crate::model_store::FileHashes;
+use crate::orchestrate::Resources;
 use crate::prompt;
 
 /// A plan's lockfile.
@@ -94,14 +96,16 @@ pub fn files_used(plan: &Plan) -> Vec<PathBuf> {
 }
 
 impl Lock {
-    /// What `plan` depends on now (hashes its model, prompt, schema, sub-plan and tool files).
-    pub fn of(plan: &Plan) -> Lock {
+    /// What `plan` depends on now (hashes its model, prompt, schema, sub-plan and tool files, and
+    /// lists its MCP servers' tools, with the session's `resources`).
+    pub fn of(plan: &Plan, resources: &Resources) -> Lock {
         let dir = plan.dir();
+        let known = &resources.hashes;
         let models = plan
             .raw
             .models
             .iter()
-            .map(|(name, spec)| (name.clone(), spec.kind().locked(&dir)))
+            .map(|(name, spec)| (name.clone(), spec.kind().locked(&dir, known)))
             .collect();
         let corpora = plan
             .raw
@@ -115,15 +119,15 @@ impl Lock {
                     files.extend(matching_files(&dir, pattern).unwrap_or_default());
                 }
                 files.extend(spec.jsonl.iter().map(|jsonl| dir.join(&jsonl.path)));
-                (name.clone(), hashes(&dir, files))
+                (name.clone(), hashes(&dir, files, known))
             })
             .collect();
         Lock {
             pagantic: env!("CARGO_PKG_VERSION").to_string(),
             models,
-            files: hashes(&dir, files_used(plan)),
+            files: hashes(&dir, files_used(plan), known),
             corpora: Some(corpora),
-            mcp: mcp_pins(plan),
+            mcp: mcp_pins(plan, resources),
         }
     }
 
@@ -178,9 +182,9 @@ impl Lock {
     }
 
     /// Fails naming every difference between the lockfile at `path` and `plan` now.
-    pub fn check(plan: &Plan, path: &Path) -> Result<(), Failure> {
+    pub fn check(plan: &Plan, path: &Path, resources: &Resources) -> Result<(), Failure> {
         let locked = Lock::read(path)?;
-        let changes = locked.drift(&Lock::of(plan));
+        let changes = locked.drift(&Lock::of(plan, resources));
         if changes.is_empty() {
             return Ok(());
         }
@@ -281,7 +285,10 @@ fn compare_groups(
 
 /// The tools each MCP server of the plan lists now, by its tool's name in the plan; a server
 /// that cannot be reached is left out. None when the plan declares no MCP tool.
-fn mcp_pins(plan: &Plan) -> Option<BTreeMap<String, BTreeMap<String, Value>>> {
+fn mcp_pins(
+    plan: &Plan,
+    resources: &Resources,
+) -> Option<BTreeMap<String, BTreeMap<String, Value>>> {
     let dir = plan.dir();
     let servers: Vec<_> = plan
         .raw
@@ -300,6 +307,7 @@ fn mcp_pins(plan: &Plan) -> Option<BTreeMap<String, BTreeMap<String, Value>>> {
             name,
             dir: &dir,
             dry_run: false,
+            mcp: &resources.mcp,
         };
         let listed = server.server(&env).list_tools().ok()?;
         let tools = listed
@@ -311,8 +319,9 @@ fn mcp_pins(plan: &Plan) -> Option<BTreeMap<String, BTreeMap<String, Value>>> {
     Some(pins.collect())
 }
 
-/// Each of `files` by its name relative to `dir`, with its SHA-256 (null when unreadable).
-fn hashes(dir: &Path, files: Vec<PathBuf>) -> BTreeMap<String, Value> {
+/// Each of `files` by its name relative to `dir`, with its SHA-256 (null when unreadable; a
+/// version of a file `known` holds is not read again).
+fn hashes(dir: &Path, files: Vec<PathBuf>, known: &FileHashes) -> BTreeMap<String, Value> {
     files
         .into_iter()
         .map(|path| {
@@ -321,7 +330,7 @@ fn hashes(dir: &Path, files: Vec<PathBuf>) -> BTreeMap<String, Value> {
                 .unwrap_or(&path)
                 .display()
                 .to_string();
-            (name, file_sha256(&path))
+            (name, file_sha256(&path, known))
         })
         .collect()
 }

@@ -234,7 +234,7 @@ fn validate_and_dry_run_agree_on_mutated_example_plans() {
             dry_run: true,
             ..BuildOptions::default()
         };
-        let failure = match plan.build(options) {
+        let failure = match plan.build(&crate::orchestrate::test_resources(), options) {
             Err(failure) => Some(failure),
             Ok(pipeline) => {
                 let inputs = pipeline

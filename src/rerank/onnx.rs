@@ -16,14 +16,13 @@ use tokenizers::Encoding;
 use super::encoding::{Batch, TextEncoder};
 use super::runtime::{self, OnnxSessionOptions};
 use crate::core::{Failure, FailureCode};
-use crate::inference::source::{Notice, describe_pull};
-use crate::inference::store;
+use crate::model_store::{self, Notice, describe_pull};
 
 /// Where a model's files are.
 #[derive(Debug, Clone)]
 pub enum OnnxSource {
     /// An embedded model: its file and its first companion (the tokenizer), pulled on first use.
-    Embedded(&'static store::EmbeddedModel),
+    Embedded(&'static model_store::EmbeddedModel),
     /// Files on disk.
     Files { model: PathBuf, tokenizer: PathBuf },
 }
@@ -137,7 +136,7 @@ impl OnnxModel {
         let (model, tokenizer) = match &self.config.source {
             OnnxSource::Files { model, tokenizer } => (model.clone(), tokenizer.clone()),
             OnnxSource::Embedded(embedded) => {
-                let model = store::ensure(embedded, &mut |progress| {
+                let model = model_store::ensure(embedded, &mut |progress| {
                     if let Some(line) = describe_pull(embedded, &progress) {
                         (self.notice)(&line);
                     }
@@ -145,7 +144,7 @@ impl OnnxModel {
                 let tokenizer = embedded
                     .companions
                     .first()
-                    .map(store::stored_path)
+                    .map(model_store::stored_path)
                     .unwrap_or_default();
                 (model, tokenizer)
             }

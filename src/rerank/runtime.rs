@@ -16,8 +16,7 @@ use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 
 use crate::core::{Failure, FailureCode};
-use crate::inference::source::{Notice, describe_pull};
-use crate::inference::store;
+use crate::model_store::{self, Notice, describe_pull};
 
 /// The environment variable naming the library to load instead of the pulled one.
 pub const LIBRARY_VARIABLE: &str = "ORT_DYLIB_PATH";
@@ -71,8 +70,8 @@ pub fn session(
 fn library_path(notice: &Notice) -> Result<PathBuf, Failure> {
     match std::env::var_os(LIBRARY_VARIABLE) {
         Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),
-        _ => store::ensure(&store::ONNX_RUNTIME, &mut |progress| {
-            if let Some(line) = describe_pull(&store::ONNX_RUNTIME, &progress) {
+        _ => model_store::ensure(&model_store::ONNX_RUNTIME, &mut |progress| {
+            if let Some(line) = describe_pull(&model_store::ONNX_RUNTIME, &progress) {
                 notice(&line);
             }
         }),
@@ -132,7 +131,7 @@ fn library_failure(path: &Path, reason: String, help: &str) -> Failure {
 pub(super) fn require_library() {
     let set = std::env::var_os(LIBRARY_VARIABLE).is_some_and(|v| !v.is_empty());
     assert!(
-        set || store::cached_file(&store::ONNX_RUNTIME).is_some(),
+        set || model_store::cached_file(&model_store::ONNX_RUNTIME).is_some(),
         "this test needs the ONNX Runtime library: run `cargo run -- models pull` first (or set ORT_DYLIB_PATH)"
     );
 }

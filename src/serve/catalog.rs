@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::core::{Failure, FailureCode};
-use crate::orchestrate::{Pipeline, inputs};
+use crate::orchestrate::{Pipeline, Resources, inputs};
 use crate::plan::build::BuildOptions;
 use crate::plan::{self, Diagnostic, lock};
 
@@ -99,9 +99,13 @@ fn is_yaml(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
-/// Checks and builds the plan at `path` with `options` (where to tell about loading models, the
-/// call cache).
-pub fn load(path: &Path, options: &BuildOptions) -> Result<Served, Rejected> {
+/// Checks and builds the plan at `path` with the session's `resources` and `options` (where to
+/// tell about loading models, the call cache).
+pub fn load(
+    path: &Path,
+    resources: &Resources,
+    options: &BuildOptions,
+) -> Result<Served, Rejected> {
     // Opening a FIFO (or a device) to read it could block for ever: only regular files are read.
     if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
         return Err(Rejected::Unbuildable(
@@ -113,13 +117,14 @@ pub fn load(path: &Path, options: &BuildOptions) -> Result<Served, Rejected> {
         ));
     }
     let plan = plan::load_plan(path, None).map_err(Rejected::Invalid)?;
+    let options = BuildOptions {
+        // Built to stream its final answer, into nothing here: each run's own watcher (a client
+        // that asked for a stream) gets the text.
+        stream: Some(Arc::new(|_: &str| {})),
+        ..options.clone()
+    };
     let pipeline = plan
-        .build(BuildOptions {
-            // Built to stream its final answer, into nothing here: each run's own watcher (a
-            // client that asked for a stream) gets the text.
-            stream: Some(Arc::new(|_: &str| {})),
-            ..options.clone()
-        })
+        .build(resources, options)
         .map_err(Rejected::Unbuildable)?;
     Ok(Served {
         files: lock::files_used(&plan),
@@ -286,7 +291,7 @@ impl Catalog {
 
     /// Checks again every plan whose files changed since last seen, and swaps in those that pass;
     /// then checks the plan files new in the watched patterns, and adds those that pass.
-    pub fn refresh(&self, options: &BuildOptions) -> Vec<Change> {
+    pub fn refresh(&self, resources: &Resources, options: &BuildOptions) -> Vec<Change> {
         let Ok(mut seen) = self.seen.lock() else {
             return Vec::new();
         };
@@ -297,7 +302,7 @@ impl Catalog {
                 continue;
             }
             plan.fingerprint = now;
-            changes.push(self.check(plan.path.clone(), options, false));
+            changes.push(self.check(plan.path.clone(), resources, options, false));
             self.look_again(plan);
         }
         // A glob that matches nothing now, or a directory gone, has no new files.
@@ -315,7 +320,7 @@ impl Catalog {
                 continue;
             }
             let mut plan = Seen::new(path.clone(), Vec::new());
-            changes.push(self.check(path, options, true));
+            changes.push(self.check(path, resources, options, true));
             self.look_again(&mut plan);
             seen.push(plan);
         }
@@ -340,8 +345,14 @@ impl Catalog {
 
     /// Checks and builds the plan at `path` (`new` to the catalog or not) and serves it if it
     /// passes.
-    fn check(&self, path: PathBuf, options: &BuildOptions, new: bool) -> Change {
-        match load(&path, options) {
+    fn check(
+        &self,
+        path: PathBuf,
+        resources: &Resources,
+        options: &BuildOptions,
+        new: bool,
+    ) -> Change {
+        match load(&path, resources, options) {
             Ok(served) => match self.swap(served) {
                 Ok(name) if new => Change::Added { name, path },
                 Ok(name) => Change::Swapped { name, path },
@@ -399,6 +410,10 @@ mod tests {
         BuildOptions::default()
     }
 
+    fn resources() -> Resources {
+        crate::orchestrate::test_resources()
+    }
+
     fn write(path: &Path, name: &str) {
         std::fs::write(path, PLAN.replace("NAME", name)).expect("written");
     }
@@ -428,7 +443,7 @@ mod tests {
         let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
         write(&a, "same");
         write(&b, "same");
-        let plans = [&a, &b].map(|p| load(p, &quiet()).ok().expect("valid"));
+        let plans = [&a, &b].map(|p| load(p, &resources(), &quiet()).ok().expect("valid"));
         let failure = Catalog::new(plans.into()).err().expect("refused");
         assert!(
             failure.message.ends_with("are both named `same`"),
@@ -442,15 +457,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("p.yaml");
         write(&path, "first");
-        let catalog =
-            Catalog::new(vec![load(&path, &quiet()).ok().expect("valid")]).expect("catalog");
-        assert!(catalog.refresh(&quiet()).is_empty(), "nothing changed");
+        let catalog = Catalog::new(vec![
+            load(&path, &resources(), &quiet()).ok().expect("valid"),
+        ])
+        .expect("catalog");
+        assert!(
+            catalog.refresh(&resources(), &quiet()).is_empty(),
+            "nothing changed"
+        );
         write(&path, "second-name");
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(&changes[..], [Change::Swapped { name, .. }] if name == "second-name"));
         assert!(catalog.get("first").is_none() && catalog.get("second-name").is_some());
         std::fs::write(&path, "version: 1\nname: broken\nsteps: 3\n").expect("written");
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(
             &changes[..],
             [Change::Kept {
@@ -476,13 +496,21 @@ mod tests {
              steps:\n  - { name: s, type: structured, model: m, template: hi, schema: answer.schema.json }\n",
         )
         .expect("written");
-        let catalog =
-            Catalog::new(vec![load(&path, &quiet()).ok().expect("valid")]).expect("catalog");
-        assert!(catalog.refresh(&quiet()).is_empty(), "nothing changed");
+        let catalog = Catalog::new(vec![
+            load(&path, &resources(), &quiet()).ok().expect("valid"),
+        ])
+        .expect("catalog");
+        assert!(
+            catalog.refresh(&resources(), &quiet()).is_empty(),
+            "nothing changed"
+        );
         std::fs::write(&schema, r#"{"type": "object", "required": ["a"]}"#).expect("written");
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(&changes[..], [Change::Swapped { name, .. }] if name == "shaped"));
-        assert!(catalog.refresh(&quiet()).is_empty(), "seen once");
+        assert!(
+            catalog.refresh(&resources(), &quiet()).is_empty(),
+            "seen once"
+        );
     }
 
     #[test]
@@ -491,25 +519,30 @@ mod tests {
         let first = dir.path().join("a.yaml");
         write(&first, "first");
         let pattern = dir.path().to_string_lossy().into_owned();
-        let catalog = Catalog::new(vec![load(&first, &quiet()).ok().expect("valid")])
-            .expect("catalog")
-            .watching(vec![pattern], Vec::new());
-        assert!(catalog.refresh(&quiet()).is_empty(), "nothing new");
+        let catalog = Catalog::new(vec![
+            load(&first, &resources(), &quiet()).ok().expect("valid"),
+        ])
+        .expect("catalog")
+        .watching(vec![pattern], Vec::new());
+        assert!(
+            catalog.refresh(&resources(), &quiet()).is_empty(),
+            "nothing new"
+        );
         let added = dir.path().join("b.yaml");
         std::fs::write(&added, "version: 1\nname: broken\nsteps: 3\n").expect("written");
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(&changes[..], [Change::Kept { path, .. }] if *path == added));
         assert!(catalog.get("broken").is_none());
         write(&added, "second");
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(&changes[..], [Change::Swapped { name, .. }] if name == "second"));
         let third = dir.path().join("c.yaml");
         write(&third, "third");
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(&changes[..], [Change::Added { name, .. }] if name == "third"));
         assert_eq!(catalog.all().len(), 3);
         assert!(
-            catalog.refresh(&quiet()).is_empty(),
+            catalog.refresh(&resources(), &quiet()).is_empty(),
             "each file is taken in once"
         );
     }
@@ -520,20 +553,25 @@ mod tests {
         let first = dir.path().join("a.yaml");
         write(&first, "first");
         let pattern = format!("{}/*.yaml", dir.path().display());
-        let catalog = Catalog::new(vec![load(&first, &quiet()).ok().expect("valid")])
-            .expect("catalog")
-            .watching(vec![pattern.clone()], Vec::new());
+        let catalog = Catalog::new(vec![
+            load(&first, &resources(), &quiet()).ok().expect("valid"),
+        ])
+        .expect("catalog")
+        .watching(vec![pattern.clone()], Vec::new());
         let fifo = dir.path().join("b.yaml");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.expect("mkfifo runs").success(), "a FIFO");
         let expanded = expand(std::slice::from_ref(&pattern)).expect("expanded");
         assert_eq!(expanded.files, [first]);
         assert_eq!(expanded.skipped, std::slice::from_ref(&fifo));
-        let changes = catalog.refresh(&quiet());
+        let changes = catalog.refresh(&resources(), &quiet());
         assert!(matches!(&changes[..], [Change::Skipped { path }] if *path == fifo));
-        assert!(catalog.refresh(&quiet()).is_empty(), "reported once");
+        assert!(
+            catalog.refresh(&resources(), &quiet()).is_empty(),
+            "reported once"
+        );
         assert!(matches!(
-            load(&fifo, &quiet()),
+            load(&fifo, &resources(), &quiet()),
             Err(Rejected::Unbuildable(_))
         ));
     }

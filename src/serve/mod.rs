@@ -48,9 +48,9 @@ use tokio::sync::{oneshot, watch};
 
 use crate::cache::CallCache;
 use crate::core::{Failure, FailureCode};
-use crate::inference::Notice;
-use crate::orchestrate::Runner;
+use crate::model_store::Notice;
 use crate::orchestrate::tools::Approvals;
+use crate::orchestrate::{Resources, Runner};
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
 
@@ -78,6 +78,9 @@ pub struct ServeOptions {
     pub watch: Option<Duration>,
     /// The call cache plans swapped in by `watch` are built with.
     pub cache: Option<Arc<CallCache>>,
+    /// What the session's builds share (MCP servers, local models' loads), for the plans
+    /// swapped in by `watch` as for those served from the start.
+    pub resources: Resources,
     /// The tools marked `approval: required` that may run anyway (`--approve`), in the plans
     /// swapped in by `watch` as in those served from the start.
     pub approvals: Approvals,
@@ -253,6 +256,7 @@ fn start(
             Arc::clone(catalog),
             every,
             Arc::clone(reporter),
+            options.resources.clone(),
             options.cache.clone(),
             options.approvals.clone(),
         ));
@@ -261,11 +265,13 @@ fn start(
 }
 
 /// Looks at the served plans' files every `every`, swapping in the plans that changed and pass
-/// their checks (built with `cache` and `approvals`), and reporting the ones that do not.
+/// their checks (built with `resources`, `cache` and `approvals`), and reporting the ones that do
+/// not.
 async fn watch_files(
     catalog: Arc<Catalog>,
     every: Duration,
     reporter: Arc<dyn Reporter>,
+    resources: Resources,
     cache: Option<Arc<CallCache>>,
     approvals: Approvals,
 ) {
@@ -284,9 +290,10 @@ async fn watch_files(
     loop {
         ticks.tick().await;
         let catalog = Arc::clone(&catalog);
-        let build = build.clone();
+        let (resources, build) = (resources.clone(), build.clone());
         // Checking and building read files: off the async workers.
-        let Ok(changes) = tokio::task::spawn_blocking(move || catalog.refresh(&build)).await else {
+        let refreshed = tokio::task::spawn_blocking(move || catalog.refresh(&resources, &build));
+        let Ok(changes) = refreshed.await else {
             continue;
         };
         for change in changes {

@@ -35,8 +35,8 @@ use super::metrics::Refusal;
 use super::request_id::RequestId;
 use super::trace_context::{Caller, with_trace_id};
 use crate::core::{Failure, FailureCode, Message, Role};
+use crate::orchestrate::RunRecord;
 use crate::orchestrate::inputs::InputType;
-use crate::orchestrate::{RunRecord, new_run_id};
 
 /// The part of an OpenAI chat request a plan uses; other fields (temperature, …) are ignored:
 /// the plan decides how its models are called.
@@ -136,7 +136,8 @@ pub async fn completions(
     if stream {
         let (sender, receiver) = mpsc::unbounded_channel();
         let (_, guard) = app.start(served, inputs, globals, caller, permit, Some(sender));
-        return Sse::new(chunks(model, receiver, guard)).into_response();
+        let id = format!("chatcmpl-{}", app.runner.new_id());
+        return Sse::new(chunks(id, model, receiver, guard)).into_response();
     }
     let (handle, _cancel_if_gone) = app.start(served, inputs, globals, caller, permit, None);
     let Ok(record) = handle.await else {
@@ -269,12 +270,12 @@ struct Chunking {
 /// streamed step writes it — or, when its final step does not stream, the whole answer when the
 /// run ends —, the end (or the error), then `[DONE]`.
 fn chunks(
+    id: String,
     model: String,
     receiver: mpsc::UnboundedReceiver<Streamed>,
     guard: CancelOnDrop,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let created = now();
-    let id = format!("chatcmpl-{}", new_run_id());
     let chunk = move |delta: Value, finish: Option<&str>| {
         let data = json!({
             "id": id,

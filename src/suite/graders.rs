@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use crate::core::{Failure, FailureCode};
-use crate::orchestrate::{Pipeline, RunRequest, RunStatus, Runner};
+use crate::orchestrate::{Pipeline, Resources, RunRequest, RunStatus, Runner};
 use crate::plan::Plan;
 use crate::plan::build::BuildOptions;
 use crate::rerank::{KeywordScorer, Scorer};
@@ -29,9 +29,10 @@ pub struct Verdict {
 
 /// See the module docs.
 pub struct Graders {
-    /// What judges run with (the test's session's runner) and the plan their models are
-    /// declared in; None in unit tests (keyword similarity, no judges).
-    context: Option<(Runner, Plan)>,
+    /// What judges run with (the test's session's runner), the plan their models are declared
+    /// in, and what the session's builds share; None in unit tests (keyword similarity, no
+    /// judges).
+    context: Option<(Runner, Plan, Resources)>,
     options: BuildOptions,
     similarity: Mutex<HashMap<Option<String>, Arc<dyn Scorer>>>,
     judges: Mutex<HashMap<String, Arc<Pipeline>>>,
@@ -44,9 +45,9 @@ const JUDGE_PROMPT: &str = "You grade an answer against a rubric. Read the rubri
 inputs.rubric }}\n\nInputs: {{ inputs.input }}\n\nAnswer: {{ inputs.output }}";
 
 impl Graders {
-    pub fn new(runner: Runner, plan: &Plan, options: BuildOptions) -> Self {
+    pub fn new(runner: Runner, plan: &Plan, resources: Resources, options: BuildOptions) -> Self {
         Graders {
-            context: Some((runner, plan.clone())),
+            context: Some((runner, plan.clone(), resources)),
             options,
             similarity: Mutex::new(HashMap::new()),
             judges: Mutex::new(HashMap::new()),
@@ -74,7 +75,9 @@ impl Graders {
             return Ok(Arc::clone(scorer));
         }
         let scorer = match &self.context {
-            Some((_, plan)) => plan.build_similarity(model, self.options.clone())?,
+            Some((_, plan, resources)) => {
+                plan.build_similarity(model, resources, self.options.clone())?
+            }
             None => Arc::new(KeywordScorer),
         };
         built.insert(key, Arc::clone(&scorer));
@@ -89,13 +92,13 @@ impl Graders {
         output: &str,
         input: &Value,
     ) -> Result<Verdict, Failure> {
-        let Some((runner, plan)) = &self.context else {
+        let Some((runner, plan, resources)) = &self.context else {
             return Err(Failure::new(
                 FailureCode::ConfigNoEngine,
                 "no judge model in this context",
             ));
         };
-        let pipeline = self.judge_pipeline(plan, model)?;
+        let pipeline = self.judge_pipeline(plan, resources, model)?;
         let inputs = json!({ "rubric": rubric, "output": output, "input": input.to_string() });
         let record = runner.run(&pipeline, inputs, RunRequest::default()).await;
         if record.status != RunStatus::Complete {
@@ -118,7 +121,12 @@ impl Graders {
         })
     }
 
-    fn judge_pipeline(&self, plan: &Plan, model: &str) -> Result<Arc<Pipeline>, Failure> {
+    fn judge_pipeline(
+        &self,
+        plan: &Plan,
+        resources: &Resources,
+        model: &str,
+    ) -> Result<Arc<Pipeline>, Failure> {
         let mut judges = self.judges.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(pipeline) = judges.get(model) {
             return Ok(Arc::clone(pipeline));
@@ -177,7 +185,7 @@ impl Graders {
                 ),
             )
         })?;
-        let pipeline = Arc::new(loaded.build(self.options.clone())?);
+        let pipeline = Arc::new(loaded.build(resources, self.options.clone())?);
         judges.insert(model.to_string(), Arc::clone(&pipeline));
         Ok(pipeline)
     }

@@ -35,7 +35,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::core::{Failure, FailureCode};
-use crate::inference::Notice;
+use crate::model_store::Notice;
 use crate::orchestrate::{FanOut, Job, Pipeline, RunRecord, Session};
 use crate::plan::build::BuildOptions;
 use crate::plan::suite::{Assertion, Suite, VariantSpec};
@@ -333,7 +333,8 @@ async fn run_variant(
         cases: Vec::new(),
         error: None,
     };
-    let pipeline = match session.prepare(|| variant.plan.build(build_options.clone())) {
+    let resources = session.resources();
+    let pipeline = match session.prepare(|| variant.plan.build(resources, build_options.clone())) {
         Ok(pipeline) => Arc::new(pipeline),
         Err(failure) => {
             session.fail();
@@ -342,7 +343,12 @@ async fn run_variant(
         }
     };
     let runner = session.runner();
-    let graders = Graders::new(runner.clone(), &variant.plan, build_options);
+    let graders = Graders::new(
+        runner.clone(),
+        &variant.plan,
+        resources.clone(),
+        build_options,
+    );
     let repeat = options.repeat.max(1) as usize;
     let mut work = CaseRuns {
         pipeline,

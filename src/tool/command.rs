@@ -178,6 +178,11 @@ impl GroupKiller {
         )
     }
 
+    /// Lets the group go: it is no longer killed, not even when this is dropped.
+    pub(super) fn let_go(&mut self) {
+        self.0 = None;
+    }
+
     pub(super) fn kill(&mut self) {
         if let Some(group) = self.0.take() {
             // ESRCH (every member already gone) is the usual error and means nothing is left to

@@ -1,5 +1,6 @@
-//! Tools from MCP servers: one client session per server for the whole process, reached over
-//! stdio (a child process) or streamable HTTP, with the rmcp SDK.
+//! Tools from MCP servers: one client session per server for the whole session ([`McpServers`],
+//! which the session owns), reached over stdio (a child process) or streamable HTTP, with the
+//! rmcp SDK.
 //!
 //! A stdio server is contained like a command tool: started directly (never through a shell),
 //! with a cleared environment (only `PATH` and the allowed variables), in its working directory
@@ -9,8 +10,11 @@
 //! process (the files it opens, the hosts it reaches) is its own business: containing that needs
 //! a sandbox.
 //!
-//! Sessions live on a small runtime of their own, so a server outlives the runs and batch rows
-//! that share it and can be reached from plan building, which is not async. Every answer is
+//! Client sessions live on the session's async runtime, which [`McpServers`] is given, so a server
+//! outlives the runs and batch rows that share it and can be reached from plan building, which
+//! is not async (listing a server's tools waits for the runtime to do it). A server still running
+//! when its [`McpServers`] is dropped (with the session) is let go, not killed: it sees its
+//! standard input close, as when pagantic exits. Every answer is
 //! bounded: a message over [`MAX_MESSAGE_BYTES`] is dropped by the transport, a tool's input
 //! schema over [`MAX_SCHEMA_BYTES`] or [`MAX_SCHEMA_PROPERTIES`] is refused, and a result is cut
 //! at the tool's `max_output_bytes`.
@@ -20,7 +24,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode};
@@ -32,6 +36,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::command::{GroupKiller, check_working_dir, passed_env, spawn_failure, tail};
 use crate::core::{Failure, FailureCode};
@@ -148,60 +153,56 @@ fn count_properties(schema: &Value) -> usize {
     }
 }
 
-/// The server of `spec`, shared by every tool and run of this process that names it.
-pub fn server(spec: McpServerSpec) -> Arc<McpServer> {
-    static SERVERS: OnceLock<Mutex<HashMap<McpServerSpec, Arc<McpServer>>>> = OnceLock::new();
-    let servers = SERVERS.get_or_init(Default::default);
-    let mut servers = servers
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    Arc::clone(servers.entry(spec.clone()).or_insert_with(|| {
-        Arc::new(McpServer {
-            spec,
-            session: tokio::sync::Mutex::new(None),
-        })
-    }))
+/// The MCP servers a session reaches, each with one client session shared by every tool and
+/// run that names it; they live on the runtime they are given (the session's).
+pub struct McpServers {
+    runtime: Handle,
+    servers: Mutex<HashMap<McpServerSpec, Arc<McpServer>>>,
 }
 
-/// The runtime the sessions live on: one worker, started at first use.
-fn runtime() -> Result<&'static tokio::runtime::Runtime, Failure> {
-    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("pagantic-mcp")
-                .enable_all()
-                .build()
-                .ok()
-        })
-        .as_ref()
-        .ok_or_else(|| {
-            Failure::new(
-                FailureCode::ToolServerFailed,
-                "the runtime for MCP sessions could not be started",
-            )
-        })
+impl McpServers {
+    /// Servers whose sessions will live on `runtime` (a multi-threaded one: listing a server's
+    /// tools blocks the caller until a worker of the runtime has done it).
+    pub fn new(runtime: Handle) -> Self {
+        McpServers {
+            runtime,
+            servers: Mutex::default(),
+        }
+    }
+
+    /// The server of `spec`, shared by every tool and run that names it.
+    pub fn server(&self, spec: McpServerSpec) -> Arc<McpServer> {
+        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(servers.entry(spec.clone()).or_insert_with(|| {
+            Arc::new(McpServer {
+                spec,
+                runtime: self.runtime.clone(),
+                session: tokio::sync::Mutex::new(None),
+            })
+        }))
+    }
 }
 
-/// Runs `work` on the sessions' runtime and waits for it, from a thread that is not async.
-fn block_on<T: Send + 'static>(
-    work: impl Future<Output = Result<T, Failure>> + Send + 'static,
-) -> Result<T, Failure> {
-    let (sender, receiver) = std::sync::mpsc::channel();
-    runtime()?.spawn(async move {
-        let _ = sender.send(work.await);
-    });
-    receiver.recv().unwrap_or_else(|_| {
-        Err(Failure::new(
-            FailureCode::ToolServerFailed,
-            "the MCP session ended abnormally",
-        ))
-    })
+impl Drop for McpServers {
+    /// The servers still running when their session ends are let go, not killed: each sees its
+    /// standard input close, and ends as it would when pagantic exits.
+    fn drop(&mut self) {
+        let servers = self
+            .servers
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for server in servers.values() {
+            if let Ok(current) = server.session.try_lock()
+                && let Some(session) = current.as_ref()
+            {
+                session.let_go();
+            }
+        }
+    }
 }
 
 /// A call dropped before its answer (the run cancelled, a step's timeout): its task on the
-/// sessions' runtime is aborted and, since the server may still be working on it, a stdio
+/// session's runtime is aborted and, since the server may still be working on it, a stdio
 /// server's process group is killed at once, before the process can exit.
 struct Abandon {
     task: tokio::task::AbortHandle,
@@ -231,6 +232,8 @@ impl Drop for Abandon {
 /// One MCP server: its session, started at first use and again after it died.
 pub struct McpServer {
     spec: McpServerSpec,
+    /// The runtime its session lives on.
+    runtime: Handle,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
 }
 
@@ -253,7 +256,8 @@ struct Session {
 /// A stdio server's process: its group, the child and the end of what it wrote on stderr.
 struct ServerProcess {
     group: Mutex<GroupKiller>,
-    child: Mutex<Child>,
+    /// None once the server was let go (see [`McpServers`]'s drop).
+    child: Mutex<Option<Child>>,
     stderr: Arc<Mutex<String>>,
     /// Becomes true once its stderr has been read to its end.
     stderr_read: tokio::sync::watch::Receiver<bool>,
@@ -269,6 +273,25 @@ impl Session {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .kill();
+        }
+    }
+
+    /// Lets a stdio server's process go: neither it nor its group is killed from now on, not
+    /// even when dropped; it ends when its standard input closes.
+    fn let_go(&self) {
+        if let Some(process) = &self.process {
+            process
+                .group
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .let_go();
+            let child = process
+                .child
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            // A child dropped is killed (`kill_on_drop`, for the servers abandoned mid-call).
+            std::mem::forget(child);
         }
     }
 
@@ -294,9 +317,8 @@ async fn epitaph_of(process: &ServerProcess) -> String {
         .child
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .try_wait()
-        .ok()
-        .flatten();
+        .as_mut()
+        .and_then(|child| child.try_wait().ok().flatten());
     let mut said = match status {
         Some(status) => format!(" (it exited: {status})"),
         None => String::new(),
@@ -321,7 +343,7 @@ impl McpServer {
     /// the CLI.
     pub fn list_tools(self: &Arc<Self>) -> Result<Vec<McpToolDefinition>, Failure> {
         let server = Arc::clone(self);
-        block_on(async move {
+        self.block_on(async move {
             let session = server.session().await?;
             let listed = server
                 .answer(
@@ -346,7 +368,9 @@ impl McpServer {
     ) -> Result<Value, Failure> {
         let server = Arc::clone(self);
         let (name, args) = (name.to_string(), args.clone());
-        let task = runtime()?.spawn(async move { server.call_here(&name, args).await });
+        let task = self
+            .runtime
+            .spawn(async move { server.call_here(&name, args).await });
         let abandoned = Abandon {
             task: task.abort_handle(),
             server: Some(Arc::clone(self)),
@@ -365,7 +389,33 @@ impl McpServer {
         Ok(result_value(result, max_output_bytes))
     }
 
-    /// [`call`](Self::call), on the sessions' runtime.
+    /// Runs `work` on the session's runtime and waits for it, from a caller that is not async
+    /// (plan building, the CLI). On a worker of a multi-threaded runtime the worker hands its
+    /// other tasks over first, so waiting holds none of them up.
+    fn block_on<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, Failure>> + Send + 'static,
+    ) -> Result<T, Failure> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        self.runtime.spawn(async move {
+            let _ = sender.send(work.await);
+        });
+        let on_a_worker = Handle::try_current()
+            .is_ok_and(|current| current.runtime_flavor() == RuntimeFlavor::MultiThread);
+        let received = if on_a_worker {
+            tokio::task::block_in_place(|| receiver.recv())
+        } else {
+            receiver.recv()
+        };
+        received.unwrap_or_else(|_| {
+            Err(Failure::new(
+                FailureCode::ToolServerFailed,
+                "the MCP session ended abnormally",
+            ))
+        })
+    }
+
+    /// [`call`](Self::call), on the session's runtime.
     async fn call_here(&self, name: &str, args: Value) -> Result<CallToolResult, Failure> {
         let arguments = match args {
             Value::Object(map) => map,
@@ -509,7 +559,7 @@ impl McpServer {
         };
         let process = ServerProcess {
             group: Mutex::new(group),
-            child: Mutex::new(child),
+            child: Mutex::new(Some(child)),
             stderr,
             stderr_read,
         };

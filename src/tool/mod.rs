@@ -21,5 +21,5 @@ pub use builtin::Builtin;
 pub use command::{CommandOutput, CommandSpec, files_named, run_command};
 pub use mcp::{
     MAX_MESSAGE_BYTES, MAX_SCHEMA_BYTES, MAX_SCHEMA_PROPERTIES, McpServer, McpServerSpec,
-    McpToolDefinition, McpTransport, server as mcp_server,
+    McpServers, McpToolDefinition, McpTransport,
 };

@@ -7,6 +7,7 @@ use std::path::Path;
 /// Every top-level module and its layer; a module missing here fails the test.
 const LAYERS: &[(&str, u8)] = &[
     ("core", 0),
+    ("model_store", 1),
     ("inference", 1),
     ("corpora", 2),
     ("tool", 2),
@@ -22,6 +23,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("suite", 5),
     ("cli", 5),
 ];
+
+/// Modules of one layer that one of them may not use: the model files lie below the engines,
+/// which use them.
+const BELOW_IN_ITS_LAYER: &[(&str, &str)] = &[("model_store", "inference")];
 
 fn layer(module: &str) -> Option<u8> {
     LAYERS
@@ -113,6 +118,11 @@ fn layers_point_downward_only() {
                     "{}: middle-band module {module} uses middle-band module {used}",
                     relative.display()
                 )),
+                Some(_) if BELOW_IN_ITS_LAYER.contains(&(module, used.as_str())) => violations
+                    .push(format!(
+                        "{}: {module} uses crate::{used}, which it lies below",
+                        relative.display()
+                    )),
                 Some(_) => {}
             }
         }
@@ -538,4 +548,207 @@ fn test_items_are_left_out_wherever_they_are() {
 fn function_lengths_skip_braces_in_literals_and_comments() {
     let code = "fn a() {\n    let s = \"{{ x }}\";\n    let c = '{';\n    // {\n}\nfn b();\nfn c<'a>(x: &'a str) {\n}\n";
     assert_eq!(function_lengths(&without_literals(code)), [(1, 5), (7, 2)]);
+}
+
+/// The statics `src/` may declare outside tests (thread- and task-locals included), by file and
+/// name: each holds a value that never changes once set, so the process keeps no state of its
+/// own. Everything a session's runs share (its runtime, MCP servers, local models' loads, file
+/// hashes, run ids) is owned by the session and handed down instead.
+const CONSTANT_STATICS: &[(&str, &str)] = &[
+    // The tool access of a tool that declares none: a constant.
+    ("plan/tools/access.rs", "NO_ACCESS"),
+    // The generated schemas' compiled validators, built on first use and never changed: the
+    // schemas are constants of the binary.
+    ("plan/schema.rs", "PLAN"),
+    ("plan/schema.rs", "POLICY"),
+    ("plan/schema.rs", "SUITE"),
+    // The ONNX Runtime environment, loaded once: ONNX Runtime allows one environment per
+    // process (ort refuses to build a second one, even after the first is dropped), so it
+    // cannot belong to a session.
+    ("rerank/runtime.rs", "RUNTIME"),
+];
+
+/// Statics of code that is being rewritten without them (the trace exporter's buffers and plan
+/// shapes, the process-wide rate-limit tallies that batch progress reads); none may be added.
+const LEAVING_STATICS: &[(&str, &str)] = &[
+    ("orchestrate/otel/sink.rs", "NO_PLAN"),
+    ("orchestrate/otel/sink.rs", "SHAPES"),
+    ("orchestrate/otel/wire.rs", "SPARE"),
+    ("orchestrate/otel/export.rs", "NEXT_SHARD"),
+    ("orchestrate/otel/export.rs", "SHARD"),
+    ("inference/openai/limit.rs", "WAITED_MICROS"),
+    ("inference/openai/limit.rs", "RATE_LIMITED"),
+];
+
+/// The names of the statics `code` declares: `static NAME:` (also inside `thread_local!` and
+/// `task_local!`), not the `'static` lifetime.
+fn statics(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("static ") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '\'') {
+            continue;
+        }
+        let rest = code[at + "static ".len()..].trim_start();
+        let rest = rest.strip_prefix("mut ").unwrap_or(rest).trim_start();
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && rest[name.len()..].trim_start().starts_with(':') {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// Process-wide state has one owner, the session: a static that holds state (a registry, a
+/// counter, a runtime, a task-local passing values around) would be shared by every session of
+/// the process behind their backs.
+#[test]
+fn the_process_keeps_no_state_of_its_own() {
+    let (mut unexpected, mut found) = (Vec::new(), Vec::new());
+    for (relative, code) in code_outside_tests() {
+        for name in statics(&code) {
+            let entry = (relative.clone(), name);
+            let listed = (entry.0.as_str(), entry.1.as_str());
+            if !CONSTANT_STATICS.contains(&listed) && !LEAVING_STATICS.contains(&listed) {
+                unexpected.push(format!("src/{}: static {}", entry.0, entry.1));
+            }
+            found.push(entry);
+        }
+    }
+    for (file, name) in CONSTANT_STATICS {
+        assert!(
+            found.iter().any(|(f, n)| f == file && n == name),
+            "src/{file}: static {name} is gone: take it off the list"
+        );
+    }
+    assert!(
+        unexpected.is_empty(),
+        "statics that are not constants (give the state to the session's resources):\n{}",
+        unexpected.join("\n")
+    );
+    assert!(CONSTANT_STATICS.len() <= 6, "at most six constant statics");
+}
+
+#[test]
+fn statics_are_found_in_every_form_but_lifetimes() {
+    let code = "static A: u8 = 1;\npub static B: X = X;\npub(crate) static mut C: u8 = 0;\n\
+                thread_local! { static D: Cell<u8> = Cell::new(0); }\n\
+                fn f(x: &'static str) -> Box<dyn Fn() + 'static> {}\nlet is_static = 1;";
+    assert_eq!(statics(code), ["A", "B", "C", "D"]);
+}
+
+/// The lines of `src/` that name a cargo feature: the light build (`--no-default-features`)
+/// differs from the default one in these only.
+const MAX_FEATURE_LINES: usize = 4;
+
+#[test]
+fn the_light_build_differs_in_a_few_lines() {
+    let src = crate::root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut lines = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable");
+        for (number, line) in text.lines().enumerate() {
+            if line.contains("feature =") {
+                let relative = file.strip_prefix(&src).unwrap_or(file);
+                lines.push(format!(
+                    "src/{}:{}: {}",
+                    relative.display(),
+                    number + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        lines.len() <= MAX_FEATURE_LINES,
+        "more than {MAX_FEATURE_LINES} lines name a feature (switch a whole module on one `mod` line instead):\n{}",
+        lines.join("\n")
+    );
+}
+
+/// The files that may start an async runtime: the session's (or a command's without a session)
+/// is the process's one; the trace exporter's thread, being rewritten, still has its own.
+const RUNTIMES_START_IN: &[&str] = &["orchestrate/resources.rs", "orchestrate/otel/export.rs"];
+
+/// One async runtime runs a session's work (its runs, its MCP servers' sessions), so nothing
+/// waits on work parked on another.
+#[test]
+fn runtimes_start_in_one_place() {
+    let mut starts = Vec::new();
+    for (relative, code) in code_outside_tests() {
+        let started = ["new_multi_thread", "new_current_thread", "Runtime::new"]
+            .iter()
+            .any(|start| free_calls(&code, start) > 0);
+        if started && !RUNTIMES_START_IN.contains(&relative.as_str()) {
+            starts.push(format!("src/{relative}"));
+        }
+    }
+    assert!(
+        starts.is_empty(),
+        "async runtimes started outside the session's resources:\n{}",
+        starts.join("\n")
+    );
+}
+
+/// The files of `src/` that only tests compile: those of a module declared `#[cfg(test)] mod
+/// NAME;` (`NAME.rs`, and every file under `NAME/`), as paths from `src/`.
+fn test_only_files() -> Vec<String> {
+    let src = crate::root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut modules = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable");
+        let module = module_of(&src, file);
+        for (at, _) in text.match_indices("#[cfg(test)]") {
+            let item = text[at + "#[cfg(test)]".len()..].trim_start();
+            let item = item.strip_prefix("pub(crate) ").unwrap_or(item);
+            let Some(declared) = item.strip_prefix("mod ") else {
+                continue;
+            };
+            let name: String = declared
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if declared[name.len()..].trim_start().starts_with(';') {
+                let path: std::path::PathBuf = module.iter().chain([&name]).collect();
+                modules.push(path.display().to_string());
+            }
+        }
+    }
+    files
+        .iter()
+        .map(|file| {
+            let relative = file.strip_prefix(&src).unwrap_or(file);
+            relative.display().to_string()
+        })
+        .filter(|relative| {
+            modules.iter().any(|module| {
+                relative == &format!("{module}.rs") || relative.starts_with(&format!("{module}/"))
+            })
+        })
+        .collect()
+}
+
+/// [`src_code`] without the files only tests compile.
+fn code_outside_tests() -> Vec<(String, String)> {
+    let test_only = test_only_files();
+    src_code()
+        .into_iter()
+        .filter(|(relative, _)| !test_only.contains(relative))
+        .collect()
+}
+
+#[test]
+fn files_of_test_only_modules_are_known() {
+    let test_only = test_only_files();
+    for file in ["plan/mutants.rs", "model_store/gguf/test_file.rs"] {
+        assert!(test_only.iter().any(|f| f == file), "{file}: {test_only:?}");
+    }
+    assert!(!test_only.iter().any(|f| f == "plan/build.rs"));
 }

@@ -30,7 +30,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// The server: `echo`, `add` (structured), `secret`, `env` (the names of its environment),
 /// `hang` (writes its pid and a child's to `$MCP_TEST_PIDFILE`, then never answers), `die`
 /// (exits mid-call), `flood` (50 MB of text), `wide` (an input schema of 1,001 properties), and
-/// `extra` when `MCP_TEST_EXTRA_TOOL` is set.
+/// `extra` when `MCP_TEST_EXTRA_TOOL` is set. When its standard input closes it ends, writing
+/// `ended` to the file `$MCP_TEST_ENDED` names on its way out.
 #[derive(Clone)]
 struct TestServer;
 
@@ -164,6 +165,9 @@ fn stdio_server() {
             .expect("serves");
         let _ = running.waiting().await;
     });
+    if let Some(file) = std::env::var_os("MCP_TEST_ENDED") {
+        std::fs::write(file, "ended").expect("the end is written");
+    }
 }
 
 /// A copy of this executable that no rebuild replaces while the tests run (`/proc/self/exe`
@@ -373,6 +377,29 @@ fn a_server_that_dies_mid_call_is_a_clear_error() {
         message.contains("dying on purpose"),
         "its stderr is quoted: {message}"
     );
+}
+
+/// A server still running when pagantic ends is let go, not killed: it sees its standard input
+/// close and ends its own way (this one writes a file on its way out).
+#[test]
+fn a_server_still_running_at_the_end_ends_its_own_way() {
+    let (dir, _) = tool_step_plan("secret", "    env: [MCP_TEST_ENDED]");
+    let ended = dir.path().join("ended");
+    let (run, record) = run_json(
+        dir.path(),
+        &["run", "plan.yaml", "--format", "json"],
+        &[("MCP_TEST_ENDED", ended.to_str().expect("utf-8"))],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(step(&record, "call")["status"], "ok", "{record}");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !ended.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not end its own way within {PATIENCE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The local engine: a GGUF model run in-process by mistral.rs.
 //!
-//! The model is loaded once per process and shared by every step and batch row. It is loaded with
+//! The model is loaded once, on first use, and shared by every step and batch row (and every model
+//! of the same file, through the [`LocalLoads`] the session owns). It is loaded with
 //! F32 activations (mistral.rs's builder would pick F16 on CPU, which takes a slow serial path) on
 //! the CPU. Decoding constraints (JSON Schema, regex, Lark) go to mistral.rs's llguidance. No
 //! mistral.rs type leaves this module.
@@ -14,26 +15,23 @@
 //! concurrently and its scheduler batches them, prefix cache off: kept to measure and reproduce
 //! that.
 //!
-//! [`translate`] turns pagantic's requests into mistral.rs's and its answers back.
-//!
-//! The engine itself ([`engine`], with [`translate`]) is the `local` feature, on by default. A
-//! build without it (`--no-default-features`) still has [`LocalModel`] — its name and cache
-//! identity, so the call cache can replay its calls — but every call it would make fails with
-//! [`FailureCode::ConfigNoEngine`] and the way to get the engine.
+//! The engine itself (`engine/`, whose `translate` turns pagantic's requests into mistral.rs's and
+//! its answers back) is the `local` feature, on by default.
+//! A build without it (`--no-default-features`) compiles `without_engine.rs` in its place, which
+//! has the same names: there a [`LocalModel`] keeps its name and cache identity, so the call
+//! cache can replay its calls, but every call it would make fails with `CONFIG_NO_ENGINE` and
+//! the way to get the engine. That one `mod` line is where the two builds differ.
 
-#[cfg(feature = "local")]
+#[cfg_attr(not(feature = "local"), path = "without_engine.rs")]
 mod engine;
-#[cfg(feature = "local")]
-mod translate;
 
 use std::sync::Arc;
 
-use super::source::{LocalSource, Notice};
 use super::{Engine, EngineFuture, EngineIdentity, ModelInfo, Request, TokenSink};
-#[cfg(not(feature = "local"))]
-use crate::core::{Failure, FailureCode};
-#[cfg(feature = "local")]
-pub use engine::{LocalConfig, LocalEngine};
+use crate::model_store::{LocalSource, Notice};
+// `LocalLoads` and `missing_local_engine`, and where the build has the engine, `LocalConfig`
+// and `LocalEngine`.
+pub use engine::*;
 
 /// How to run a local model, whatever its file.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,83 +58,46 @@ impl LocalSettings {
 pub struct LocalModel {
     source: LocalSource,
     settings: LocalSettings,
-    /// Where the engine announces a pull or a load.
-    #[cfg_attr(
-        not(feature = "local"),
-        expect(dead_code, reason = "only the engine pulls and loads")
-    )]
-    notice: Notice,
-    /// The file's load, shared with every model of the same source and `max_batch`.
-    #[cfg(feature = "local")]
-    loaded: Arc<engine::SharedLoad>,
+    /// Its file's load, shared with every model of the same source and `max_batch`.
+    load: engine::Load,
 }
 
 impl LocalModel {
-    pub fn new(source: LocalSource, settings: LocalSettings, notice: Notice) -> Self {
-        LocalModel {
+    /// A model of `source`, sharing the load of any model of `loads` still in use with the same
+    /// source and `max_batch`: the models of a plan and its sub-plans, or two models that differ
+    /// only in `context_length` or `decoder_constraints`, then read the file once. `notice` is
+    /// told when the engine pulls or loads the file.
+    pub fn shared(
+        source: LocalSource,
+        settings: LocalSettings,
+        notice: Notice,
+        loads: &LocalLoads,
+    ) -> Arc<LocalModel> {
+        let key = format!("{}|{}", source.describe(), settings.max_batch);
+        Arc::new(LocalModel {
+            load: loads.share(key, notice),
             source,
             settings,
-            notice,
-            #[cfg(feature = "local")]
-            loaded: Arc::default(),
-        }
+        })
     }
-
-    /// This model (a build without the local engine has no load to share).
-    #[cfg(not(feature = "local"))]
-    pub fn shared(self) -> Arc<LocalModel> {
-        Arc::new(self)
-    }
-}
-
-/// The failure of every call of a local model in a build without the local engine (only the
-/// call cache can answer for it there).
-#[cfg(not(feature = "local"))]
-pub fn no_local_engine(model: &str) -> Failure {
-    Failure::new(
-        FailureCode::ConfigNoEngine,
-        format!("model `{model}`: this pagantic was built without its local engine (mistral.rs)"),
-    )
-    .with_help(
-        "install the default build (`cargo install --locked --path .`), run with --dry-run for stand-ins, --cache-only or --cassette FILE to replay recorded calls, or use a `kind: openai` model",
-    )
 }
 
 impl Engine for LocalModel {
-    #[cfg(feature = "local")]
     fn infer(&self, request: Request) -> EngineFuture<'_> {
-        Box::pin(async move { self.engine().await?.infer(request).await })
+        engine::infer(self, request)
     }
 
-    #[cfg(feature = "local")]
     fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
-        Box::pin(async move { self.engine().await?.infer_streaming(request, sink).await })
-    }
-
-    #[cfg(not(feature = "local"))]
-    fn infer(&self, _: Request) -> EngineFuture<'_> {
-        Box::pin(async move { Err(no_local_engine(&self.source.describe())) })
-    }
-
-    #[cfg(not(feature = "local"))]
-    fn infer_streaming(&self, _: Request, _: TokenSink) -> EngineFuture<'_> {
-        Box::pin(async move { Err(no_local_engine(&self.source.describe())) })
+        engine::infer_streaming(self, request, sink)
     }
 
     fn model_info(&self) -> ModelInfo {
-        #[cfg(feature = "local")]
-        let trained = match self.loaded.get() {
-            Some(Ok(weights)) => weights.context_length,
-            _ => None,
-        };
-        #[cfg(not(feature = "local"))]
-        let trained = None;
         ModelInfo {
             name: self.source.describe(),
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
-            context_window: self.settings.context_window(trained),
+            context_window: self.settings.context_window(self.load.trained()),
         }
     }
 
@@ -156,54 +117,5 @@ impl Engine for LocalModel {
             }),
             file,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[cfg(feature = "local")]
-    #[test]
-    fn models_with_the_same_source_and_batch_size_share_one_load() {
-        let quiet: Notice = Arc::new(|_: &str| {});
-        let make = |path: &str, max_batch, context_length, decoder_constraints| {
-            let settings = LocalSettings {
-                max_batch,
-                context_length,
-                decoder_constraints,
-            };
-            LocalModel::new(LocalSource::File(path.into()), settings, Arc::clone(&quiet)).shared()
-        };
-        let first = make("/models/a.gguf", 8, None, true);
-        let same_load = |other: Arc<LocalModel>| Arc::ptr_eq(&first.loaded, &other.loaded);
-        assert!(same_load(make("/models/a.gguf", 8, None, true)));
-        assert!(same_load(make("/models/a.gguf", 8, Some(512), false)));
-        assert!(!same_load(make("/models/a.gguf", 1, None, true)));
-        assert!(!same_load(make("/models/b.gguf", 8, None, true)));
-    }
-
-    #[cfg(not(feature = "local"))]
-    #[tokio::test]
-    async fn without_the_local_engine_a_call_says_how_to_get_one() {
-        let model = LocalModel::new(
-            LocalSource::File("/models/a.gguf".into()),
-            LocalSettings {
-                max_batch: 1,
-                context_length: None,
-                decoder_constraints: true,
-            },
-            Arc::new(|_: &str| {}),
-        );
-        let failure = model
-            .infer(Request::default())
-            .await
-            .expect_err("no engine");
-        assert_eq!(failure.code, FailureCode::ConfigNoEngine);
-        assert!(
-            failure.message.contains("without its local engine"),
-            "{}",
-            failure.message
-        );
     }
 }

@@ -17,9 +17,9 @@
 //! a 429 saying `Retry-After: 0`, which means "now"), which every answered request shrinks by a
 //! quarter until it is gone. Time spent waiting here is off
 //! the step's clock (a step's `timeout` is not charged for it), and is added up, with the 429s
-//! seen, for the process ([`pacing`]) and for each call ([`tallied`]).
+//! seen, for the process ([`pacing`]) and for each call ([`CallPace`]).
 
-use std::cell::Cell;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use crate::core::step_clock::off_the_clock;
+use crate::core::step_clock::StepClock;
 
 /// How fast a model may be called: any subset of the four limits (none set, no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -90,11 +90,6 @@ const LEAST_SPACING: Duration = Duration::from_millis(20);
 static WAITED_MICROS: AtomicU64 = AtomicU64::new(0);
 static RATE_LIMITED: AtomicU64 = AtomicU64::new(0);
 
-tokio::task_local! {
-    /// What the model call in progress on this task has waited for its pace so far.
-    static CALL: Cell<Pacing>;
-}
-
 /// What models waited for their pace (their `rate_limit`, a server's `Retry-After`, a place
 /// among the requests in flight) and how many 429s they were answered: the process's since it
 /// started ([`pacing`]), one call's (in its response), or a run's (in its record, as
@@ -143,37 +138,45 @@ pub fn pacing() -> Pacing {
     }
 }
 
-/// Runs `call`, one model call, and returns with its output what it waited for the model's
-/// pace and the 429s it was answered (every attempt's).
-pub(super) async fn tallied<F: Future>(call: F) -> (F::Output, Pacing) {
-    CALL.scope(Cell::new(Pacing::default()), async move {
-        let output = call.await;
-        (output, CALL.with(Cell::get))
-    })
-    .await
+/// One model call's part in its model's pace: the clock of the step making it, which waiting for
+/// the pace is off, and what the call has waited for the pace and the 429s it was answered so
+/// far (over all its attempts).
+pub(super) struct CallPace {
+    clock: StepClock,
+    so_far: Pacing,
 }
 
-/// Adds `more` to the pacing of the call in progress, when one is being tallied.
-fn tally(more: Pacing) {
-    // Outside [`tallied`] (a test driving the limiter alone) there is no call to add to.
-    let _ = CALL.try_with(|call| call.set(call.get().and(more)));
-}
-
-/// Awaits `wait`, a wait for the model's pace: off the step's clock, and added to the process's
-/// time waited when it took a millisecond or more (a request that went at once did not wait).
-async fn paced<F: Future>(wait: F) -> F::Output {
-    let started = Instant::now();
-    let output = off_the_clock(wait).await;
-    let waited = started.elapsed();
-    if waited >= Duration::from_millis(1) {
-        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        WAITED_MICROS.fetch_add(micros, Ordering::Relaxed);
-        tally(Pacing {
-            waited,
-            rate_limited: 0,
-        });
+impl CallPace {
+    /// A call made on `clock`, that has waited for nothing yet.
+    pub(super) fn new(clock: StepClock) -> Self {
+        CallPace {
+            clock,
+            so_far: Pacing::default(),
+        }
     }
-    output
+
+    /// What the call has waited and been refused so far.
+    pub(super) fn so_far(&self) -> Pacing {
+        self.so_far
+    }
+
+    /// Awaits `wait`, a wait for the model's pace: off the step's clock, and added to the
+    /// call's and the process's time waited when it took a millisecond or more (a request that
+    /// went at once did not wait).
+    async fn paced<F: Future>(&mut self, wait: F) -> F::Output {
+        let started = Instant::now();
+        let output = self.clock.off(wait).await;
+        let waited = started.elapsed();
+        if waited >= Duration::from_millis(1) {
+            let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+            WAITED_MICROS.fetch_add(micros, Ordering::Relaxed);
+            self.so_far = self.so_far.and(Pacing {
+                waited,
+                rate_limited: 0,
+            });
+        }
+        output
+    }
 }
 
 impl Limiter {
@@ -202,19 +205,19 @@ impl Limiter {
         }
     }
 
-    /// Waits for a place among the requests in flight; the place is held until the permit drops
-    /// (the whole call: its retries and reading its answer).
-    pub(super) async fn in_flight(&self) -> Option<SemaphorePermit<'_>> {
+    /// Waits for a place among the requests in flight for `call`; the place is held until the
+    /// permit drops (the whole call: its retries and reading its answer).
+    pub(super) async fn in_flight(&self, call: &mut CallPace) -> Option<SemaphorePermit<'_>> {
         let semaphore = self.in_flight.as_ref()?;
         // The semaphore is never closed, so acquiring only fails if it were.
-        paced(semaphore.acquire()).await.ok()
+        call.paced(semaphore.acquire()).await.ok()
     }
 
-    /// Waits until the model may send one more request of about `tokens` tokens: past any pause
-    /// and the spacing 429s imposed, then for a request and its tokens (with what earlier
-    /// estimates owe) from the buckets.
-    pub(super) async fn admit(&self, tokens: u32) {
-        paced(async {
+    /// Waits until the model may send one more request of `call` of about `tokens` tokens: past
+    /// any pause and the spacing 429s imposed, then for a request and its tokens (with what
+    /// earlier estimates owe) from the buckets.
+    pub(super) async fn admit(&self, tokens: u32, call: &mut CallPace) {
+        call.paced(async {
             while let Some(until) = self.pause() {
                 tokio::time::sleep_until(until).await;
             }
@@ -241,11 +244,16 @@ impl Limiter {
         .await;
     }
 
-    /// Waits out `wait` before a request is tried again, as a wait for the pace when the server
-    /// refused for its rate limit.
-    pub(super) async fn wait_to_retry(&self, wait: Duration, rate_limited: bool) {
+    /// Waits out `wait` before a request of `call` is tried again, as a wait for the pace when
+    /// the server refused for its rate limit.
+    pub(super) async fn wait_to_retry(
+        &self,
+        wait: Duration,
+        rate_limited: bool,
+        call: &mut CallPace,
+    ) {
         if rate_limited {
-            paced(tokio::time::sleep(wait)).await;
+            call.paced(tokio::time::sleep(wait)).await;
         } else {
             tokio::time::sleep(wait).await;
         }
@@ -277,14 +285,14 @@ impl Limiter {
             .saturating_sub(i64::from(estimated));
     }
 
-    /// A 429: counted, and the model's requests spaced out twice as far as before. The wait
-    /// the server asked for (`retry_after`) the caller holds the model for; it does not bound
-    /// the spacing, since a server whose quota is a sliding window says "in a second" for as
-    /// long as the window is full, but one saying `Retry-After: 0` means "now", not "slower",
-    /// and leaves the spacing as it was.
-    pub(super) fn refused(&self, retry_after: Option<Duration>) {
+    /// A 429 answered to `call`: counted, and the model's requests spaced out twice as far as
+    /// before. The wait the server asked for (`retry_after`) the caller holds the model for; it
+    /// does not bound the spacing, since a server whose quota is a sliding window says "in a
+    /// second" for as long as the window is full, but one saying `Retry-After: 0` means "now",
+    /// not "slower", and leaves the spacing as it was.
+    pub(super) fn refused(&self, retry_after: Option<Duration>, call: &mut CallPace) {
         RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
-        tally(Pacing {
+        call.so_far = call.so_far.and(Pacing {
             waited: Duration::ZERO,
             rate_limited: 1,
         });
@@ -356,6 +364,11 @@ fn one_second_of(per_minute: NonZeroU32) -> NonZeroU32 {
 mod tests {
     use super::*;
 
+    /// The pace of a call that no step's clock times.
+    fn pace() -> CallPace {
+        CallPace::new(StepClock::default())
+    }
+
     fn limit(requests_per_minute: u32, burst: Option<u32>) -> RateLimit {
         RateLimit {
             requests_per_minute: NonZeroU32::new(requests_per_minute),
@@ -397,7 +410,7 @@ mod tests {
         limiter.hold(Duration::from_secs(3));
         limiter.hold(Duration::from_secs(1));
         let started = Instant::now();
-        limiter.admit(10).await;
+        limiter.admit(10, &mut pace()).await;
         assert_eq!(started.elapsed().as_secs(), 3, "the longer hold wins");
     }
 
@@ -406,8 +419,11 @@ mod tests {
         let limiter = Limiter::new(&RateLimit::default());
         limiter.hold(Duration::from_secs(5));
         let before = pacing();
-        let admitted =
-            crate::core::step_clock::timeout(Duration::from_secs(1), limiter.admit(1)).await;
+        let clock = StepClock::for_attempt();
+        let mut call = CallPace::new(clock.clone());
+        let admitted = clock
+            .bound(Duration::from_secs(1), limiter.admit(1, &mut call))
+            .await;
         assert!(admitted.is_some(), "a 1 s step timeout outlasts a 5 s wait");
         assert!(pacing().since(before).waited >= Duration::from_secs(5));
     }
@@ -415,21 +431,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_tallies_its_own_waits_and_429s_only() {
         let limiter = Limiter::new(&RateLimit::default());
-        limiter.refused(None);
-        let ((), call) = tallied(async {
-            limiter.hold(Duration::from_secs(2));
-            limiter.admit(1).await;
-            limiter.refused(None);
-            limiter.wait_to_retry(Duration::from_secs(1), true).await;
-        })
-        .await;
+        limiter.refused(None, &mut pace());
+        let mut call = pace();
+        limiter.hold(Duration::from_secs(2));
+        limiter.admit(1, &mut call).await;
+        limiter.refused(None, &mut call);
+        limiter
+            .wait_to_retry(Duration::from_secs(1), true, &mut call)
+            .await;
+        let call = call.so_far();
         assert_eq!(
             call.rate_limited, 1,
             "the 429 before the call is not its own"
         );
         assert!(call.waited >= Duration::from_secs(3), "{call:?}");
-        let ((), idle) = tallied(async {}).await;
-        assert!(idle.is_none());
+        assert!(pace().so_far().is_none());
     }
 
     #[tokio::test]
@@ -439,7 +455,7 @@ mod tests {
             ..RateLimit::default()
         };
         let limiter = Limiter::new(&limit);
-        let first = limiter.in_flight().await;
+        let first = limiter.in_flight(&mut pace()).await;
         assert!(first.is_some());
         assert_eq!(
             limiter.in_flight.as_ref().map(Semaphore::available_permits),
@@ -460,7 +476,7 @@ mod tests {
         };
         let limiter = Limiter::new(&limit);
         let started = std::time::Instant::now();
-        limiter.admit(12).await;
+        limiter.admit(12, &mut pace()).await;
         let (bucket, capacity) = limiter.tokens.as_ref().expect("a token bucket");
         assert_eq!(capacity.get(), 10, "one second of 600 a minute");
         assert!(
@@ -498,11 +514,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_429_spaces_the_requests_out_until_answers_come_back() {
         let limiter = Limiter::new(&RateLimit::default());
-        limiter.refused(None);
-        limiter.refused(None);
+        limiter.refused(None, &mut pace());
+        limiter.refused(None, &mut pace());
         let started = Instant::now();
         for _ in 0..3 {
-            limiter.admit(1).await;
+            limiter.admit(1, &mut pace()).await;
         }
         assert_eq!(
             started.elapsed(),
@@ -521,16 +537,16 @@ mod tests {
     async fn a_429_saying_now_leaves_the_spacing_alone() {
         let limiter = Limiter::new(&RateLimit::default());
         for _ in 0..10 {
-            limiter.refused(Some(Duration::from_secs(1)));
+            limiter.refused(Some(Duration::from_secs(1)), &mut pace());
         }
         let started = Instant::now();
         for _ in 0..3 {
-            limiter.admit(1).await;
+            limiter.admit(1, &mut pace()).await;
         }
         assert_eq!(started.elapsed(), MOST_SPACING * 2);
         let now = Limiter::new(&RateLimit::default());
         for _ in 0..10 {
-            now.refused(Some(Duration::ZERO));
+            now.refused(Some(Duration::ZERO), &mut pace());
         }
         assert!(now.next_slot().is_none(), "`Retry-After: 0` means now");
     }

@@ -35,11 +35,13 @@ use std::time::{Duration, Instant};
 use reqwest::Url;
 use serde_json::{Map, Value, json};
 
+use super::traceparent::Traceparent;
 use super::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Notice, Request,
-    Response, SchemaMode, Timings, TokenSink,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
+    SchemaMode, Timings, TokenSink,
 };
 use crate::core::{Failure, FailureCode, Memo};
+use crate::model_store::Notice;
 
 mod dialect;
 mod failure;
@@ -55,7 +57,7 @@ pub use limit::{Pacing, RateLimit, pacing};
 
 use dialect::{Dialect, Remembered};
 use failure::{AttemptError, Retry, backoff, error_chain, exhausted_reset, read_body, too_long};
-use limit::Limiter;
+use limit::{CallPace, Limiter};
 use negotiate::{Lesson, Refused, describe_schema, response_format};
 use wire::{PartialCall, WireReply, WireUsage, completions_url, wire_message, wire_tool};
 
@@ -189,27 +191,47 @@ impl OpenAiEngine {
         })
     }
 
+    /// Runs `request` as [`complete`](Self::complete) does, timed: what it waited for the
+    /// model's pace and the 429s it was answered go in its `rate_limit`, and the whole call but
+    /// that wait counts as completion.
+    async fn timed(&self, request: Request, sink: Option<&TokenSink>) -> Result<Response, Failure> {
+        let started = Instant::now();
+        let mut pace = CallPace::new(request.context.clock.clone());
+        let answered = self.complete(&request, sink, &mut pace).await;
+        let rate_limit = pace.so_far();
+        let mut response = answered?;
+        response.rate_limit = rate_limit;
+        response.timings = Timings {
+            prompt: Duration::ZERO,
+            completion: started.elapsed().saturating_sub(rate_limit.waited),
+        };
+        Ok(response)
+    }
+
     /// Runs `request`, streamed to `sink` when there is one (and the dialect keeps tool calls
     /// in a stream), falling back through the schema modes as the server refuses them and
-    /// asking again at once when an error teaches how the server wants the request.
+    /// asking again at once when an error teaches how the server wants the request. What it
+    /// waited for the model's pace and the 429s it was answered are tallied in `pace`.
     async fn complete(
         &self,
         request: &Request,
         sink: Option<&TokenSink>,
+        pace: &mut CallPace,
     ) -> Result<Response, Failure> {
         refuse_grammar(request)?;
         let mut dialect = self.dialect();
         if !request.tools.is_empty() && !dialect.tools {
             return Err(self.refusal(Refused::Tools, "it refused them before"));
         }
-        let _in_flight = self.limiter.in_flight().await;
+        let _in_flight = self.limiter.in_flight(pace).await;
+        let traceparent = request.context.traceparent.as_ref();
         let tokens = estimated_tokens(request);
         let mut mode = request.json_schema.as_ref().map(|_| dialect.schema_mode);
         let mut lessons = 0;
         loop {
             let stream = sink.filter(|_| request.tools.is_empty() || dialect.stream_tools);
             let body = self.body(request, mode, stream.is_some(), &dialect);
-            let error = match self.send(&body, tokens).await {
+            let error = match self.send(&body, tokens, traceparent, pace).await {
                 Ok(reply) => {
                     let response = self.answer(reply, request, mode, sink).await?;
                     self.limiter.used(tokens, response.usage.total());
@@ -387,11 +409,17 @@ impl OpenAiEngine {
     /// allows, and returns the first successful reply. A wait the server asks for (on a 429, or
     /// an exhausted quota on any reply) holds back every request of the model; a 429 also
     /// spaces the model's requests out.
-    async fn send(&self, body: &Value, tokens: u32) -> Result<reqwest::Response, AttemptError> {
+    async fn send(
+        &self,
+        body: &Value,
+        tokens: u32,
+        traceparent: Option<&Traceparent>,
+        pace: &mut CallPace,
+    ) -> Result<reqwest::Response, AttemptError> {
         let mut retries = 0;
         loop {
-            self.limiter.admit(tokens).await;
-            let error = match self.attempt(body).await {
+            self.limiter.admit(tokens, pace).await;
+            let error = match self.attempt(body, traceparent).await {
                 Ok(response) => {
                     self.limiter.answered();
                     if let Some(wait) = exhausted_reset(response.headers()) {
@@ -407,7 +435,7 @@ impl OpenAiEngine {
                     Retry::After(wait) => Some(wait),
                     _ => None,
                 };
-                self.limiter.refused(asked);
+                self.limiter.refused(asked, pace);
             }
             let wait = match error.retry {
                 Retry::Never => None,
@@ -419,7 +447,7 @@ impl OpenAiEngine {
             };
             match wait {
                 Some(wait) if retries < self.config.max_retries => {
-                    self.limiter.wait_to_retry(wait, rate_limited).await;
+                    self.limiter.wait_to_retry(wait, rate_limited, pace).await;
                     retries = retries.saturating_add(1);
                 }
                 _ => return Err(error),
@@ -427,8 +455,13 @@ impl OpenAiEngine {
         }
     }
 
-    /// One POST: a successful reply, or the failure and whether to try again.
-    async fn attempt(&self, body: &Value) -> Result<reqwest::Response, AttemptError> {
+    /// One POST (with the call's `traceparent`, when the run exports traces): a successful
+    /// reply, or the failure and whether to try again.
+    async fn attempt(
+        &self,
+        body: &Value,
+        traceparent: Option<&Traceparent>,
+    ) -> Result<reqwest::Response, AttemptError> {
         let mut builder = self
             .client
             .post(self.url.clone())
@@ -437,8 +470,8 @@ impl OpenAiEngine {
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
-        if let Some(traceparent) = super::traceparent::current() {
-            builder = builder.header("traceparent", traceparent);
+        if let Some(traceparent) = traceparent {
+            builder = builder.header("traceparent", traceparent.to_string());
         }
         let response = builder.send().await.map_err(|err| AttemptError {
             retry: if err.is_connect() && !err.is_timeout() {
@@ -504,13 +537,11 @@ impl OpenAiEngine {
 
 impl Engine for OpenAiEngine {
     fn infer(&self, request: Request) -> EngineFuture<'_> {
-        Box::pin(timed(async move { self.complete(&request, None).await }))
+        Box::pin(self.timed(request, None))
     }
 
     fn infer_streaming(&self, request: Request, sink: TokenSink) -> EngineFuture<'_> {
-        Box::pin(timed(
-            async move { self.complete(&request, Some(&sink)).await },
-        ))
+        Box::pin(async move { self.timed(request, Some(&sink)).await })
     }
 
     fn model_info(&self) -> ModelInfo {
@@ -582,18 +613,4 @@ fn refuse_grammar(request: &Request) -> Result<(), Failure> {
         "grammars are not part of the OpenAI API: run this step on a local mistralrs \
          model, or constrain it with a JSON schema instead",
     ))
-}
-
-/// Times a call, and tallies what it waited for the model's pace; the whole call but that wait
-/// counts as completion.
-async fn timed(call: impl Future<Output = Result<Response, Failure>>) -> Result<Response, Failure> {
-    let started = Instant::now();
-    let (answered, rate_limit) = limit::tallied(call).await;
-    let mut response = answered?;
-    response.rate_limit = rate_limit;
-    response.timings = Timings {
-        prompt: Duration::ZERO,
-        completion: started.elapsed().saturating_sub(rate_limit.waited),
-    };
-    Ok(response)
 }

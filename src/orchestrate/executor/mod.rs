@@ -26,6 +26,7 @@ use super::pipeline::{NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus};
 use super::schedule::Schedule;
 use super::scope::{RunScope, final_output};
+use crate::core::step_clock::StepClock;
 use crate::core::{Cost, Failure, FailureCategory, FailureCode, Timestamp, TokenUsage};
 
 /// How to run a pipeline.
@@ -178,6 +179,7 @@ impl<'r> Execution<'r> {
                 feedback: self.schedule.feedback[index].clone(),
                 nesting: Arc::clone(&self.run.nesting),
                 sample: self.options.sample,
+                clock: StepClock::default(),
             };
             let task = StepTask::new(index, step, self.pipeline.step_timeout);
             self.in_flight.insert(index);
@@ -375,6 +377,7 @@ pub(super) async fn render_step(
         feedback: Vec::new(),
         nesting: Arc::clone(&run.nesting),
         sample,
+        clock: StepClock::default(),
     };
     step.handler.render(&ctx)
 }

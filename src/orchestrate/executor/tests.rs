@@ -354,6 +354,85 @@ async fn the_pipeline_step_timeout_bounds_steps_that_set_none() {
     assert_eq!(started.elapsed(), Duration::from_secs(5));
 }
 
+/// An engine whose every call first waits `load` for its model, off the calling step's clock.
+struct SlowToLoad {
+    load: Duration,
+}
+
+impl crate::inference::Engine for SlowToLoad {
+    fn infer(&self, request: crate::inference::Request) -> crate::inference::EngineFuture<'_> {
+        Box::pin(async move {
+            request
+                .context
+                .clock
+                .off(tokio::time::sleep(self.load))
+                .await;
+            Ok(crate::inference::Response {
+                text: "loaded".into(),
+                ..Default::default()
+            })
+        })
+    }
+
+    fn model_info(&self) -> crate::inference::ModelInfo {
+        crate::inference::ModelInfo {
+            name: "slow-to-load".into(),
+            engine: "test",
+            constrained_decoding: false,
+            price: None,
+            context_window: None,
+        }
+    }
+}
+
+/// A step that calls its model once and answers with the model's text.
+struct CallsModel(SlowToLoad);
+
+impl StepHandler for CallsModel {
+    fn run<'a>(&'a self, ctx: &'a StepContext) -> StepFuture<'a> {
+        Box::pin(async move {
+            let request = crate::inference::Request::default();
+            let call = crate::orchestrate::events::CallKind::Single;
+            let answer = ctx.infer(&self.0, request, None, call).await?;
+            Ok(StepOutput {
+                output: json!(answer.text),
+                ..StepOutput::default()
+            })
+        })
+    }
+
+    fn render(&self, _: &StepContext) -> Result<Rendered, Failure> {
+        Ok(Rendered::Text(String::new()))
+    }
+}
+
+/// The executor's timeout and the engine's wait for a load meet through the clock the attempt's
+/// model calls carry: a model that takes 5 s to load does not fail a step with a 1 s timeout,
+/// and a step with no timeout of its own gets the clock of the pipeline's.
+#[tokio::test(start_paused = true)]
+async fn a_model_s_load_is_not_charged_to_the_calling_step_s_timeout() {
+    let log = Log::default();
+    let mut pipeline = pipeline(vec![spec("ask", &[], 0), spec("again", &[0], 0)], &log);
+    pipeline.steps[0].timeout = Some(Duration::from_secs(1));
+    pipeline.step_timeout = Some(Duration::from_secs(1));
+    for step in &mut pipeline.steps {
+        step.handler = Arc::new(CallsModel(SlowToLoad {
+            load: Duration::from_secs(5),
+        }));
+    }
+    let started = tokio::time::Instant::now();
+    let record = execute(&pipeline, json!({}), options(1), &Events::recording()).await;
+    assert_eq!(
+        statuses(&record),
+        [
+            ("ask".to_string(), StepStatus::Ok),
+            ("again".to_string(), StepStatus::Ok)
+        ]
+    );
+    assert_eq!(record.output, Some(json!("loaded")));
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failure_stops_scheduling_but_keeps_what_completed() {
     let log = Log::default();

@@ -41,7 +41,7 @@ pub use context::{RunTrace, TraceParent};
 pub use export::Counts;
 pub use sink::{Origin, PlanShape, RunInfo, TracedRun, Tracer, plan_shape};
 
-use crate::inference::Notice;
+use crate::model_store::Notice;
 
 /// The schema URL of the OpenTelemetry semantic conventions (GenAI included) the spans follow,
 /// version 1.37.0, set on the instrumentation scope.

@@ -927,7 +927,7 @@ mod tests {
         assert_eq!(sub.parent_span_id, step.span_id);
         assert_eq!(sub.flags & 0x200, 0, "a sub-plan's parent is not remote");
         assert_eq!(named(&spans, "step inner").parent_span_id, sub.span_id);
-        let trace_id = crate::inference::store::hex(&root.trace_id);
+        let trace_id = crate::model_store::hex(&root.trace_id);
         assert_eq!(session.trace_id(), Some(trace_id));
     }
 

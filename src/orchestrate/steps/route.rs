@@ -346,8 +346,8 @@ impl Route {
     }
 }
 
-/// `ctx` for work of this step under `span`: the same scope, templates, ledger and nesting, the
-/// events it emits children of `span`.
+/// `ctx` for work of this step under `span`: the same scope, templates, ledger, nesting and
+/// clock, the events it emits children of `span`.
 fn sharing(ctx: &StepContext, span: SpanId) -> StepContext {
     StepContext {
         scope: ctx.scope.clone(),
@@ -359,6 +359,7 @@ fn sharing(ctx: &StepContext, span: SpanId) -> StepContext {
         feedback: ctx.feedback.clone(),
         nesting: Arc::clone(&ctx.nesting),
         sample: ctx.sample,
+        clock: ctx.clock.clone(),
     }
 }
 

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, file_sha256};
 use crate::core::{Failure, FailureCode, Price};
-use crate::inference::{LocalModel, LocalSettings, LocalSource, hub_pin, store};
+use crate::inference::{LocalModel, LocalSettings, missing_local_engine};
+use crate::model_store::{self, FileHashes, LocalSource, hub_pin};
 use crate::plan::steps::ModelRole;
 
 /// Most sequences a local model decodes together: one, so that requests reach mistral.rs one at a
@@ -58,7 +59,7 @@ impl ModelKind for MistralrsModel {
     /// An embedded model by the SHA-256 its pull verifies, a file by its own; a Hugging Face
     /// file by the revision and SHA-256 the Hugging Face cache recorded when it was fetched
     /// (null before: lock after the first run fetched it; nothing is fetched to lock it).
-    fn locked(&self, dir: &Path) -> Value {
+    fn locked(&self, dir: &Path, hashes: &FileHashes) -> Value {
         let source = self.source.as_deref().unwrap_or("default");
         let mut locked = json!({
             "kind": "mistralrs",
@@ -67,9 +68,9 @@ impl ModelKind for MistralrsModel {
         });
         let (sha256, revision) = match LocalSource::parse(source, dir) {
             Ok(LocalSource::Embedded(model)) => (json!(model.file.sha256), None),
-            Ok(LocalSource::File(path)) => (file_sha256(&path), None),
+            Ok(LocalSource::File(path)) => (file_sha256(&path, hashes), None),
             Ok(LocalSource::HuggingFace { repo, file }) => {
-                let pin = hub_pin(&repo, &file);
+                let pin = hub_pin(&repo, &file, hashes);
                 let revision = json!(pin.as_ref().map(|p| &p.revision));
                 (json!(pin.and_then(|p| p.sha256)), Some(revision))
             }
@@ -92,7 +93,7 @@ impl ModelKind for MistralrsModel {
 
     fn build(&self, env: &ModelEnv<'_>) -> Result<BuiltModel, Failure> {
         let source = match self.source.as_deref() {
-            None => LocalSource::Embedded(&store::DEFAULT_LLM),
+            None => LocalSource::Embedded(&model_store::DEFAULT_LLM),
             Some(text) => LocalSource::parse(text, env.dir).map_err(|reason| {
                 Failure::new(
                     FailureCode::ConfigInvalidInput,
@@ -102,17 +103,21 @@ impl ModelKind for MistralrsModel {
         };
         // Without the local engine only the call cache can answer: the model is built for
         // `--cache-only`, refused (before anything runs) otherwise.
-        #[cfg(not(feature = "local"))]
-        if !env.replay_only {
-            return Err(crate::inference::no_local_engine(env.name));
+        if !env.replay_only
+            && let Some(missing) = missing_local_engine(env.name)
+        {
+            return Err(missing);
         }
         let settings = LocalSettings {
             max_batch: LOCAL_MAX_BATCH,
             context_length: self.context_length,
             decoder_constraints: self.decoder_constraints.unwrap_or(true),
         };
-        Ok(BuiltModel::Language(
-            LocalModel::new(source, settings, env.notice.clone()).shared(),
-        ))
+        Ok(BuiltModel::Language(LocalModel::shared(
+            source,
+            settings,
+            env.notice.clone(),
+            env.loads,
+        )))
     }
 }

@@ -15,7 +15,8 @@ use serde::Deserialize;
 use super::diagnostic::PlanError;
 use super::steps::{FieldPath, ModelRole};
 use crate::core::{Failure, Memo, Price};
-use crate::inference::{Engine, Notice, store};
+use crate::inference::{Engine, LocalLoads};
+use crate::model_store::{FileHashes, Notice};
 use crate::rerank::{BiEncoder, CrossEncoder};
 use serde_json::Value;
 
@@ -68,10 +69,11 @@ model_kinds! {
     Onnx(OnnxModelSpec) = "onnx",
 }
 
-/// The SHA-256 of a model file for a lockfile (read once per process and version of the file);
-/// null when it cannot be read (so a file that appears or goes away later is drift too).
-pub fn file_sha256(path: &Path) -> Value {
-    store::sha256_file_once(path).map_or(Value::Null, Value::String)
+/// The SHA-256 of a model file for a lockfile (read once per session and version of the file,
+/// through `hashes`); null when it cannot be read (so a file that appears or goes away later is
+/// drift too).
+pub fn file_sha256(path: &Path, hashes: &FileHashes) -> Value {
+    hashes.sha256(path).map_or(Value::Null, Value::String)
 }
 
 /// A mistake a model kind finds in its own settings: the field (relative to the model), the
@@ -93,6 +95,8 @@ pub struct ModelEnv<'a> {
     /// Whether every call of this model must come from the call cache (`--cache-only`), so the
     /// engine itself is never called.
     pub replay_only: bool,
+    /// The session's local models' loads, which a local model shares.
+    pub loads: &'a LocalLoads,
 }
 
 /// A built model, by what it computes.
@@ -120,8 +124,9 @@ pub trait ModelKind {
     /// Whether the call cache may answer for it (its config's `cache`, default true).
     fn cached(&self) -> bool;
     /// What a lockfile pins about it: its kind and source, and the SHA-256 of its files (or
-    /// its server and model name); `dir` is the plan's directory.
-    fn locked(&self, dir: &Path) -> Value;
+    /// its server and model name); `dir` is the plan's directory, `hashes` the files the session
+    /// has hashed.
+    fn locked(&self, dir: &Path, hashes: &FileHashes) -> Value;
     /// Mistakes in its own settings that `validate` reports; `name` is the model's name.
     fn problems(&self, _name: &str) -> Vec<Problem> {
         Vec::new()

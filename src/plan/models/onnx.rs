@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem, file_sha256};
 use crate::core::Failure;
-use crate::inference::store;
+use crate::model_store::{self, FileHashes};
 use crate::plan::diagnostic::PlanError;
 use crate::plan::steps::ModelRole;
 use crate::rerank::{BiEncoder, CrossEncoder, OnnxConfig, OnnxModel, OnnxSource, Remembered};
@@ -91,9 +91,9 @@ impl ModelKind for OnnxModelSpec {
         self.cache != Some(false)
     }
 
-    fn locked(&self, dir: &Path) -> Value {
+    fn locked(&self, dir: &Path, hashes: &FileHashes) -> Value {
         if self.source == "default" {
-            let model = &store::DEFAULT_SCORER;
+            let model = &model_store::DEFAULT_SCORER;
             let files = model.files().map(|f| (f.file_name, f.sha256));
             return json!({ "kind": "onnx", "source": "default", "sha256": files.collect::<BTreeMap<_, _>>() });
         }
@@ -101,7 +101,10 @@ impl ModelKind for OnnxModelSpec {
         json!({
             "kind": "onnx",
             "source": self.source,
-            "sha256": { "model": file_sha256(&model), "tokenizer": file_sha256(&tokenizer) },
+            "sha256": {
+                "model": file_sha256(&model, hashes),
+                "tokenizer": file_sha256(&tokenizer, hashes),
+            },
         })
     }
 
@@ -159,7 +162,7 @@ impl OnnxModelSpec {
     fn remembered(&self, env: &ModelEnv<'_>) -> Option<Remembered> {
         let memo = env.memo.clone()?;
         let sha256 = if self.source == "default" {
-            store::DEFAULT_SCORER.file.sha256.to_string()
+            model_store::DEFAULT_SCORER.file.sha256.to_string()
         } else {
             memo.file_sha256(&self.files(env.dir).0)?
         };
@@ -175,7 +178,7 @@ impl OnnxModelSpec {
 /// The embedded all-MiniLM-L6-v2 and its longest input.
 fn embedded_source() -> (OnnxSource, Option<usize>) {
     (
-        OnnxSource::Embedded(&store::DEFAULT_SCORER),
+        OnnxSource::Embedded(&model_store::DEFAULT_SCORER),
         Some(DEFAULT_SCORER_MAX_LENGTH),
     )
 }
@@ -186,7 +189,7 @@ fn all_cpus() -> usize {
 
 /// The embedded all-MiniLM-L6-v2 as a bi-encoder with the default settings (`source: default`),
 /// for what needs embeddings without a plan declaring a model (a test's `similar` assertion).
-pub fn embedded_bi_encoder(notice: crate::inference::Notice) -> BiEncoder {
+pub fn embedded_bi_encoder(notice: crate::model_store::Notice) -> BiEncoder {
     let (source, max_length) = embedded_source();
     BiEncoder::new(OnnxModel::new(
         OnnxConfig {

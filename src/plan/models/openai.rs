@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::{BuiltModel, ModelEnv, ModelKind};
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{Compat, OpenAiConfig, OpenAiEngine, RateLimit};
+use crate::model_store::FileHashes;
 use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
 
@@ -84,7 +85,7 @@ impl ModelKind for OpenaiModel {
         self.cache != Some(false)
     }
 
-    fn locked(&self, _dir: &Path) -> Value {
+    fn locked(&self, _dir: &Path, _hashes: &FileHashes) -> Value {
         json!({ "kind": "openai", "base_url": self.base_url, "model": self.model })
     }
 

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::{BuiltModel, ModelEnv, ModelKind, Problem};
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
+use crate::model_store::FileHashes;
 use crate::plan::diagnostic::{PlanError, regex_reason};
 use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
@@ -112,7 +113,7 @@ impl ModelKind for ScriptedModel {
     }
 
     /// Its answers are in the plan itself: the lock pins nothing more.
-    fn locked(&self, _dir: &Path) -> Value {
+    fn locked(&self, _dir: &Path, _hashes: &FileHashes) -> Value {
         json!({ "kind": "scripted" })
     }
 

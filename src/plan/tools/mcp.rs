@@ -17,7 +17,7 @@ use super::{Capability, ToolAccess, ToolEnv, ToolKind};
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::tools::{McpCall, SideEffects, ToolAction, ToolRuntime};
 use crate::plan::duration::DurationSpec;
-use crate::tool::{McpServer, McpServerSpec, McpToolDefinition, McpTransport, mcp_server};
+use crate::tool::{McpServer, McpServerSpec, McpToolDefinition, McpTransport};
 
 /// Default timeout of a connection to an MCP server and of each call.
 const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -112,9 +112,9 @@ impl McpTool {
         }
     }
 
-    /// The shared session of its server.
+    /// Its server, among the session's.
     pub fn server(&self, env: &ToolEnv<'_>) -> std::sync::Arc<McpServer> {
-        mcp_server(self.server_spec(env))
+        env.mcp.server(self.server_spec(env))
     }
 
     /// The tools it offers a model: each allowed one, as the server lists it. A tool that cannot

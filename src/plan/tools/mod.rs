@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::steps::{FieldPath, OutputKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::ToolRuntime;
+use crate::tool::McpServers;
 
 mod access;
 mod builtin;
@@ -64,6 +65,8 @@ pub struct ToolEnv<'a> {
     pub dir: &'a Path,
     /// Replace a tool that changes something with a stand-in that reports the call.
     pub dry_run: bool,
+    /// The session's MCP servers (an `mcp` tool's server is one of them).
+    pub mcp: &'a McpServers,
 }
 
 /// Implemented by every tool kind's config.

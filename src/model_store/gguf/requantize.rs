@@ -351,7 +351,7 @@ fn cannot_write(target: &Path, e: impl std::fmt::Display) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::gguf::test_file::q5_0_block;
+    use crate::model_store::gguf::test_file::q5_0_block;
 
     #[test]
     fn q5_0_blocks_decode_to_their_weights() {

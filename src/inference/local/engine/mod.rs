@@ -14,13 +14,14 @@ use mistralrs::core::{
 use mistralrs::{Device, Function, Model, RequestBuilder, Tool, ToolChoice, ToolType};
 use tokio::sync::{OnceCell, mpsc};
 
-use super::translate::{
-    add_message, compact_json, engine_failure, sampling, stream_answer, to_response,
-};
+mod translate;
+
 use super::{LocalModel, LocalSettings};
-use crate::core::{Failure, FailureCode, TokenUsage, step_clock};
-use crate::inference::source::{LocalSource, Notice};
+use crate::core::step_clock::StepClock;
+use crate::core::{Failure, FailureCode, TokenUsage};
 use crate::inference::{Engine, EngineFuture, Grammar, ModelInfo, Request, Response, TokenSink};
+use crate::model_store::{LocalSource, Notice, gguf};
+use translate::{add_message, compact_json, engine_failure, sampling, stream_answer, to_response};
 
 /// How to load a local model.
 #[derive(Debug, Clone)]
@@ -52,7 +53,77 @@ pub(super) struct Weights {
 }
 
 /// A model file's load, shared by every [`LocalModel`] over the same source and `max_batch`.
-pub(super) type SharedLoad = OnceCell<Result<Arc<Weights>, Failure>>;
+type SharedLoad = OnceCell<Result<Arc<Weights>, Failure>>;
+
+/// The loads of the local models in use, each shared by every model of its file and
+/// `max_batch`; the session owns one for all its plans (a served plan reloaded, a judge, a
+/// sub-plan), so a file is read once.
+#[derive(Default)]
+pub struct LocalLoads {
+    /// Each load by its source and `max_batch`; a load no model uses any more is forgotten.
+    loads: Mutex<Vec<(String, Weak<SharedLoad>)>>,
+}
+
+/// One model's way to its file's load: the load it shares, and where it announces a pull or a
+/// load.
+pub(super) struct Load {
+    shared: Arc<SharedLoad>,
+    notice: Notice,
+}
+
+impl LocalLoads {
+    /// The load of the models known by `key` (their source and `max_batch`): the one still in
+    /// use, else a new one.
+    pub(super) fn share(&self, key: String, notice: Notice) -> Load {
+        let mut loads = self.loads.lock().unwrap_or_else(PoisonError::into_inner);
+        loads.retain(|(_, load)| load.strong_count() > 0);
+        let found = loads
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, load)| load.upgrade());
+        let shared = found.unwrap_or_else(|| {
+            let shared = Arc::default();
+            loads.push((key, Arc::downgrade(&shared)));
+            shared
+        });
+        Load { shared, notice }
+    }
+}
+
+impl Load {
+    /// The context the model was trained for, once its file is loaded.
+    pub(super) fn trained(&self) -> Option<u64> {
+        match self.shared.get() {
+            Some(Ok(weights)) => weights.context_length,
+            _ => None,
+        }
+    }
+}
+
+/// This build runs local models: nothing is missing.
+pub fn missing_local_engine(_model: &str) -> Option<Failure> {
+    None
+}
+
+/// Runs `request` on `model`, loading its file first if needed.
+pub(super) fn infer(model: &LocalModel, request: Request) -> EngineFuture<'_> {
+    Box::pin(async move {
+        let engine = model.engine(&request.context.clock).await?;
+        engine.infer(request).await
+    })
+}
+
+/// Runs `request` on `model` streamed to `sink`, loading its file first if needed.
+pub(super) fn infer_streaming(
+    model: &LocalModel,
+    request: Request,
+    sink: TokenSink,
+) -> EngineFuture<'_> {
+    Box::pin(async move {
+        let engine = model.engine(&request.context.clock).await?;
+        engine.infer_streaming(request, sink).await
+    })
+}
 
 type TokenCounter = Box<dyn Fn(&str) -> usize + Send + Sync>;
 
@@ -164,7 +235,7 @@ impl LocalEngine {
 impl Weights {
     /// Reads the file at `path` into a runner that decodes up to `max_batch` sequences together.
     async fn load(path: &Path, max_batch: usize) -> Result<Self, Failure> {
-        let summary = crate::inference::gguf::inspect(path)?;
+        let summary = gguf::inspect(path)?;
         let dir = path
             .parent()
             .unwrap_or(Path::new("."))
@@ -413,47 +484,30 @@ impl Engine for LocalEngine {
 }
 
 impl LocalModel {
-    /// This model, sharing the load of any other model still in use with the same source and
-    /// `max_batch`: the models of a plan and its sub-plans, or two models that differ only in
-    /// `context_length` or `decoder_constraints`, then read the file once.
-    pub fn shared(mut self) -> Arc<LocalModel> {
-        static SHARED: Mutex<Vec<(String, Weak<SharedLoad>)>> = Mutex::new(Vec::new());
-        let key = format!("{}|{}", self.source.describe(), self.settings.max_batch);
-        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.retain(|(_, load)| load.strong_count() > 0);
-        match shared
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, load)| load.upgrade())
-        {
-            Some(load) => self.loaded = load,
-            None => shared.push((key, Arc::downgrade(&self.loaded))),
-        }
-        Arc::new(self)
-    }
-
     /// The loaded file with this model's settings (loading it on first use).
     ///
     /// The load runs in a task of its own: a caller that gives up (a step past its timeout, a
     /// cancelled run) does not abort it half-way, and the next caller waits for that same load
     /// instead of starting the file over. The wait is off the calling step's clock: loading (and
-    /// pulling, on a fresh machine) is not charged to the step's timeout.
-    pub(super) async fn engine(&self) -> Result<LocalEngine, Failure> {
-        let weights = match self.loaded.get() {
+    /// pulling, on a fresh machine) is not charged to the step's timeout: it is off `clock`, the
+    /// calling step's.
+    async fn engine(&self, clock: &StepClock) -> Result<LocalEngine, Failure> {
+        let weights = match self.load.shared.get() {
             Some(loaded) => loaded.clone()?,
             None => {
-                let cell = Arc::clone(&self.loaded);
+                let cell = Arc::clone(&self.load.shared);
                 let (source, max_batch) = (self.source.clone(), self.settings.max_batch);
-                let notice = Arc::clone(&self.notice);
-                step_clock::off_the_clock(tokio::spawn(async move {
-                    cell.get_or_init(|| load(source, max_batch, notice))
-                        .await
-                        .clone()
-                }))
-                .await
-                .map_err(|e| {
-                    Failure::new(FailureCode::InferenceModelUnavailable, e.to_string())
-                })??
+                let notice = Arc::clone(&self.load.notice);
+                clock
+                    .off(tokio::spawn(async move {
+                        cell.get_or_init(|| load(source, max_batch, notice))
+                            .await
+                            .clone()
+                    }))
+                    .await
+                    .map_err(|e| {
+                        Failure::new(FailureCode::InferenceModelUnavailable, e.to_string())
+                    })??
             }
         };
         Ok(LocalEngine {
@@ -485,5 +539,39 @@ mod tests {
         for greedy in [sampling(None), sampling(Some(0.0))] {
             assert_eq!((greedy.temperature, greedy.top_k), (None, Some(1)));
         }
+    }
+
+    #[test]
+    fn models_with_the_same_source_and_batch_size_share_one_load() {
+        let quiet: Notice = Arc::new(|_: &str| {});
+        let loads = LocalLoads::default();
+        let make =
+            |loads: &LocalLoads, path: &str, max_batch, context_length, decoder_constraints| {
+                let settings = LocalSettings {
+                    max_batch,
+                    context_length,
+                    decoder_constraints,
+                };
+                let source = LocalSource::File(path.into());
+                LocalModel::shared(source, settings, Arc::clone(&quiet), loads)
+            };
+        let first = make(&loads, "/models/a.gguf", 8, None, true);
+        let same_load =
+            |other: Arc<LocalModel>| Arc::ptr_eq(&first.load.shared, &other.load.shared);
+        assert!(same_load(make(&loads, "/models/a.gguf", 8, None, true)));
+        assert!(same_load(make(
+            &loads,
+            "/models/a.gguf",
+            8,
+            Some(512),
+            false
+        )));
+        assert!(!same_load(make(&loads, "/models/a.gguf", 1, None, true)));
+        assert!(!same_load(make(&loads, "/models/b.gguf", 8, None, true)));
+        let elsewhere = LocalLoads::default();
+        assert!(
+            !same_load(make(&elsewhere, "/models/a.gguf", 8, None, true)),
+            "another session's loads are its own"
+        );
     }
 }

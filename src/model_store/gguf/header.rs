@@ -406,7 +406,7 @@ impl Known {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::gguf::test_file::GgufBytes as Gguf;
+    use crate::model_store::gguf::test_file::GgufBytes as Gguf;
 
     /// Checks the bytes built so far, written to a file of their own.
     fn check_bytes(gguf: Gguf) -> Result<Header, Problem> {

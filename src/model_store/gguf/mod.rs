@@ -107,7 +107,7 @@ pub fn inspect(path: &Path) -> Result<GgufSummary, Failure> {
 mod tests {
     use super::tensor_type::TensorType;
     use super::*;
-    use crate::inference::gguf::test_file::{GgufBytes, q5_0_block};
+    use crate::model_store::gguf::test_file::{GgufBytes, q5_0_block};
 
     /// A path named `name` in a directory of its own, removed with the returned guard.
     fn scratch(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
