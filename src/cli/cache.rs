@@ -5,8 +5,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::cache::{self, CacheError, CacheStats, CallCache, Entry, Imported};
+use crate::core::duration::{DurationSpec, LONGEST};
 use crate::core::{Failure, FailureCode};
-use crate::plan::duration::{DurationSpec, LONGEST};
 
 use super::EXIT_OK;
 use super::common::{Outcome, invalid};

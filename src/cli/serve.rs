@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::duration::DurationSpec;
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::{Session, SessionOptions};
 use crate::plan::Diagnostic;
 use crate::plan::build::BuildOptions;
-use crate::plan::duration::DurationSpec;
 use crate::serve::{self, Catalog, Limits, Rejected, Reporter, ServeOptions, Served, Shutdown};
 
 use super::common::{

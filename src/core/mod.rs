@@ -1,9 +1,11 @@
 //! Layer 0: the vocabulary every other layer shares — messages, tool calls, token usage, prices
-//! and costs, retrieval candidates, and the failure taxonomy; and the one way every layer reads a
+//! and costs, retrieval candidates, the failure taxonomy, durations as plans and flags write them
+//! (`30s`, `1m30s`); and the one way every layer reads a
 //! file whole (bounded, regular files only) and writes one (atomically), in `file`, the only I/O
 //! here. Nothing here depends on another module.
 
 pub mod cost;
+pub mod duration;
 pub mod failure;
 pub mod file;
 pub mod memo;

@@ -9,7 +9,6 @@
 pub mod build;
 pub mod check;
 pub mod diagnostic;
-pub mod duration;
 pub mod graph;
 pub mod load;
 pub mod lock;

@@ -9,9 +9,9 @@ use indexmap::IndexSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::duration::DurationSpec;
 use super::steps::StepType;
 use super::tools::Capability;
+use crate::core::duration::DurationSpec;
 
 /// Limits a plan must respect. Every field is optional; an absent field imposes nothing.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -18,12 +18,12 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use super::diagnostic::{Diagnostic, PlanError, QUOTE_TEMPLATES, Source, did_you_mean, suggestion};
-use super::duration::DURATION_PATTERN;
 use super::policy::PlanPolicy;
 use super::raw::RawPlan;
 use super::steps::StepType;
 use super::suite::raw::RawSuite;
 use super::yaml::{Entry, Located, Node, NodeValue};
+use crate::core::duration::DURATION_PATTERN;
 
 /// Makes one generated schema.
 pub type SchemaMaker = fn() -> Value;

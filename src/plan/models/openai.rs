@@ -11,10 +11,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind};
+use crate::core::duration::DurationSpec;
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{Compat, OpenAiConfig, OpenAiEngine, RateLimit};
 use crate::model_store::FileHashes;
-use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
 
 /// An OpenAI-compatible chat-completions server (vLLM, llama.cpp server, mistralrs-server…).

@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{BuiltModel, ModelEnv, ModelKind, Problem};
+use crate::core::duration::DurationSpec;
 use crate::core::{Failure, FailureCode, Price};
 use crate::inference::{ScriptedConfig, ScriptedEngine, ScriptedReply};
 use crate::model_store::FileHashes;
 use crate::plan::diagnostic::{PlanError, regex_reason};
-use crate::plan::duration::DurationSpec;
 use crate::plan::steps::ModelRole;
 
 /// A deterministic stand-in for tests and dry runs: replies from a list, from rules, or an echo.

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::diagnostic::PlanError;
-use super::duration::DurationSpec;
 use crate::core::Failure;
+use crate::core::duration::DurationSpec;
 use crate::corpora::Corpus;
 use crate::inference::{Engine, TokenSink};
 use crate::orchestrate::steps::{Prompt, PromptSource, RouteAgent};

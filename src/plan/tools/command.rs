@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::{Capability, ToolAccess, ToolEnv, ToolKind};
 use crate::core::Failure;
+use crate::core::duration::DurationSpec;
 use crate::orchestrate::tools::{CommandTemplate, SideEffects, ToolAction, ToolRuntime};
-use crate::plan::duration::DurationSpec;
 use crate::plan::steps::{FieldPath, OutputKind};
 
 /// Default timeout of a command tool.

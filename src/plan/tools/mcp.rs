@@ -14,9 +14,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Capability, ToolAccess, ToolEnv, ToolKind};
+use crate::core::duration::DurationSpec;
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::tools::{McpCall, SideEffects, ToolAction, ToolRuntime};
-use crate::plan::duration::DurationSpec;
 use crate::tool::{McpServer, McpServerSpec, McpToolDefinition, McpTransport};
 
 /// Default timeout of a connection to an MCP server and of each call.

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{AssertionCommon, AssertionKind};
-use crate::plan::duration::DurationSpec;
+use crate::core::duration::DurationSpec;
 
 /// The longest the run (or `step`) may take.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
