@@ -194,6 +194,18 @@ pub(super) struct AttemptError {
     pub(super) lesson: Option<Lesson>,
 }
 
+impl AttemptError {
+    /// A failure that ends the call as it is: nothing to retry, refuse or learn.
+    pub(super) fn final_failure(failure: Failure) -> Self {
+        AttemptError {
+            failure,
+            retry: Retry::Never,
+            refused: None,
+            lesson: None,
+        }
+    }
+}
+
 /// The wait before retry number `retries` (from 0): 200 ms, 400 ms, 800 ms…, at most a minute.
 pub(super) fn backoff(retries: u32) -> Duration {
     BACKOFF_START

@@ -7,8 +7,12 @@
 //! token bucket one second's worth of tokens (at least one); a request larger than the token
 //! bucket takes it a bucketful at a time. A request is charged its estimated tokens before it goes; once
 //! the server reports its `usage`, the difference is carried to the next request's charge (more
-//! when the estimate was short, less when it was long). A semaphore bounds the requests in
-//! flight.
+//! when the estimate was short, less when it was long). What a server reports is not trusted to
+//! stall the model: one reply can owe at most its own estimate and a bucketful more, the model
+//! owes at most a minute's tokens, and no request is charged more than a minute's tokens, so
+//! no wait for the token bucket passes about a minute whatever a server claims it used. A
+//! semaphore bounds the requests in flight.
+
 //!
 //! The server's own word adapts the pace, with or without a `rate_limit`: a wait it asks for
 //! (`Retry-After`, `retry-after-ms`, or an exhausted `x-ratelimit-remaining-*` with its
@@ -17,7 +21,11 @@
 //! a 429 saying `Retry-After: 0`, which means "now"), which every answered request shrinks by a
 //! quarter until it is gone. Time spent waiting here is off
 //! the step's clock (a step's `timeout` is not charged for it), and is added up, with the 429s
-//! seen, for the process ([`pacing`]) and for each call ([`CallPace`]).
+//! seen, for the process ([`pacing`]) and for each call ([`CallPace`]). What the server asks one
+//! call to wait (its holds, its 429s' spacing and backoff) is bounded by the call's
+//! [`WaitBudget`] (`max_wait`, default [`DEFAULT_MAX_WAIT`]): a call the server would hold
+//! past it fails at once as `INFERENCE_RATE_LIMITED`, which is transient (a batch exits 75, and
+//! a scheduler runs it again later) instead of stalling the work whatever its timeouts say.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -31,7 +39,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use crate::core::duration::DurationSpec;
 use crate::core::step_clock::StepClock;
+use crate::core::{Failure, FailureCode};
 
 /// How fast a model may be called: any subset of the four limits (none set, no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -52,14 +62,62 @@ pub struct RateLimit {
     /// once.
     #[serde(default)]
     pub burst: Option<NonZeroU32>,
+    /// The longest one call waits, over all its attempts, for what the server asks (its
+    /// `Retry-After`, `retry-after-ms` or `x-ratelimit-reset-*`, the spacing and backoff its 429s
+    /// impose); default 30s. A call the server would hold longer fails at once with
+    /// INFERENCE_RATE_LIMITED, which is transient: a batch exits 75, for a scheduler to run it
+    /// again later.
+    #[serde(default)]
+    pub max_wait: Option<DurationSpec>,
+}
+
+/// How long one call waits for what the server asks when the model's `rate_limit` does not say.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// What is left of one call's `max_wait`: the waits the server asks for are taken from it, and a
+/// wait past what is left fails the call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WaitBudget {
+    most: Duration,
+    left: Duration,
+}
+
+impl WaitBudget {
+    pub(super) fn new(most: Duration) -> Self {
+        WaitBudget { most, left: most }
+    }
+
+    /// Takes `wait` from the budget; a wait past what is left is refused with the failure that
+    /// ends the call, naming `asker` (the server).
+    pub(super) fn take(&mut self, wait: Duration, asker: &str) -> Result<(), Failure> {
+        match self.left.checked_sub(wait) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(Failure::new(
+                FailureCode::InferenceRateLimited,
+                format!(
+                    "{asker} asks to wait {:.1} s more, past the {} s this call may wait for it \
+                     (`rate_limit.max_wait`); giving up for now",
+                    wait.as_secs_f64(),
+                    self.most.as_secs_f64()
+                ),
+            )
+            .with_help(
+                "the failure is transient: a batch exits 75 for a scheduler to run it again \
+                 later; raise the model's `rate_limit.max_wait` to wait longer",
+            )),
+        }
+    }
 }
 
 /// The buckets, the in-flight bound and the model-wide pause of one engine.
 #[derive(Debug)]
 pub(super) struct Limiter {
     requests: Option<DefaultDirectRateLimiter>,
-    /// The token bucket and how many tokens it holds.
-    tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
+    /// The token bucket, how many tokens it holds, and how many a minute brings.
+    tokens: Option<TokenBucket>,
     in_flight: Option<Semaphore>,
     /// Until when no request of the model may be sent (a server's `Retry-After`).
     paused_until: Mutex<Option<Instant>>,
@@ -68,6 +126,16 @@ pub(super) struct Limiter {
     owed: Mutex<i64>,
     /// The spacing the server's 429s impose between the model's requests.
     slowed: Mutex<Slowdown>,
+    /// The most one call waits for what the server asks.
+    max_wait: Duration,
+}
+
+/// A token bucket: the limiter, how many tokens it holds, and how many a minute brings.
+#[derive(Debug)]
+struct TokenBucket {
+    bucket: DefaultDirectRateLimiter,
+    capacity: NonZeroU32,
+    per_minute: NonZeroU32,
 }
 
 /// A spacing between requests, and when the next may go.
@@ -190,7 +258,11 @@ impl Limiter {
             let bucket = DefaultDirectRateLimiter::direct(
                 Quota::per_minute(per_minute).allow_burst(capacity),
             );
-            (bucket, capacity)
+            TokenBucket {
+                bucket,
+                capacity,
+                per_minute,
+            }
         });
         let in_flight = limit
             .max_in_flight
@@ -202,7 +274,13 @@ impl Limiter {
             paused_until: Mutex::new(None),
             owed: Mutex::new(0),
             slowed: Mutex::new(Slowdown::default()),
+            max_wait: limit.max_wait.map_or(DEFAULT_MAX_WAIT, DurationSpec::get),
         }
+    }
+
+    /// A fresh budget for one call's waits for the server.
+    pub(super) fn budget(&self) -> WaitBudget {
+        WaitBudget::new(self.max_wait)
     }
 
     /// Waits for a place among the requests in flight for `call`; the place is held until the
@@ -214,75 +292,98 @@ impl Limiter {
     }
 
     /// Waits until the model may send one more request of `call` of about `tokens` tokens: past
-    /// any pause and the spacing 429s imposed, then for a request and its tokens (with what
-    /// earlier estimates owe) from the buckets.
-    pub(super) async fn admit(&self, tokens: u32, call: &mut CallPace) {
+    /// any pause and the spacing 429s imposed (taken from `budget`: a wait past it fails the
+    /// call, naming `server`), then for a request and its tokens (with what earlier estimates
+    /// owe) from the buckets.
+    pub(super) async fn admit(
+        &self,
+        tokens: u32,
+        call: &mut CallPace,
+        budget: &mut WaitBudget,
+        server: &str,
+    ) -> Result<(), Failure> {
         call.paced(async {
             while let Some(until) = self.pause() {
+                budget.take(until.saturating_duration_since(Instant::now()), server)?;
                 tokio::time::sleep_until(until).await;
             }
             if let Some(at) = self.next_slot() {
+                budget.take(at.saturating_duration_since(Instant::now()), server)?;
                 tokio::time::sleep_until(at).await;
             }
             if let Some(bucket) = &self.requests {
                 bucket.until_ready().await;
             }
-            if let Some((bucket, capacity)) = &self.tokens {
+            if let Some(tokens_bucket) = &self.tokens {
+                let capacity = tokens_bucket.capacity;
                 // A charge larger than the bucket is taken a bucketful at a time.
-                let mut left = self.charge(tokens, capacity.get());
+                let mut left = self.charge(tokens, tokens_bucket);
                 while left > 0 {
                     let taken = left.min(u64::from(capacity.get()));
-                    let wanted = u32::try_from(taken).map_or(*capacity, |taken| {
+                    let wanted = u32::try_from(taken).map_or(capacity, |taken| {
                         NonZeroU32::new(taken).unwrap_or(NonZeroU32::MIN)
                     });
                     // `wanted` is at most the bucket's capacity, which is the only refusal.
-                    let _ = bucket.until_n_ready(wanted).await;
+                    let _ = tokens_bucket.bucket.until_n_ready(wanted).await;
                     left = left.saturating_sub(taken);
                 }
             }
+            Ok(())
         })
-        .await;
+        .await
     }
 
-    /// Waits out `wait` before a request of `call` is tried again, as a wait for the pace when
-    /// the server refused for its rate limit.
+    /// Waits out `wait` before a request of `call` is tried again: a wait for the pace, taken
+    /// from `budget`, when the server refused for its rate limit (a wait past the budget fails
+    /// the call, naming `server`).
     pub(super) async fn wait_to_retry(
         &self,
         wait: Duration,
         rate_limited: bool,
         call: &mut CallPace,
-    ) {
+        budget: &mut WaitBudget,
+        server: &str,
+    ) -> Result<(), Failure> {
         if rate_limited {
+            budget.take(wait, server)?;
             call.paced(tokio::time::sleep(wait)).await;
         } else {
             tokio::time::sleep(wait).await;
         }
+        Ok(())
     }
 
     /// What to take from the token bucket for a request estimated at `tokens`: the estimate
     /// with what earlier ones owe, less what they were overcharged (a credit kept up to one
-    /// bucket's `capacity`), at least one token.
-    fn charge(&self, tokens: u32, capacity: u32) -> u64 {
+    /// bucket's capacity), at least one token and at most a minute's (a request larger than the
+    /// quota cannot be held to it; what it owes beyond a minute's tokens is forgiven).
+    fn charge(&self, tokens: u32, bucket: &TokenBucket) -> u64 {
         let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
         let wanted = i64::from(tokens).saturating_add(*owed);
-        let charged = wanted.max(1);
+        let charged = wanted.clamp(1, i64::from(bucket.per_minute.get()));
         *owed = wanted
             .saturating_sub(charged)
-            .max(i64::from(capacity).saturating_neg());
+            .clamp(i64::from(bucket.capacity.get()).saturating_neg(), 0);
         u64::try_from(charged).unwrap_or(1)
     }
 
     /// Carries the difference between a request's estimate and what the server says it used to
-    /// the next charge.
+    /// the next charge. A server's count is not trusted to stall the model: one reply owes at
+    /// most its estimate and a bucketful beyond it, and the model at most a minute's tokens.
     pub(super) fn used(&self, estimated: u32, used: u64) {
-        if self.tokens.is_none() {
+        let Some(bucket) = &self.tokens else {
             return;
-        }
-        let used = i64::try_from(used).unwrap_or(i64::MAX);
+        };
+        let estimated = i64::from(estimated);
+        let most = estimated
+            .saturating_mul(2)
+            .saturating_add(i64::from(bucket.capacity.get()));
+        let used = i64::try_from(used).unwrap_or(i64::MAX).min(most);
         let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
         *owed = owed
             .saturating_add(used)
-            .saturating_sub(i64::from(estimated));
+            .saturating_sub(estimated)
+            .min(i64::from(bucket.per_minute.get()));
     }
 
     /// A 429 answered to `call`: counted, and the model's requests spaced out twice as far as
@@ -369,6 +470,15 @@ mod tests {
         CallPace::new(StepClock::default())
     }
 
+    /// Admits one request of `tokens` for `call`, within a budget too large to run out.
+    async fn admit(limiter: &Limiter, tokens: u32, call: &mut CallPace) {
+        let mut budget = WaitBudget::new(Duration::from_secs(3600));
+        limiter
+            .admit(tokens, call, &mut budget, "the server")
+            .await
+            .expect("within the budget");
+    }
+
     fn limit(requests_per_minute: u32, burst: Option<u32>) -> RateLimit {
         RateLimit {
             requests_per_minute: NonZeroU32::new(requests_per_minute),
@@ -410,7 +520,7 @@ mod tests {
         limiter.hold(Duration::from_secs(3));
         limiter.hold(Duration::from_secs(1));
         let started = Instant::now();
-        limiter.admit(10, &mut pace()).await;
+        admit(&limiter, 10, &mut pace()).await;
         assert_eq!(started.elapsed().as_secs(), 3, "the longer hold wins");
     }
 
@@ -422,7 +532,7 @@ mod tests {
         let clock = StepClock::for_attempt();
         let mut call = CallPace::new(clock.clone());
         let admitted = clock
-            .bound(Duration::from_secs(1), limiter.admit(1, &mut call))
+            .bound(Duration::from_secs(1), admit(&limiter, 1, &mut call))
             .await;
         assert!(admitted.is_some(), "a 1 s step timeout outlasts a 5 s wait");
         assert!(pacing().since(before).waited >= Duration::from_secs(5));
@@ -434,11 +544,19 @@ mod tests {
         limiter.refused(None, &mut pace());
         let mut call = pace();
         limiter.hold(Duration::from_secs(2));
-        limiter.admit(1, &mut call).await;
+        admit(&limiter, 1, &mut call).await;
         limiter.refused(None, &mut call);
+        let mut budget = limiter.budget();
         limiter
-            .wait_to_retry(Duration::from_secs(1), true, &mut call)
-            .await;
+            .wait_to_retry(
+                Duration::from_secs(1),
+                true,
+                &mut call,
+                &mut budget,
+                "the server",
+            )
+            .await
+            .expect("within the budget");
         let call = call.so_far();
         assert_eq!(
             call.rate_limited, 1,
@@ -476,8 +594,9 @@ mod tests {
         };
         let limiter = Limiter::new(&limit);
         let started = std::time::Instant::now();
-        limiter.admit(12, &mut pace()).await;
-        let (bucket, capacity) = limiter.tokens.as_ref().expect("a token bucket");
+        admit(&limiter, 12, &mut pace()).await;
+        let tokens = limiter.tokens.as_ref().expect("a token bucket");
+        let (bucket, capacity) = (&tokens.bucket, tokens.capacity);
         assert_eq!(capacity.get(), 10, "one second of 600 a minute");
         assert!(
             started.elapsed() >= Duration::from_millis(150),
@@ -493,22 +612,85 @@ mod tests {
             ..RateLimit::default()
         };
         let limiter = Limiter::new(&limit);
-        assert_eq!(limiter.charge(30, 100), 30);
+        let charge = |tokens| {
+            let bucket = limiter.tokens.as_ref().expect("a token bucket");
+            limiter.charge(tokens, bucket)
+        };
+        assert_eq!(charge(30), 30);
         limiter.used(30, 50);
-        assert_eq!(limiter.charge(30, 100), 50, "20 short the last time");
+        assert_eq!(charge(30), 50, "20 short the last time");
         limiter.used(30, 0);
-        assert_eq!(limiter.charge(40, 100), 10, "30 long the last time");
-        limiter.used(0, 500);
-        assert_eq!(
-            limiter.charge(10, 100),
-            510,
-            "paid in full, a bucketful at a time"
-        );
-        assert_eq!(limiter.charge(0, 100), 1, "at least one token");
+        assert_eq!(charge(40), 10, "30 long the last time");
+        limiter.used(200, 500);
+        assert_eq!(charge(10), 310, "paid in full, a bucketful at a time");
+        assert_eq!(charge(0), 1, "at least one token");
         limiter.used(10_000, 0);
         // A credit of at most a bucket: 100 left after the first charge, then 51, then 2.
-        let charges: Vec<u64> = (0..4).map(|_| limiter.charge(50, 100)).collect();
+        let charges: Vec<u64> = (0..4).map(|_| charge(50)).collect();
         assert_eq!(charges, [1, 1, 1, 48]);
+    }
+
+    /// A server that says one reply used 2^64-1 tokens does not stall the model: the reply owes
+    /// at most its estimate and a bucketful more, the model at most a minute's tokens, and no
+    /// charge passes a minute's tokens.
+    #[test]
+    fn a_server_s_usage_cannot_put_the_model_in_debt_for_long() {
+        let limit = RateLimit {
+            tokens_per_minute: NonZeroU32::new(6000),
+            ..RateLimit::default()
+        };
+        let limiter = Limiter::new(&limit);
+        let bucket = limiter.tokens.as_ref().expect("a token bucket");
+        limiter.used(10, u64::MAX);
+        assert_eq!(limiter.charge(10, bucket), 10 + 10 + 100);
+        for _ in 0..1000 {
+            limiter.used(4000, u64::MAX);
+        }
+        assert_eq!(limiter.charge(0, bucket), 6000, "a minute's tokens at most");
+        assert_eq!(limiter.charge(0, bucket), 1, "the rest is forgiven");
+        assert_eq!(limiter.charge(u32::MAX, bucket), 6000);
+    }
+
+    /// Waits the server asks for are taken from the call's budget: one past what is left fails
+    /// the call at once, as a transient rate limit naming `max_wait`.
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_past_the_budget_fails_the_call_at_once() {
+        let limit = RateLimit {
+            max_wait: Some(DurationSpec::parse("5s").expect("a duration")),
+            ..RateLimit::default()
+        };
+        let limiter = Limiter::new(&limit);
+        let mut budget = limiter.budget();
+        limiter.hold(Duration::from_secs(3));
+        let started = Instant::now();
+        limiter
+            .admit(1, &mut pace(), &mut budget, "the server")
+            .await
+            .expect("3 s of 5");
+        limiter.hold(Duration::from_secs(3));
+        let refused = limiter
+            .admit(1, &mut pace(), &mut budget, "the server")
+            .await
+            .expect_err("3 s more is past the 2 s left");
+        assert_eq!(started.elapsed(), Duration::from_secs(3), "it did not wait");
+        assert_eq!(refused.code, FailureCode::InferenceRateLimited);
+        assert!(refused.transient());
+        assert!(refused.message.contains("max_wait"), "{}", refused.message);
+        let mut fresh = limiter.budget();
+        let retried = limiter
+            .wait_to_retry(
+                Duration::from_secs(6),
+                true,
+                &mut pace(),
+                &mut fresh,
+                "the server",
+            )
+            .await;
+        assert!(retried.is_err(), "a retry's wait counts too");
+        assert_eq!(
+            Limiter::new(&RateLimit::default()).max_wait,
+            DEFAULT_MAX_WAIT
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -518,7 +700,7 @@ mod tests {
         limiter.refused(None, &mut pace());
         let started = Instant::now();
         for _ in 0..3 {
-            limiter.admit(1, &mut pace()).await;
+            admit(&limiter, 1, &mut pace()).await;
         }
         assert_eq!(
             started.elapsed(),
@@ -541,7 +723,7 @@ mod tests {
         }
         let started = Instant::now();
         for _ in 0..3 {
-            limiter.admit(1, &mut pace()).await;
+            admit(&limiter, 1, &mut pace()).await;
         }
         assert_eq!(started.elapsed(), MOST_SPACING * 2);
         let now = Limiter::new(&RateLimit::default());

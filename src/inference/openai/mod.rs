@@ -57,7 +57,7 @@ pub use limit::{Pacing, RateLimit, pacing};
 
 use dialect::{Dialect, Remembered};
 use failure::{AttemptError, Retry, backoff, error_chain, exhausted_reset, read_body, too_long};
-use limit::{CallPace, Limiter};
+use limit::{CallPace, Limiter, WaitBudget};
 use negotiate::{Lesson, Refused, describe_schema, response_format};
 use wire::{PartialCall, WireReply, WireUsage, completions_url, wire_message, wire_tool};
 
@@ -226,12 +226,16 @@ impl OpenAiEngine {
         let _in_flight = self.limiter.in_flight(pace).await;
         let traceparent = request.context.traceparent.as_ref();
         let tokens = estimated_tokens(request);
+        let mut budget = self.limiter.budget();
         let mut mode = request.json_schema.as_ref().map(|_| dialect.schema_mode);
         let mut lessons = 0;
         loop {
             let stream = sink.filter(|_| request.tools.is_empty() || dialect.stream_tools);
             let body = self.body(request, mode, stream.is_some(), &dialect);
-            let error = match self.send(&body, tokens, traceparent, pace).await {
+            let error = match self
+                .send(&body, tokens, traceparent, pace, &mut budget)
+                .await
+            {
                 Ok(reply) => {
                     let response = self.answer(reply, request, mode, sink).await?;
                     self.limiter.used(tokens, response.usage.total());
@@ -408,17 +412,23 @@ impl OpenAiEngine {
     /// Sends `body` (about `tokens` tokens) when the model's pace allows, retrying as the failure
     /// allows, and returns the first successful reply. A wait the server asks for (on a 429, or
     /// an exhausted quota on any reply) holds back every request of the model; a 429 also
-    /// spaces the model's requests out.
+    /// spaces the model's requests out. Those waits are taken from the call's `budget`: one
+    /// past it ends the call, as a transient rate limit.
     async fn send(
         &self,
         body: &Value,
         tokens: u32,
         traceparent: Option<&Traceparent>,
         pace: &mut CallPace,
+        budget: &mut WaitBudget,
     ) -> Result<reqwest::Response, AttemptError> {
         let mut retries = 0;
+        let server = self.url.as_str();
         loop {
-            self.limiter.admit(tokens, pace).await;
+            self.limiter
+                .admit(tokens, pace, budget, server)
+                .await
+                .map_err(AttemptError::final_failure)?;
             let error = match self.attempt(body, traceparent).await {
                 Ok(response) => {
                     self.limiter.answered();
@@ -447,7 +457,10 @@ impl OpenAiEngine {
             };
             match wait {
                 Some(wait) if retries < self.config.max_retries => {
-                    self.limiter.wait_to_retry(wait, rate_limited, pace).await;
+                    self.limiter
+                        .wait_to_retry(wait, rate_limited, pace, budget, server)
+                        .await
+                        .map_err(AttemptError::final_failure)?;
                     retries = retries.saturating_add(1);
                 }
                 _ => return Err(error),

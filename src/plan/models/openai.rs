@@ -41,7 +41,8 @@ pub struct OpenaiModel {
     pub cache: Option<bool>,
     /// How fast the model may be called, by every step, vote candidate, agent round and batch
     /// row of the process together: `requests_per_minute`, `tokens_per_minute`, `max_in_flight`,
-    /// `burst` (any subset, each at least 1).
+    /// `burst` (any subset, each at least 1), and `max_wait`, the longest one call waits for what
+    /// the server asks (default 30s; past it the call fails as a transient rate limit).
     #[serde(default)]
     pub rate_limit: Option<RateLimit>,
     /// The server's dialect of the API, when negotiation cannot find it alone: `openai`,

@@ -1,0 +1,255 @@
+//! Servers that lie, hold, echo and never end: a `kind: openai` model's server reporting 2^64-1
+//! tokens, holding calls with `Retry-After`, answering 200 with what is not an answer, echoing
+//! the request's credentials; an MCP server whose tool listing never ends, whose names and
+//! stderr carry terminal escapes, whose 401 page echoes the headers; and what a server's refusals
+//! teach remembered only once confirmed. Every stub listens on loopback and stops with its test.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use serde_json::{Value, json};
+
+use crate::engines::serve_on_loopback;
+use crate::{Run, command, events_in, finish_within, fresh_cache_dir, step};
+
+/// How long a command of these tests may take before it counts as stalled: far longer than any
+/// of them takes once fixed, short enough that a stall fails its test rather than hang the suite.
+const STALLED: Duration = Duration::from_secs(180);
+
+/// Runs `pagantic ARGS…` in `dir` with `env`, a call cache of its own unless `env` or `args`
+/// name one, failing the test if it runs past [`STALLED`].
+fn run_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let cache = fresh_cache_dir();
+    let child = command(&cache)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pagantic starts");
+    let output = finish_within(child, STALLED);
+    let _ = std::fs::remove_dir_all(&cache);
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// What the stub answers one request.
+struct Answer {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(status: u16, body: &str) -> Answer {
+        Answer {
+            status,
+            headers: vec![("content-type", "application/json".into())],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn with(mut self, name: &'static str, value: &str) -> Answer {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+}
+
+/// Decides the answer to request number `n` (from 0), given its headers and JSON body.
+type Rule = dyn Fn(usize, &HeaderMap, &Value) -> Answer + Send + Sync;
+
+#[derive(Clone)]
+struct StubState {
+    rule: Arc<Rule>,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+/// A chat-completions server on a loopback port answering by its rule, keeping each request's
+/// body; it serves until it is dropped.
+struct Stub {
+    port: u16,
+    bodies: Arc<Mutex<Vec<Value>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Stub {
+    fn start(rule: impl Fn(usize, &HeaderMap, &Value) -> Answer + Send + Sync + 'static) -> Stub {
+        let state = StubState {
+            rule: Arc::new(rule),
+            bodies: Arc::default(),
+        };
+        let bodies = Arc::clone(&state.bodies);
+        let router = Router::new().fallback(any(answer)).with_state(state);
+        let (port, runtime) = serve_on_loopback(router);
+        Stub {
+            port,
+            bodies,
+            _runtime: runtime,
+        }
+    }
+
+    /// The bodies of the requests received so far.
+    fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().expect("the bodies").clone()
+    }
+
+    fn requests(&self) -> usize {
+        self.bodies.lock().expect("the bodies").len()
+    }
+}
+
+async fn answer(State(stub): State<StubState>, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let n = {
+        let mut bodies = stub.bodies.lock().expect("the bodies");
+        bodies.push(body.clone());
+        bodies.len() - 1
+    };
+    let Answer {
+        status,
+        headers: sent,
+        body,
+    } = (stub.rule)(n, &headers, &body);
+    let mut response = (StatusCode::from_u16(status).expect("a status"), body).into_response();
+    for (name, value) in sent {
+        response
+            .headers_mut()
+            .insert(name, value.parse().expect("a header value"));
+    }
+    response
+}
+
+/// A chat completion answering `text`, its usage `prompt_tokens` written as given (any JSON
+/// number text).
+fn completion(text: &str, prompt_tokens: &str) -> String {
+    format!(
+        r#"{{"choices":[{{"index":0,"message":{{"role":"assistant","content":{}}}}}],"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":1}}}}"#,
+        json!(text)
+    )
+}
+
+/// Writes `plan.yaml` in `dir`: model `remote` on the stub at `base_url` (with `more` YAML
+/// fields), and `steps`.
+fn plan(dir: &Path, base_url: &str, more: &str, steps: &str) {
+    std::fs::write(
+        dir.join("plan.yaml"),
+        format!(
+            "version: 1\nname: hostile\ninputs:\n  text: {{ type: string, default: hello }}\nmodels:\n  remote: {{ kind: openai, base_url: \"{base_url}\", model: served{more} }}\nsteps:\n{steps}"
+        ),
+    )
+    .expect("plan written");
+}
+
+/// Two model calls in turn, the second fed by the first.
+const TWO_CALLS: &str = "  - { name: first, type: infer, model: remote, template: \"{{ inputs.text }}\", max_tokens: 4 }\n  - { name: second, type: infer, model: remote, template: \"again {{ steps.first.output }}\", max_tokens: 4 }\n";
+
+/// A server that says one answer used 2^64-1 prompt tokens does not stall a model paced by
+/// `tokens_per_minute`: what one reply can owe is bounded, so the next call goes. (Before, the
+/// model owed more tokens than a minute brings in ages, and the second call never went.)
+#[test]
+fn a_usage_report_of_2_64_tokens_does_not_stall_a_paced_model() {
+    let server = Stub::start(|n, _, _| match n {
+        0 => Answer::json(200, &completion("first", "18446744073709551615")),
+        _ => Answer::json(200, &completion("second", "5")),
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base_url = format!("http://127.0.0.1:{}/v1", server.port);
+    plan(
+        dir.path(),
+        &base_url,
+        ", rate_limit: { tokens_per_minute: 600 }",
+        TWO_CALLS,
+    );
+    let run = run_in(dir.path(), &["run", "plan.yaml", "--format", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(server.requests(), 2);
+    let record: Value = serde_json::from_str(&run.stdout).expect("the record");
+    assert_eq!(record["output"], "second", "{record}");
+    assert_eq!(
+        step(&record, "first")["usage"]["prompt_tokens"],
+        json!(u64::MAX),
+        "the count itself is kept as reported"
+    );
+}
+
+/// Writes `rows.jsonl` with `count` rows.
+fn rows(dir: &Path, count: usize) {
+    let text: String = (0..count)
+        .map(|i| format!("{{\"id\": \"r{i}\", \"text\": \"row {i}\"}}\n"))
+        .collect();
+    std::fs::write(dir.join("rows.jsonl"), text).expect("rows written");
+}
+
+/// The lines of the batch output `out.jsonl` in `dir`.
+fn output_lines(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("out.jsonl"))
+        .expect("the output")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// A server that holds calls — a 429 with `Retry-After: 999999`, or an answer saying its quota
+/// is used up until a reset far off — does not stall a batch: a wait past the call's
+/// `rate_limit.max_wait` (30 s by default) fails the call at once as a transient rate limit
+/// that names the setting, the batch exits 75 for a scheduler to run it again, and the server
+/// is not asked again meanwhile.
+#[test]
+fn a_server_holding_calls_past_max_wait_fails_them_as_transient() {
+    let batch = ["run", "plan.yaml", "--batch", "rows.jsonl", "--id", "id"];
+    let batch = [&batch[..], &["--out", "out.jsonl", "-j", "1"]].concat();
+    let one_step = "  - { name: answer, type: infer, model: remote, template: \"{{ inputs.text }}\", max_tokens: 4 }\n";
+
+    let holding = Stub::start(|_, _, _| {
+        Answer::json(429, r#"{"error":{"message":"slow down"}}"#).with("retry-after", "999999")
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    rows(dir.path(), 2);
+    let base_url = format!("http://127.0.0.1:{}/v1", holding.port);
+    plan(dir.path(), &base_url, "", one_step);
+    let run = run_in(dir.path(), &batch, &[]);
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    assert_eq!(holding.requests(), 1, "the held model is not asked again");
+    for line in output_lines(dir.path()) {
+        assert_eq!(line["error"]["code"], "INFERENCE_RATE_LIMITED", "{line}");
+        assert_eq!(line["transient"], true, "{line}");
+        let message = line["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("rate_limit.max_wait"), "{message}");
+    }
+
+    let exhausted = Stub::start(|_, _, _| {
+        Answer::json(200, &completion("ok", "5"))
+            .with("x-ratelimit-remaining-requests", "0")
+            .with("x-ratelimit-reset-requests", "999999s")
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    rows(dir.path(), 2);
+    let base_url = format!("http://127.0.0.1:{}/v1", exhausted.port);
+    plan(
+        dir.path(),
+        &base_url,
+        ", rate_limit: { max_wait: 2s }",
+        one_step,
+    );
+    let run = run_in(dir.path(), &batch, &[]);
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    assert_eq!(exhausted.requests(), 1);
+    let statuses: Vec<Value> = output_lines(dir.path())
+        .iter()
+        .map(|line| line["status"].clone())
+        .collect();
+    assert!(statuses.contains(&json!("ok")) && statuses.contains(&json!("error")));
+}
