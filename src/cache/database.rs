@@ -109,6 +109,46 @@ pub struct Imported {
     pub present: u64,
     /// Entries under a key it already held with another value: the one it held is kept.
     pub conflicting: u64,
+    /// Entries that could not be read (a row of another database whose fields are not what
+    /// they should be) or stored: left out, the others loaded.
+    pub failed: u64,
+}
+
+/// A count (tokens, hits, a size) as the database holds it: SQLite's INTEGER is 64-bit signed,
+/// so a count past it (a server's 2^64-1 tokens) is stored as the largest it holds.
+fn stored_count(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// A duration as the database holds it: a finite, non-negative number (SQLite stores NaN as
+/// NULL, which the column refuses).
+fn stored_duration(duration_ms: f64) -> f64 {
+    if duration_ms.is_nan() {
+        0.0
+    } else {
+        duration_ms.clamp(0.0, f64::MAX)
+    }
+}
+
+/// The token count in column `index` of `row`, whatever the row holds: a negative count is 0.
+fn read_tokens(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<u64> {
+    Ok(u64::try_from(row.get::<_, i64>(index)?).unwrap_or(0))
+}
+
+/// Whether `error`, from storing one entry, is about that entry alone (a value SQLite cannot
+/// hold, a constraint it breaks): the entry fails and the others go on. Any other (a full
+/// disk, a lost lock, a corrupt file) fails the whole write.
+fn fails_the_entry_only(error: &rusqlite::Error) -> bool {
+    match error {
+        rusqlite::Error::ToSqlConversionFailure(_) => true,
+        rusqlite::Error::SqliteFailure(error, _) => matches!(
+            error.code,
+            rusqlite::ErrorCode::TooBig
+                | rusqlite::ErrorCode::ConstraintViolation
+                | rusqlite::ErrorCode::TypeMismatch
+        ),
+        _ => false,
+    }
 }
 
 /// How stale an entry's last-used time may get before a hit records the new one: re-runs of a
@@ -270,12 +310,93 @@ fn open_other(path: &Path, own: &Path) -> Result<Connection, CacheError> {
     let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     connection.busy_timeout(BUSY_TIMEOUT)?;
     match schema_version(&connection)? {
-        SCHEMA_VERSION => Ok(connection),
-        found => Err(CacheError::OtherSchemaVersion {
+        SCHEMA_VERSION => {}
+        found => {
+            return Err(CacheError::OtherSchemaVersion {
+                path: path.to_path_buf(),
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+    }
+    // What `entries` is: a plain table of this layout, not a view (which could be endless) or
+    // a virtual table.
+    let defined: Option<(String, String)> = connection
+        .query_row(
+            "SELECT type, COALESCE(sql, '') FROM sqlite_master WHERE name = 'entries'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    match defined {
+        Some((kind, sql)) if kind == "table" && !sql.to_ascii_uppercase().contains("VIRTUAL") => {
+            Ok(connection)
+        }
+        other => Err(CacheError::NotACacheTable {
             path: path.to_path_buf(),
-            found,
-            known: SCHEMA_VERSION,
+            found: other.map_or_else(|| "nothing".to_string(), |(kind, _)| format!("a {kind}")),
         }),
+    }
+}
+
+/// How much a merge may read from another database: no more bytes than its files hold (with a
+/// little room for SQLite's own encoding) and no more rows than entries of the least size fit
+/// in them. A plain table cannot yield more; a source that does is refused.
+struct MergeBound {
+    rows_left: u64,
+    bytes_left: u64,
+}
+
+/// The fewest bytes an entry takes: its 32-byte key.
+const LEAST_ENTRY_BYTES: u64 = 32;
+
+impl MergeBound {
+    fn of(path: &Path) -> Self {
+        let size = |suffix: &str| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::fs::metadata(name).map_or(0, |m| m.len())
+        };
+        let bytes = size("")
+            .saturating_add(size("-wal"))
+            .saturating_add(1 << 20);
+        MergeBound {
+            rows_left: bytes / LEAST_ENTRY_BYTES,
+            bytes_left: bytes,
+        }
+    }
+
+    /// The entry of `row` (None: its fields are not an entry's), counted against the bound.
+    fn read(&mut self, path: &Path, row: &rusqlite::Row<'_>) -> Result<Option<Entry>, CacheError> {
+        let entry = (|| {
+            Ok::<_, rusqlite::Error>(Entry {
+                key: Key(row.get(0)?),
+                stored: Stored {
+                    kind: row.get(1)?,
+                    value: row.get(2)?,
+                    tokens: read_tokens(row, 3)?,
+                    duration_ms: row.get(4)?,
+                },
+            })
+        })();
+        let bytes = match &entry {
+            Ok(entry) => (entry.stored.kind.len() + entry.stored.value.len()) as u64,
+            Err(_) => 0,
+        };
+        match (
+            self.rows_left.checked_sub(1),
+            self.bytes_left
+                .checked_sub(bytes.saturating_add(LEAST_ENTRY_BYTES)),
+        ) {
+            (Some(rows_left), Some(bytes_left)) => {
+                self.rows_left = rows_left;
+                self.bytes_left = bytes_left;
+                Ok(entry.ok())
+            }
+            _ => Err(CacheError::MergeTooLarge {
+                path: path.to_path_buf(),
+            }),
+        }
     }
 }
 
@@ -406,7 +527,7 @@ impl Database {
                             let stored = Stored {
                                 kind: row.get(0)?,
                                 value: row.get(1)?,
-                                tokens: row.get(2)?,
+                                tokens: read_tokens(row, 2)?,
                                 duration_ms: row.get(3)?,
                             };
                             Ok((stored, row.get::<_, i64>(4)?))
@@ -457,7 +578,7 @@ impl Database {
             .connection
             .query_row(
                 "SELECT sha256 FROM file_hashes WHERE path = ?1 AND size = ?2 AND modified_ns = ?3",
-                params![path, size, modified_ns],
+                params![path, stored_count(size), modified_ns],
                 |row| row.get(0),
             )
             .optional()
@@ -529,24 +650,23 @@ impl Database {
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
-        // `TOTAL` sums as a float: token counts from cache rows may be absurd, and SQLite's
-        // integer `SUM` fails on overflow; the float converts back saturating.
-        let (recent_runs, hits, misses, tokens_saved, ms_saved): (_, _, _, f64, _) = reader
+        // `TOTAL` sums as a float: counts from cache rows may be absurd, and SQLite's integer
+        // `SUM` fails on overflow; the float converts back saturating.
+        let (recent_runs, hits, misses, tokens_saved, ms_saved): (_, f64, f64, f64, f64) = reader
             .query_row(
-                "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0),
-                    TOTAL(tokens_saved), COALESCE(SUM(ms_saved), 0.0)
+            "SELECT COUNT(*), TOTAL(hits), TOTAL(misses), TOTAL(tokens_saved), TOTAL(ms_saved)
              FROM (SELECT * FROM runs ORDER BY rowid DESC LIMIT ?1)",
-                [RECENT_RUNS],
-                |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                    ))
-                },
-            )?;
+            [RECENT_RUNS],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
+        )?;
         let file_bytes = ["", "-wal"]
             .iter()
             .filter_map(|suffix| {
@@ -561,8 +681,8 @@ impl Database {
             kinds,
             recent_runs,
             recent: RunStats {
-                hits,
-                misses,
+                hits: hits as u64,
+                misses: misses as u64,
                 tokens_saved: tokens_saved as u64,
                 ms_saved,
             },
@@ -586,33 +706,36 @@ impl Database {
     /// Stores the `entries` it does not hold, in one transaction (`cache import`); an entry under
     /// a key it holds is left as it is, counted as present or conflicting.
     pub fn import(&self, entries: impl IntoIterator<Item = Entry>) -> Result<Imported, CacheError> {
-        self.load(entries.into_iter().map(Ok))
+        self.load(entries.into_iter().map(|entry| Ok(Some(entry))))
     }
 
     /// Stores the entries of the cache database at `other` that it does not hold, as
     /// [`import`](Database::import) does (`cache merge`). `other` is only read; a database of
     /// another schema version is refused before anything is stored.
+    ///
+    /// Only a plain table is read (an `entries` that is a view, which could be endless, is
+    /// refused), and no more rows and bytes than the file holds: a source that yields more is
+    /// refused and nothing of it is stored. A row that does not read as an entry fails alone.
     pub fn merge(&self, other: &Path) -> Result<Imported, CacheError> {
         let source = open_other(other, &self.path)?;
+        let mut bound = MergeBound::of(other);
         let mut statement =
             source.prepare("SELECT key, kind, value, tokens, duration_ms FROM entries")?;
-        let rows = statement.query_map([], |row| {
-            Ok(Entry {
-                key: Key(row.get(0)?),
-                stored: Stored {
-                    kind: row.get(1)?,
-                    value: row.get(2)?,
-                    tokens: row.get(3)?,
-                    duration_ms: row.get(4)?,
-                },
-            })
-        })?;
-        self.load(rows.map(|row| row.map_err(CacheError::from)))
+        let mut rows = statement.query([])?;
+        let entries = std::iter::from_fn(|| {
+            let row = match rows.next() {
+                Ok(Some(row)) => row,
+                Ok(None) => return None,
+                Err(error) => return Some(Err(CacheError::from(error))),
+            };
+            Some(bound.read(other, row))
+        });
+        self.load(entries)
     }
 
     fn load(
         &self,
-        entries: impl Iterator<Item = Result<Entry, CacheError>>,
+        entries: impl Iterator<Item = Result<Option<Entry>, CacheError>>,
     ) -> Result<Imported, CacheError> {
         self.flush();
         let reader = self
@@ -624,7 +747,10 @@ impl Database {
         let now = now();
         let mut imported = Imported::default();
         for entry in entries {
-            let Entry { key, stored } = entry?;
+            let Some(Entry { key, stored }) = entry? else {
+                imported.failed += 1;
+                continue;
+            };
             let added = transaction
                 .prepare_cached(
                     "INSERT INTO entries (key, kind, value, tokens, duration_ms, created_at, used_at)
@@ -634,10 +760,18 @@ impl Database {
                     &key.0[..],
                     stored.kind,
                     stored.value,
-                    stored.tokens,
-                    stored.duration_ms,
+                    stored_count(stored.tokens),
+                    stored_duration(stored.duration_ms),
                     now
-                ])?;
+                ]);
+            let added = match added {
+                Ok(added) => added,
+                Err(error) if fails_the_entry_only(&error) => {
+                    imported.failed += 1;
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
             if added == 1 {
                 imported.added += 1;
                 continue;
@@ -711,14 +845,26 @@ fn commit(
                 tokens,
                 duration_ms,
             } => {
-                transaction
+                let stored = transaction
                     .prepare_cached(
                         "INSERT OR REPLACE INTO entries (key, kind, value, tokens, duration_ms, created_at, used_at)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
                     )
                     .and_then(|mut s| {
-                        s.execute(params![&key.0[..], kind, value, tokens, duration_ms, now])
-                    })?;
+                        s.execute(params![
+                            &key.0[..],
+                            kind,
+                            value,
+                            stored_count(tokens),
+                            stored_duration(duration_ms),
+                            now
+                        ])
+                    });
+                // An entry SQLite cannot hold is not cached; the batch's others still are.
+                match stored {
+                    Err(error) if !fails_the_entry_only(&error) => return Err(error.into()),
+                    _ => {}
+                }
             }
             Write::Touch(key) => {
                 transaction
@@ -734,7 +880,7 @@ fn commit(
                 transaction
                     .execute(
                         "INSERT OR REPLACE INTO file_hashes (path, size, modified_ns, sha256) VALUES (?1, ?2, ?3, ?4)",
-                        params![path, size, modified_ns, sha256],
+                        params![path, stored_count(size), modified_ns, sha256],
                     )?;
             }
             Write::Run(run) => {
@@ -743,10 +889,10 @@ fn commit(
                         "INSERT INTO runs (finished_at, hits, misses, tokens_saved, ms_saved) VALUES (?1, ?2, ?3, ?4, ?5)",
                         params![
                             now,
-                            run.hits,
-                            run.misses,
-                            i64::try_from(run.tokens_saved).unwrap_or(i64::MAX),
-                            run.ms_saved
+                            stored_count(run.hits),
+                            stored_count(run.misses),
+                            stored_count(run.tokens_saved),
+                            stored_duration(run.ms_saved)
                         ],
                     )?;
             }

@@ -86,6 +86,27 @@ pub enum CacheError {
     )]
     MergeIntoItself { path: PathBuf },
 
+    /// `cache merge`: a database whose `entries` is not a plain table (a view, a virtual table,
+    /// or missing); nothing is merged from it.
+    #[error("{} is not a call cache: its `entries` is {found}, not a table", path.display())]
+    #[diagnostic(
+        code(cache::not_a_cache_table),
+        help("merge only the cache directories pagantic runs wrote (`--cache DIR`)")
+    )]
+    NotACacheTable { path: PathBuf, found: String },
+
+    /// `cache merge`: a database that yields more rows or bytes than its file holds (what no
+    /// plain table does); nothing is merged from it.
+    #[error(
+        "{} yields more entries than its file holds; nothing is merged from it",
+        path.display()
+    )]
+    #[diagnostic(
+        code(cache::merge_too_large),
+        help("merge only the cache directories pagantic runs wrote (`--cache DIR`)")
+    )]
+    MergeTooLarge { path: PathBuf },
+
     /// `cache merge`: a database whose layout is not this build's; nothing is merged from it.
     #[error(
         "{} has schema version {found}, and this build merges only version {known}",

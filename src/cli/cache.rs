@@ -176,16 +176,25 @@ fn describe_import(source: &Path, imported: Imported) -> String {
         added,
         present,
         conflicting,
+        failed,
     } = imported;
     let kept = if conflicting > 0 {
         " (the entries already held are kept)"
     } else {
         ""
     };
+    let failed = if failed > 0 {
+        format!(", {failed} failed (not read as entries, or not storable: left out)")
+    } else {
+        String::new()
+    };
     format!(
-        "{}: {} entries: {added} added, {present} already held, {conflicting} conflicting{kept}",
+        "{}: {} entries: {added} added, {present} already held, {conflicting} conflicting{kept}{failed}",
         source.display(),
-        added + present + conflicting
+        added
+            .saturating_add(present)
+            .saturating_add(conflicting)
+            .saturating_add(imported.failed)
     )
 }
 

@@ -185,6 +185,43 @@ fn a_usage_report_of_2_64_tokens_does_not_stall_a_paced_model() {
     );
 }
 
+/// The same report does not switch the call cache off: the count is stored saturated, every
+/// answer of the write is kept, and the next process answers both calls from the cache.
+#[test]
+fn a_usage_report_past_sqlite_s_integers_is_cached_saturated() {
+    let server = Stub::start(|n, _, _| {
+        Answer::json(
+            200,
+            &completion(&format!("answer {n}"), "18446744073709551615"),
+        )
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base_url = format!("http://127.0.0.1:{}/v1", server.port);
+    plan(dir.path(), &base_url, "", TWO_CALLS);
+    let cache = dir.path().join("cache");
+    let cache_arg = cache.to_str().expect("utf-8 path");
+    let args = ["run", "plan.yaml", "--cache", cache_arg];
+    let first = run_in(dir.path(), &args, &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(!first.stderr.contains("cannot be used"), "{}", first.stderr);
+    let second = run_in(dir.path(), &args, &[]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        !second.stderr.contains("cannot be used"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(
+        server.requests(),
+        2,
+        "the second run asked the server nothing"
+    );
+    assert_eq!(first.stdout, second.stdout);
+    let stats = run_in(dir.path(), &["cache", "stats", "--cache", cache_arg], &[]);
+    assert_eq!(stats.code, 0, "{}", stats.stderr);
+    assert!(stats.stdout.contains("call: 2 entries"), "{}", stats.stdout);
+}
+
 /// Writes `rows.jsonl` with `count` rows.
 fn rows(dir: &Path, count: usize) {
     let text: String = (0..count)

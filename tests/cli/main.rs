@@ -17,6 +17,7 @@ mod docs;
 mod engines;
 mod gate;
 mod graph;
+mod hostile_files;
 mod hostile_servers;
 mod invalid_corpus;
 #[cfg(not(feature = "local"))]
