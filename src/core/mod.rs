@@ -10,6 +10,7 @@ pub mod failure;
 pub mod file;
 pub mod memo;
 pub mod message;
+pub mod secret;
 pub mod step_clock;
 pub mod text;
 pub mod timestamp;

@@ -17,7 +17,8 @@
 //! standard input close, as when pagantic exits. Every answer is
 //! bounded: a message over [`MAX_MESSAGE_BYTES`] is dropped by the transport, a tool's input
 //! schema over [`MAX_SCHEMA_BYTES`] or [`MAX_SCHEMA_PROPERTIES`] is refused, and a result is cut
-//! at the tool's `max_output_bytes`.
+//! at the tool's `max_output_bytes`. Every failure leaves with the server's secrets (its
+//! headers' values, its URL's credentials) masked, whatever the server echoed.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,6 +40,7 @@ use tokio::process::{Child, Command};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::command::{GroupKiller, check_working_dir, passed_env, spawn_failure, tail};
+use crate::core::secret::Secrets;
 use crate::core::{Failure, FailureCode};
 
 /// Largest message a server may send (one JSON-RPC line over stdio, one response over HTTP);
@@ -75,6 +77,20 @@ pub enum McpTransport {
 }
 
 impl McpTransport {
+    /// What a message built from the server's replies must not show: its headers' values (as
+    /// the environment holds them now) and its URL's credentials.
+    fn secrets(&self) -> Secrets {
+        match self {
+            McpTransport::Stdio { .. } => Secrets::new(),
+            McpTransport::Http { url, headers_env } => headers_env
+                .iter()
+                .filter_map(|(_, variable)| std::env::var(variable).ok())
+                .fold(Secrets::new().with_url(url), |secrets, value| {
+                    secrets.with(&value)
+                }),
+        }
+    }
+
     /// The server as messages name it: its program or its URL.
     fn shown(&self) -> String {
         match self {
@@ -343,7 +359,7 @@ impl McpServer {
     /// the CLI.
     pub fn list_tools(self: &Arc<Self>) -> Result<Vec<McpToolDefinition>, Failure> {
         let server = Arc::clone(self);
-        self.block_on(async move {
+        let listed = self.block_on(async move {
             let session = server.session().await?;
             let listed = server
                 .answer(
@@ -353,7 +369,13 @@ impl McpServer {
                 )
                 .await?;
             Ok(listed.iter().map(McpToolDefinition::new).collect())
-        })
+        });
+        self.masked(listed)
+    }
+
+    /// `result` with the server's secrets masked in its failure.
+    fn masked<T>(&self, result: Result<T, Failure>) -> Result<T, Failure> {
+        result.map_err(|failure| self.spec.transport.secrets().failure(failure))
     }
 
     /// Calls tool `name` with `args` (already checked against its schema) and returns its
@@ -377,16 +399,18 @@ impl McpServer {
         };
         let result = task.await;
         abandoned.disarm();
-        let result = result.map_err(|error| {
-            Failure::new(
-                FailureCode::ToolServerFailed,
-                format!(
-                    "the call to MCP server {} ended abnormally: {error}",
-                    self.spec.transport.shown()
-                ),
-            )
-        })??;
-        Ok(result_value(result, max_output_bytes))
+        let result = result
+            .map_err(|error| {
+                Failure::new(
+                    FailureCode::ToolServerFailed,
+                    format!(
+                        "the call to MCP server {} ended abnormally: {error}",
+                        self.spec.transport.shown()
+                    ),
+                )
+            })
+            .and_then(|result| result);
+        Ok(result_value(self.masked(result)?, max_output_bytes))
     }
 
     /// Runs `work` on the session's runtime and waits for it, from a caller that is not async

@@ -290,3 +290,118 @@ fn a_server_holding_calls_past_max_wait_fails_them_as_transient() {
         .collect();
     assert!(statuses.contains(&json!("ok")) && statuses.contains(&json!("error")));
 }
+
+/// The secrets of these tests, each a value no output may show.
+const SECRETS: [&str; 4] = [
+    "sk-hidden-api-key-17",
+    "mcp-hidden-token-42",
+    "userinfo-hidden-pw-99",
+    // `alice:userinfo-hidden-pw-99` as HTTP Basic credentials.
+    "YWxpY2U6dXNlcmluZm8taGlkZGVuLXB3LTk5",
+];
+
+/// Fails when `text` (named `what`) shows any of [`SECRETS`].
+fn assert_hidden(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(!text.contains(secret), "{what} shows {secret}:\n{text}");
+    }
+}
+
+/// Every header of a request, one `name: value` a line: what a careless 401 page echoes.
+fn echoed(headers: &HeaderMap) -> String {
+    headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {}\n", value.to_str().unwrap_or_default()))
+        .collect()
+}
+
+/// A server whose 401 page echoes the request's headers and URL shows none of the secrets it
+/// was sent — an `openai` model's API key and its URL's credentials, an MCP server's
+/// `headers_env` value and its URL's credentials — on stderr, in the run record, in the events
+/// file, in `pagantic tools`, or in `serve`'s answer to a client.
+#[test]
+fn credentials_a_server_echoes_are_never_shown() {
+    let echoing = Stub::start(|_, headers, _| Answer {
+        status: 401,
+        headers: vec![("content-type", "text/plain".into())],
+        body: format!(
+            "unauthorized; you sent:\n{}from http://alice:userinfo-hidden-pw-99@127.0.0.1/\n",
+            echoed(headers)
+        )
+        .into_bytes(),
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server_url = format!(
+        "http://alice:userinfo-hidden-pw-99@127.0.0.1:{}",
+        echoing.port
+    );
+    let tools = format!(
+        "tools:\n  remote_tools:\n    kind: mcp\n    url: \"{server_url}/mcp\"\n    headers_env: {{ Authorization: HOSTILE_MCP_TOKEN }}\n    allow: [echo]\n    timeout: 10s\n"
+    );
+    std::fs::write(
+        dir.path().join("plan.yaml"),
+        format!(
+            "version: 1\nname: echoing\ninputs:\n  text: {{ type: string, default: hello }}\nmodels:\n  remote: {{ kind: openai, base_url: \"{server_url}/v1\", model: served, api_key_env: HOSTILE_API_KEY }}\n{tools}steps:\n  - {{ name: call, type: tool, tool: remote_tools, args: {{}}, on_error: continue }}\n  - {{ name: answer, type: infer, model: remote, template: \"{{{{ inputs.text }}}}\" }}\n"
+        ),
+    )
+    .expect("plan written");
+    let env = [
+        ("HOSTILE_API_KEY", "sk-hidden-api-key-17"),
+        ("HOSTILE_MCP_TOKEN", "Bearer mcp-hidden-token-42"),
+    ];
+    let events = dir.path().join("events.jsonl");
+    let events_arg = events.to_str().expect("utf-8 path");
+    let run = run_in(
+        dir.path(),
+        &[
+            "run",
+            "plan.yaml",
+            "--format",
+            "json",
+            "--events",
+            events_arg,
+        ],
+        &env,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(echoing.requests() >= 2, "both were asked");
+    assert_hidden("stderr", &run.stderr);
+    assert_hidden("the record", &run.stdout);
+    let record: Value = serde_json::from_str(&run.stdout).expect("the record");
+    let said = step(&record, "answer")["error"]["message"].to_string();
+    assert!(
+        said.contains("<redacted>"),
+        "the echo is there, masked: {said}"
+    );
+    let events = events_in(&events);
+    assert_hidden("the events", &serde_json::to_string(&events).expect("JSON"));
+    for format in ["text", "json"] {
+        let tools = run_in(
+            dir.path(),
+            &["tools", "plan.yaml", "--format", format],
+            &env,
+        );
+        assert_hidden(
+            "pagantic tools",
+            &format!("{}{}", tools.stdout, tools.stderr),
+        );
+        assert!(tools.stdout.contains("unavailable"), "{}", tools.stdout);
+    }
+    let serve = crate::serve::Server::start(
+        &[dir.path().join("plan.yaml").to_str().expect("utf-8 path")],
+        &env,
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let (status, answer) = runtime.block_on(async {
+        let response = crate::serve::client()
+            .post(serve.url("/v1/plans/echoing/runs"))
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("an answer");
+        (response.status(), response.text().await.expect("a body"))
+    });
+    assert_eq!(status.as_u16(), 422, "{answer}");
+    assert_hidden("serve's answer", &answer);
+    serve.terminate();
+}

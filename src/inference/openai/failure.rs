@@ -1,5 +1,6 @@
 //! What goes wrong talking to a server, as failures with the codes the executor's retry rules
-//! expect: transport errors, HTTP statuses, error bodies (read up to a cap, the key redacted),
+//! expect: transport errors, HTTP statuses, error bodies (read up to a cap; the engine masks its
+//! secrets in every failure as it leaves, see `OpenAiEngine::infer`),
 //! refusals of a part of the request (never retried), what an error teaches about the server's
 //! dialect, and when and how long to wait before trying
 //! again (`Retry-After`, else exponential backoff).
@@ -17,7 +18,7 @@ use crate::core::{Failure, FailureCode};
 impl OpenAiEngine {
     /// A failure to reach the server or to read its reply.
     pub(super) fn transport_failure(&self, err: &reqwest::Error) -> Failure {
-        let cause = self.redact(&error_chain(err));
+        let cause = error_chain(err);
         if err.is_timeout() {
             Failure::new(
                 FailureCode::InferenceTimeout,
@@ -66,7 +67,7 @@ impl OpenAiEngine {
         if let Some(refused) = refused {
             let said = format!("{} ({status}): {}", self.url, server_message(&body));
             return AttemptError {
-                failure: self.refusal(refused, &self.redact(&said)),
+                failure: self.refusal(refused, &said),
                 retry: Retry::Never,
                 refused: Some(refused),
                 lesson,
@@ -114,7 +115,7 @@ impl OpenAiEngine {
 
     /// What a reply with this (unsuccessful) status and error body means.
     pub(super) fn reply_failure(&self, status: StatusCode, body: &[u8]) -> Failure {
-        let said = self.redact(&server_message(body));
+        let said = server_message(body);
         match status {
             StatusCode::TOO_MANY_REQUESTS => Failure::new(
                 FailureCode::InferenceRateLimited,
@@ -157,17 +158,9 @@ impl OpenAiEngine {
         }
     }
 
-    /// `text` with the API key, should a server echo it, masked.
-    pub(super) fn redact(&self, text: &str) -> String {
-        match self.config.api_key.as_deref() {
-            Some(key) if !key.is_empty() => text.replace(key, "<redacted>"),
-            _ => text.to_string(),
-        }
-    }
-
     /// An error the server reported inside a successful reply or a stream.
     pub(super) fn reported_error(&self, error: &Value) -> Failure {
-        let said = self.redact(&error_message(error).unwrap_or_else(|| error.to_string()));
+        let said = error_message(error).unwrap_or_else(|| error.to_string());
         Failure::new(
             FailureCode::InferenceEngineError,
             format!("the server reported an error: {}", excerpt(&said)),

@@ -22,7 +22,9 @@
 //! ignores `stream` and answers with one JSON completion, that completion, its text given to the
 //! sink whole; the wire format is in [`wire`], failures and waits in [`failure`]. Replies are read
 //! defensively: a missing field is empty, a body past its size cap is cut off, nothing a server
-//! sends panics. The API key is sent as a bearer token and never appears in a message. Numbers a
+//! sends panics. The API key is sent as a bearer token and never appears in a message: it and the
+//! credentials of `base_url` are masked ([`Secrets`]) in every failure and notice the engine
+//! gives, whatever the server echoed. Numbers a
 //! server sends (token counts, `Retry-After`) are read saturating or capped: clippy's
 //! `arithmetic_side_effects` is denied here.
 #![deny(clippy::arithmetic_side_effects)]
@@ -40,6 +42,7 @@ use super::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
     SchemaMode, Timings, TokenSink,
 };
+use crate::core::secret::Secrets;
 use crate::core::{Failure, FailureCode, Memo};
 use crate::model_store::Notice;
 
@@ -144,6 +147,8 @@ pub struct OpenAiEngine {
     said_ignored: AtomicBool,
     /// The model's pace, shared by every request.
     limiter: Limiter,
+    /// The API key and `base_url`'s credentials: masked in every failure and notice.
+    secrets: Secrets,
 }
 
 impl OpenAiEngine {
@@ -180,8 +185,13 @@ impl OpenAiEngine {
                 .and_then(Remembered::recall)
                 .unwrap_or_default(),
         };
+        let mut secrets = Secrets::new().with_url(&config.base_url);
+        if let Some(key) = &config.api_key {
+            secrets = secrets.with(key);
+        }
         Ok(OpenAiEngine {
             limiter: Limiter::new(&config.rate_limit),
+            secrets,
             config,
             url,
             client,
@@ -197,7 +207,7 @@ impl OpenAiEngine {
     async fn timed(&self, request: Request, sink: Option<&TokenSink>) -> Result<Response, Failure> {
         let started = Instant::now();
         let mut pace = CallPace::new(request.context.clock.clone());
-        let answered = self.complete(&request, sink, &mut pace).await;
+        let answered = self.masked(self.complete(&request, sink, &mut pace).await);
         let rate_limit = pace.so_far();
         let mut response = answered?;
         response.rate_limit = rate_limit;
@@ -307,6 +317,11 @@ impl OpenAiEngine {
         Ok(response)
     }
 
+    /// `answered` with the engine's secrets masked in its failure, whatever the server echoed.
+    fn masked(&self, answered: Result<Response, Failure>) -> Result<Response, Failure> {
+        answered.map_err(|failure| self.secrets.failure(failure))
+    }
+
     /// The dialect as it stands.
     fn dialect(&self) -> Dialect {
         *self.dialect.lock().unwrap_or_else(PoisonError::into_inner)
@@ -363,7 +378,8 @@ impl OpenAiEngine {
     /// Tells the notice, when there is one, about the model.
     fn say(&self, line: &str) {
         if let Some(notice) = &self.config.notice {
-            notice(&format!("model `{}`: {line}", self.config.model));
+            let line = format!("model `{}`: {line}", self.config.model);
+            notice(&self.secrets.redact(&line));
         }
     }
 
@@ -548,6 +564,7 @@ impl OpenAiEngine {
     }
 }
 
+/// Every failure leaves the engine through [`OpenAiEngine::masked`], with its secrets masked.
 impl Engine for OpenAiEngine {
     fn infer(&self, request: Request) -> EngineFuture<'_> {
         Box::pin(self.timed(request, None))

@@ -13,7 +13,10 @@ pub(super) fn completions_url(base_url: &str) -> Result<Url, Failure> {
     let invalid = |why: String| {
         Failure::new(
             FailureCode::ConfigInvalidInput,
-            format!("`base_url` {base_url:?} {why}"),
+            format!(
+                "`base_url` {:?} {why}",
+                crate::core::secret::without_credentials(base_url)
+            ),
         )
         .with_help("give the API root, e.g. http://127.0.0.1:8000/v1")
     };
