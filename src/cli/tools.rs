@@ -174,7 +174,7 @@ fn line(
 /// whether `allow` offers it and its schema's hash, and one per allowed name it does not list;
 /// one line for the server when it cannot be reached.
 fn mcp_lines(server: &McpTool, env: &ToolEnv<'_>, refused: Option<String>) -> Vec<ToolLine> {
-    let listed = match server.server(env).list_tools() {
+    let listed = match server.server(env).list_tools(None) {
         Ok(listed) => listed,
         Err(failure) => {
             let reason = Some(failure.message);

@@ -309,7 +309,7 @@ fn mcp_pins(
             dry_run: false,
             mcp: &resources.mcp,
         };
-        let listed = server.server(&env).list_tools().ok()?;
+        let listed = server.server(&env).list_tools(None).ok()?;
         let tools = listed
             .into_iter()
             .map(|tool| (tool.name, Value::String(tool.sha256)))

@@ -15,7 +15,9 @@
 //! is not async (listing a server's tools waits for the runtime to do it). A server still running
 //! when its [`McpServers`] is dropped (with the session) is let go, not killed: it sees its
 //! standard input close, as when pagantic exits. Every answer is
-//! bounded: a message over [`MAX_MESSAGE_BYTES`] is dropped by the transport, a tool's input
+//! bounded: a message over [`MAX_MESSAGE_BYTES`] is dropped by the transport, a listing reads at
+//! most [`MAX_LIST_PAGES`] pages, [`MAX_LISTED_TOOLS`] tools and [`MAX_LISTED_BYTES`] (and stops
+//! once it has every tool it was asked for), a tool's input
 //! schema over [`MAX_SCHEMA_BYTES`] or [`MAX_SCHEMA_PROPERTIES`] is refused, and a result is cut
 //! at the tool's `max_output_bytes`. Every failure leaves with the server's secrets (its
 //! headers' values, its URL's credentials) masked, whatever the server echoed.
@@ -28,7 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode, PaginatedRequestParams,
+};
 use rmcp::service::{RoleClient, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -50,6 +54,12 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub const MAX_SCHEMA_BYTES: usize = 1024 * 1024;
 /// Most properties an input schema may declare, counted through every nested `properties`.
 pub const MAX_SCHEMA_PROPERTIES: usize = 1000;
+/// Most pages of a server's tool listing (`tools/list`) read.
+pub const MAX_LIST_PAGES: usize = 64;
+/// Most tools one listing keeps.
+pub const MAX_LISTED_TOOLS: usize = 4096;
+/// Most bytes of tool definitions (names, descriptions, schemas, serialised) one listing keeps.
+pub const MAX_LISTED_BYTES: usize = 16 * 1024 * 1024;
 /// How much of a stdio server's standard error is kept (its end) to explain a failure.
 const STDERR_KEPT_CHARS: usize = 2000;
 /// How long a failure waits for a server that ended to finish writing its stderr.
@@ -355,22 +365,74 @@ async fn epitaph_of(process: &ServerProcess) -> String {
 }
 
 impl McpServer {
-    /// Every tool the server lists, connecting first if needed. Blocks: for plan building and
-    /// the CLI.
-    pub fn list_tools(self: &Arc<Self>) -> Result<Vec<McpToolDefinition>, Failure> {
+    /// The tools the server lists, connecting first if needed: every one, or (with `wanted`)
+    /// until those named are all found. Blocks: for plan building and the CLI. A listing past
+    /// its bounds (pages, tools, bytes) before it has what it needs fails.
+    pub fn list_tools(
+        self: &Arc<Self>,
+        wanted: Option<&[String]>,
+    ) -> Result<Vec<McpToolDefinition>, Failure> {
         let server = Arc::clone(self);
-        let listed = self.block_on(async move {
-            let session = server.session().await?;
-            let listed = server
+        let wanted = wanted.map(<[String]>::to_vec);
+        let listed = self.block_on(async move { server.list_here(wanted.as_deref()).await });
+        self.masked(listed)
+    }
+
+    /// [`list_tools`](Self::list_tools), on the session's runtime: page after page, within the
+    /// bounds.
+    async fn list_here(
+        &self,
+        wanted: Option<&[String]>,
+    ) -> Result<Vec<McpToolDefinition>, Failure> {
+        let session = self.session().await?;
+        let mut listed: Vec<McpToolDefinition> = Vec::new();
+        let (mut cursor, mut bytes) = (None, 0usize);
+        for _ in 0..MAX_LIST_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let page = self
                 .answer(
                     &session,
                     "listing its tools",
-                    session.service.list_all_tools(),
+                    session.service.list_tools(Some(params)),
                 )
                 .await?;
-            Ok(listed.iter().map(McpToolDefinition::new).collect())
-        });
-        self.masked(listed)
+            for tool in &page.tools {
+                let tool = McpToolDefinition::new(tool);
+                bytes = bytes
+                    .saturating_add(tool.name.len())
+                    .saturating_add(tool.description.len())
+                    .saturating_add(tool.input_schema.to_string().len());
+                if listed.len() >= MAX_LISTED_TOOLS || bytes > MAX_LISTED_BYTES {
+                    return Err(self.listing_too_long(&format!(
+                        "more than {MAX_LISTED_TOOLS} tools or {MAX_LISTED_BYTES} bytes of them"
+                    )));
+                }
+                listed.push(tool);
+            }
+            let found_all = wanted.is_some_and(|wanted| {
+                wanted
+                    .iter()
+                    .all(|name| listed.iter().any(|tool| &tool.name == name))
+            });
+            cursor = page.next_cursor;
+            if cursor.is_none() || found_all {
+                return Ok(listed);
+            }
+        }
+        Err(self.listing_too_long(&format!("more than {MAX_LIST_PAGES} pages")))
+    }
+
+    /// A listing that went past its bounds.
+    fn listing_too_long(&self, past: &str) -> Failure {
+        Failure::new(
+            FailureCode::ToolServerFailed,
+            format!(
+                "MCP server {} lists {past} before ending its listing",
+                self.spec.transport.shown()
+            ),
+        )
+        .with_help("the server's `tools/list` does not end: fix or replace the server")
+        .retryable(false)
     }
 
     /// `result` with the server's secrets masked in its failure.

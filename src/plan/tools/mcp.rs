@@ -135,7 +135,7 @@ impl McpTool {
                 .collect();
         }
         let server = self.server(env);
-        let listed = server.list_tools();
+        let listed = server.list_tools(Some(&self.allow));
         self.allow
             .iter()
             .map(|name| {
@@ -145,7 +145,7 @@ impl McpTool {
                         refused(
                             format!(
                                 "its MCP server has no tool `{name}` (it has: {})",
-                                names.join(", ")
+                                crate::core::text::excerpt(&names.join(", "), 500)
                             ),
                             "fix the name in `allow`; `pagantic tools PLAN` lists the server's tools",
                         )
