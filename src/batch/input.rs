@@ -141,7 +141,7 @@ fn bad_row(index: usize, id: String, message: String) -> BadRow {
 
 /// The lines of `reader`, each at most `max` bytes held in memory: a longer line is read past
 /// (not kept) and reported, so one huge line cannot take the memory of the whole job.
-fn bounded_lines(
+pub(super) fn bounded_lines(
     mut reader: Box<dyn BufRead + Send>,
     max: u64,
 ) -> impl Iterator<Item = Result<String, String>> {

@@ -8,11 +8,19 @@
 //! shards' summaries: a requeued task's summary counts only its last attempt. Parts are read
 //! twice, as streams — once to choose each id's line, once to write the chosen lines in the
 //! parts' order — so memory holds one small entry per row, never the rows.
+//!
+//! Parts are input like any file a user is handed: only regular files are read (a FIFO or
+//! `/dev/zero` is refused), no line is held past [`MAX_LINE_BYTES`] nor a row id past
+//! [`MAX_ID_BYTES`] (such a line is not a row), and a record's numbers are bounded where it is
+//! read. A line that is not a row (cut by a kill, or over the bounds) is a row missing: the batch
+//! is complete only when the input, given, shows every row there. Parts without a record
+//! cannot be checked to come from one batch: they are refused unless `unchecked` says to merge
+//! them anyway.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -34,7 +42,15 @@ pub struct MergeOptions {
     /// The input's id column (`--id` of the batch).
     pub id_column: Option<String>,
     pub max_row_bytes: u64,
+    /// Merge parts without a record (`.meta.json`) anyway, unchecked (`--unchecked`).
+    pub unchecked: bool,
 }
+
+/// Most bytes of one line of a part held in memory; a longer line is not a row.
+pub const MAX_LINE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Most bytes of a row id kept; a line with a longer one is not a row.
+pub const MAX_ID_BYTES: usize = 64 * 1024;
 
 /// What the merge found; written as the merged summary.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -57,9 +73,11 @@ pub struct Merged {
     pub missing: usize,
     /// Their ids, when the input was given.
     pub missing_ids: Vec<String>,
-    /// Lines that are not a row (cut by a kill): their rows are missing unless another part has
-    /// them.
+    /// Lines that are not a row (cut by a kill, or past the bounds): their rows are missing
+    /// unless the input shows another part has them.
     pub unreadable_lines: usize,
+    /// Parts merged without a record (`--unchecked`): nothing says they come from one batch.
+    pub unchecked_parts: Vec<PathBuf>,
     /// Each part and what wrote it.
     pub parts: Vec<MergedPart>,
     /// Shards of the batch with no part, when the parts' records name the shard count.
@@ -112,12 +130,59 @@ pub fn merge(options: &MergeOptions) -> Result<Merged, Failure> {
         });
     }
     check_origins(&merged.parts, options.input.as_deref())?;
+    merged.unchecked_parts = unrecorded(&merged.parts, options.unchecked)?;
     let chosen = choose(options, &mut merged)?;
     write(options, &chosen, &mut merged)?;
     count_missing(options, &chosen, &mut merged)?;
-    merged.complete =
-        merged.missing == 0 && merged.conflicts.is_empty() && merged.missing_shards.is_empty();
+    // A line that is not a row may be a row missing: only the input, by id, can say it is not.
+    let rows_accounted_for = merged.unreadable_lines == 0 || options.input.is_some();
+    merged.complete = merged.missing == 0
+        && rows_accounted_for
+        && merged.conflicts.is_empty()
+        && merged.missing_shards.is_empty();
     Ok(merged)
+}
+
+/// The parts without a record: refused unless `unchecked`, for then nothing says they are
+/// parts of one batch (rows of two plans would merge as one).
+fn unrecorded(parts: &[MergedPart], unchecked: bool) -> Result<Vec<PathBuf>, Failure> {
+    let unrecorded: Vec<PathBuf> = parts
+        .iter()
+        .filter(|part| part.origin.is_none())
+        .map(|part| part.path.clone())
+        .collect();
+    if unrecorded.is_empty() || unchecked {
+        return Ok(unrecorded);
+    }
+    let names: Vec<String> = unrecorded
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect();
+    Err(Failure::new(
+        FailureCode::ConfigInvalidInput,
+        format!(
+            "the parts cannot be checked to come from one batch: {} has no record (PART.meta.json)",
+            names.join(", ")
+        ),
+    )
+    .with_help(
+        "merge the parts with the records `run --batch --out` wrote beside them, or pass \
+         --unchecked to merge them anyway (rows of different inputs or plans would mix)",
+    ))
+}
+
+/// The lines of the part at `path`, read as [`input::bounded_lines`] reads them (each at most
+/// [`MAX_LINE_BYTES`]; a longer one, or one not UTF-8, an `Err`): only a regular file is read.
+fn part_lines(path: &Path) -> Result<impl Iterator<Item = Result<String, String>>, Failure> {
+    let file = File::open(path).map_err(|e| unreadable(path, e))?;
+    let regular = file.metadata().map_err(|e| unreadable(path, e))?.is_file();
+    if !regular {
+        return Err(unreadable(path, "not a regular file"));
+    }
+    Ok(input::bounded_lines(
+        Box::new(BufReader::new(file)),
+        MAX_LINE_BYTES,
+    ))
 }
 
 /// Whether `a` and `b` name one file (b may not exist yet).
@@ -183,14 +248,18 @@ fn choose(options: &MergeOptions, merged: &mut Merged) -> Result<HashMap<String,
     let mut chosen: HashMap<String, Chosen> = HashMap::new();
     let mut conflicts = BTreeSet::new();
     for (part_number, part) in options.parts.iter().enumerate() {
-        let reader = BufReader::new(File::open(part).map_err(|e| unreadable(part, e))?);
-        for (line_number, line) in reader.split(b'\n').enumerate() {
-            let line = line.map_err(|e| unreadable(part, e))?;
-            if line.iter().all(u8::is_ascii_whitespace) {
+        for (line_number, line) in part_lines(part)?.enumerate() {
+            if line
+                .as_ref()
+                .is_ok_and(|line| line.bytes().all(|b| b.is_ascii_whitespace()))
+            {
                 continue;
             }
             merged.parts[part_number].lines += 1;
-            let Some((id, candidate)) = read_line(&line, part_number, line_number) else {
+            let read = line
+                .ok()
+                .and_then(|line| read_line(line.as_bytes(), part_number, line_number));
+            let Some((id, candidate)) = read else {
                 merged.unreadable_lines += 1;
                 continue;
             };
@@ -218,7 +287,10 @@ fn choose(options: &MergeOptions, merged: &mut Merged) -> Result<HashMap<String,
 /// A line's row id and what it says, or None when it is not a row's line.
 fn read_line(line: &[u8], part: usize, line_number: usize) -> Option<(String, Chosen)> {
     let value: Value = serde_json::from_slice(line).ok()?;
-    let id = value["row"].as_str()?.to_string();
+    let id = value["row"]
+        .as_str()
+        .filter(|id| id.len() <= MAX_ID_BYTES)?
+        .to_string();
     let ok = value["status"] == "ok";
     let mut hasher = DefaultHasher::new();
     value["status"].to_string().hash(&mut hasher);
@@ -257,12 +329,12 @@ fn write(
     let mut writer = BufWriter::new(temporary);
     let wanted: HashSet<(usize, usize)> = chosen.values().map(|c| (c.part, c.line)).collect();
     for (part_number, part) in options.parts.iter().enumerate() {
-        let reader = BufReader::new(File::open(part).map_err(|e| unreadable(part, e))?);
-        for (line_number, line) in reader.split(b'\n').enumerate() {
-            let line = line.map_err(|e| unreadable(part, e))?;
-            if wanted.contains(&(part_number, line_number)) {
+        for (line_number, line) in part_lines(part)?.enumerate() {
+            if let Ok(line) = line
+                && wanted.contains(&(part_number, line_number))
+            {
                 writer
-                    .write_all(&line)
+                    .write_all(line.as_bytes())
                     .and_then(|()| writer.write_all(b"\n"))
                     .map_err(|e| cannot_write(&e))?;
             }
@@ -376,6 +448,7 @@ mod tests {
             input: None,
             id_column: None,
             max_row_bytes: input::DEFAULT_MAX_ROW_BYTES,
+            unchecked: true,
         }
     }
 
@@ -402,7 +475,10 @@ mod tests {
             Some((1, 2)),
         );
         let merged = merge(&options(dir.path(), vec![a, b], Some(3))).expect("merges");
-        assert!(merged.complete, "{merged:?}");
+        assert!(
+            !merged.complete,
+            "a cut line may be a row missing: only the input can say: {merged:?}"
+        );
         assert_eq!((merged.rows, merged.rows_ok), (3, 3));
         assert_eq!((merged.duplicates, merged.superseded), (1, 1));
         assert_eq!(merged.unreadable_lines, 1);

@@ -43,22 +43,34 @@ pub fn write(part: &Path, origin: &Origin) -> Result<(), Failure> {
     })
 }
 
+/// Most bytes a record may have: what `write` makes is a few hundred.
+const RECORD_LIMIT: u64 = 64 * 1024;
+
 /// The origin recorded beside `part`; None when there is no record (an output written before
-/// outputs kept one).
+/// outputs kept one). A record is read only from a regular file of at most [`RECORD_LIMIT`]
+/// bytes, and its shard must be one that can exist (at most [`super::shard::MAX_SHARDS`]).
 pub fn read(part: &Path) -> Result<Option<Origin>, Failure> {
     let path = record_path(part);
-    let text = match crate::core::file::read_bounded(&path, crate::core::file::TEXT_LIMIT) {
+    let text = match crate::core::file::read_bounded(&path, RECORD_LIMIT) {
         Ok(text) => text,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(Failure::from(e)),
     };
-    serde_json::from_str(&text).map(Some).map_err(|e| {
+    let not_a_record = |why: String| {
         Failure::new(
             FailureCode::ConfigInvalidInput,
-            format!("{} is not a record of a batch output: {e}", path.display()),
+            format!(
+                "{} is not a record of a batch output: {why}",
+                path.display()
+            ),
         )
         .with_help("delete it to take the output as this run's")
-    })
+    };
+    let origin: Origin = serde_json::from_str(&text).map_err(|e| not_a_record(e.to_string()))?;
+    if let Some(shard) = &origin.shard {
+        shard.check().map_err(|e| not_a_record(e.to_string()))?;
+    }
+    Ok(Some(origin))
 }
 
 /// What differs between the origin of an output (`was`) and this run's (`now`), one line each;

@@ -60,13 +60,29 @@ pub fn parse_shard(text: &str) -> Result<Shard, ShardError> {
             from: None,
         }
     };
-    if shard.count == 0 || shard.index >= shard.count {
-        return Err(ShardError::NoSuchShard {
-            index: shard.index,
-            count: shard.count,
-        });
-    }
+    shard.check()?;
     Ok(shard)
+}
+
+/// The most shards a batch may be split into: far more than any array job has, and small enough
+/// that counting a part's missing shards stays cheap whatever a record claims.
+pub const MAX_SHARDS: usize = 1_000_000;
+
+impl Shard {
+    /// Whether this shard can exist: its index below its count, which is 1 to [`MAX_SHARDS`]
+    /// (a flag, a scheduler's variables and a part's record are all held to it).
+    pub fn check(&self) -> Result<(), ShardError> {
+        if self.count > MAX_SHARDS {
+            return Err(ShardError::TooMany { count: self.count });
+        }
+        if self.count == 0 || self.index >= self.count {
+            return Err(ShardError::NoSuchShard {
+                index: self.index,
+                count: self.count,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Why `--shard` names no shard.
@@ -78,6 +94,9 @@ pub enum ShardError {
     /// The index is not below the count (or the count is 0).
     #[error("shard {index} of {count} does not exist (shards are 0 to N-1)")]
     NoSuchShard { index: usize, count: usize },
+    /// More shards than [`MAX_SHARDS`].
+    #[error("{count} shards are more than the {MAX_SHARDS} a batch may be split into")]
+    TooMany { count: usize },
     /// A Slurm array task id below the array's first id.
     #[error("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")]
     BelowArrayStart { id: usize, min: usize },
@@ -227,6 +246,11 @@ mod tests {
         assert_eq!(
             parse_shard("4/4"),
             Err(ShardError::NoSuchShard { index: 4, count: 4 })
+        );
+        assert_eq!(
+            parse_shard("0/18446744073709551615"),
+            Err(ShardError::TooMany { count: usize::MAX }),
+            "a count no array job has is refused before a row is counted with it"
         );
         assert_eq!(parse_shard("x"), Err(ShardError::NotIOverN("x".into())));
         assert_eq!(parse_shard("1/y"), Err(ShardError::NotIOverN("1/y".into())));

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::batch::input::DEFAULT_MAX_ROW_BYTES;
 use crate::batch::merge::{MergeOptions, Merged, merge};
+use crate::core::text::terminal_safe;
 
 use super::common::{Outcome, invalid};
 use super::{EXIT_FAILED, EXIT_OK};
@@ -20,8 +21,10 @@ pub struct Args {
 enum Action {
     /// Join parts by row id: a row written twice with the same result is kept once, a failed
     /// line gives way to a success, two different results for one id are a conflict. Exit 0
-    /// when every row is there once, 1 when rows or shards are missing or results conflict, 2
-    /// when a part is unreadable or the parts come from different inputs or plans.
+    /// when every row is there once, 1 when rows or shards are missing, a line is not a row (cut
+    /// by a kill) and no --input shows its row elsewhere, or results conflict; 2 when a part is
+    /// unreadable or not a regular file, has no record (unless --unchecked), or the parts come
+    /// from different inputs or plans.
     Merge(MergeArgs),
 }
 
@@ -45,6 +48,10 @@ struct MergeArgs {
     /// Also write the merged summary as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
+    /// Merge parts that have no record (PART.meta.json) anyway: nothing then checks that they
+    /// come from one input, plan and shard count.
+    #[arg(long)]
+    unchecked: bool,
 }
 
 pub fn run(args: &Args) -> Outcome {
@@ -56,6 +63,7 @@ pub fn run(args: &Args) -> Outcome {
         input: args.input.clone(),
         id_column: args.id_column.clone(),
         max_row_bytes: DEFAULT_MAX_ROW_BYTES,
+        unchecked: args.unchecked,
     };
     let merged = match merge(&options) {
         Ok(merged) => merged,
@@ -90,10 +98,18 @@ fn report(merged: &Merged) -> io::Result<()> {
         merged.duplicates,
         merged.superseded
     )?;
+    if !merged.unchecked_parts.is_empty() {
+        writeln!(
+            stderr,
+            "warning: {} parts have no record and were merged unchecked (--unchecked)",
+            merged.unchecked_parts.len()
+        )?;
+    }
     if merged.unreadable_lines > 0 {
         writeln!(
             stderr,
-            "{} lines are not rows (cut by a kill)",
+            "{} lines are not rows (cut by a kill, or past the bounds on a line); without --input \
+             their rows count as missing",
             merged.unreadable_lines
         )?;
     }
@@ -102,13 +118,13 @@ fn report(merged: &Merged) -> io::Result<()> {
             stderr,
             "error: {} rows have two different results: {}",
             merged.conflicts.len(),
-            shown(&merged.conflicts)
+            terminal_safe(&shown(&merged.conflicts))
         )?;
     }
     if merged.missing > 0 {
         let which = match merged.missing_ids.is_empty() {
             true => String::new(),
-            false => format!(": {}", shown(&merged.missing_ids)),
+            false => format!(": {}", terminal_safe(&shown(&merged.missing_ids))),
         };
         writeln!(stderr, "error: {} rows are missing{which}", merged.missing)?;
     }

@@ -339,6 +339,16 @@ fn sigterm_mid_batch_ends_preempted_with_75_and_the_resume_recomputes_nothing() 
     assert_eq!(lines(&out).len(), 200);
 }
 
+/// Gives the part `to` the record (`.meta.json`) of the part `from`: what wrote it.
+fn copy_record(from: &Path, to: &Path) {
+    let record = |part: &Path| {
+        let mut name = part.as_os_str().to_owned();
+        name.push(".meta.json");
+        std::path::PathBuf::from(name)
+    };
+    std::fs::copy(record(from), record(to)).expect("the record copied");
+}
+
 /// Two shards' parts merge into every row once; a row written twice with the same result is
 /// kept once; a missing part names its rows (exit 1); two different results for one id are a
 /// conflict (exit 1).
@@ -372,6 +382,7 @@ fn batch_merge_joins_parts_and_reports_duplicates_missing_rows_and_conflicts() {
         .map(str::to_string);
     let again = scratch("again.jsonl");
     std::fs::write(&again, first_line.expect("a line") + "\n").expect("again");
+    copy_record(&part(0), &again);
     let whole = merge(
         &[&part(0), &part(1), &again],
         &["--input", s(&input), "--id", "id"],
@@ -404,6 +415,7 @@ fn batch_merge_joins_parts_and_reports_duplicates_missing_rows_and_conflicts() {
     let mut line: Value = lines(&part(1))[0].clone();
     line["output"] = "something else".into();
     std::fs::write(&other, format!("{line}\n")).expect("conflict");
+    copy_record(&part(1), &other);
     let conflict = merge(&[&part(0), &part(1), &other], &[]);
     assert_eq!(conflict.code, 1, "{}", conflict.stderr);
     assert!(

@@ -9,6 +9,16 @@ use serde_json::{Value, json};
 
 use crate::{Run, pagantic, path_arg as s, scratch};
 
+/// `count` JSON Lines rows `{"id": "rI", "text": "row I"}` in the test's scratch directory.
+fn rows(name: &str, count: usize) -> PathBuf {
+    let path = scratch(name);
+    let text: String = (0..count)
+        .map(|i| format!("{{\"id\": \"r{i}\", \"text\": \"row {i}\"}}\n"))
+        .collect();
+    std::fs::write(&path, text).expect("rows");
+    path
+}
+
 /// A cassette entry whose `tokens` is 2^64-1 (a server's word, recorded as it was) is imported:
 /// stored as the largest count the cache holds, not a refusal of the whole cassette.
 #[test]
@@ -54,4 +64,126 @@ fn cache_merge_refuses_an_endless_view() {
     let stats = pagantic(&["cache", "stats", "--cache", s(&mine), "--format", "json"]);
     let stats: Value = serde_json::from_str(&stats.stdout).expect("stats");
     assert_eq!(stats["kinds"], json!([]), "nothing stored: {stats}");
+}
+
+/// Runs the batch plan over `input` as shard `shard` (`I/N`) into `out`.
+fn part(input: &Path, shard: &str, out: &Path) -> Run {
+    let run = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(input),
+        "--id",
+        "id",
+        "--shard",
+        shard,
+        "--out",
+        s(out),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run
+}
+
+/// `batch merge PARTS… ARGS…` into the scratch file `merged.jsonl`.
+fn merge(parts: &[&Path], args: &[&str]) -> Run {
+    let merged = scratch("merged.jsonl");
+    let mut argv = vec!["batch", "merge"];
+    argv.extend(parts.iter().map(|p| s(p)));
+    argv.extend_from_slice(&["--out", s(&merged)]);
+    argv.extend_from_slice(args);
+    pagantic(&argv)
+}
+
+/// A part whose last line was cut (a kill mid-write) holds a row missing: without `--input`
+/// the batch is not complete (exit 1); with it, the ids say whether another part has the row.
+#[test]
+fn a_cut_line_is_a_row_missing() {
+    let input = rows("cut.jsonl", 4);
+    let whole = scratch("part-0-of-1.jsonl");
+    part(&input, "0/1", &whole);
+    let text = std::fs::read_to_string(&whole).expect("part");
+    let cut = &text[..text.len() - 20];
+    std::fs::write(&whole, cut).expect("cut");
+    let summary = scratch("merged.json");
+    let run = merge(&[&whole], &["--summary", s(&summary)]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).expect("summary")).expect("JSON");
+    assert_eq!(merged["complete"], false, "{merged}");
+    assert_eq!(merged["unreadable_lines"], 1, "{merged}");
+    let by_input = merge(&[&whole], &["--input", s(&input), "--id", "id"]);
+    assert_eq!(by_input.code, 1, "{}", by_input.stderr);
+    assert!(
+        by_input.stderr.contains("1 rows are missing: r"),
+        "{}",
+        by_input.stderr
+    );
+}
+
+/// A part that is not a regular file (`/dev/zero`) is refused, not read; a part that is one line
+/// of 80 MB is a line that is not a row, never held whole; a record claiming 10^12 shards is
+/// refused — none of them aborts the process.
+#[test]
+fn merge_bounds_every_line_and_number_of_a_part() {
+    let refused = merge(&[Path::new("/dev/zero")], &["--unchecked"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("not a regular file"),
+        "{}",
+        refused.stderr
+    );
+
+    let huge = scratch("huge.jsonl");
+    std::fs::write(&huge, "x".repeat(80 * 1024 * 1024)).expect("a huge line");
+    let run = merge(&[&huge], &["--unchecked", "--expect", "1"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("1 lines are not rows"),
+        "{}",
+        run.stderr
+    );
+
+    let input = rows("shards.jsonl", 2);
+    let lying = scratch("part-0-of-2.jsonl");
+    part(&input, "0/2", &lying);
+    let record = scratch("part-0-of-2.jsonl.meta.json");
+    let mut origin: Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).expect("record")).expect("JSON");
+    origin["shard"]["count"] = json!(1_000_000_000_000u64);
+    std::fs::write(&record, origin.to_string()).expect("record");
+    let run = merge(&[&lying], &[]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("1000000000000 shards"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Parts without their record cannot be checked to come from one batch (rows of two plans would
+/// merge as one): refused with the way out, `--unchecked`, which merges them and says so.
+#[test]
+fn parts_without_a_record_are_merged_only_unchecked() {
+    let input = rows("unrecorded.jsonl", 2);
+    let first = scratch("a.jsonl");
+    part(&input, "0/1", &first);
+    std::fs::remove_file(scratch("a.jsonl.meta.json")).expect("record removed");
+    let refused = merge(&[&first], &[]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("cannot be checked") && refused.stderr.contains("--unchecked"),
+        "{}",
+        refused.stderr
+    );
+    let summary = scratch("unchecked.json");
+    let merged = merge(&[&first], &["--unchecked", "--summary", s(&summary)]);
+    assert_eq!(merged.code, 0, "{}", merged.stderr);
+    assert!(
+        merged.stderr.contains("merged unchecked"),
+        "{}",
+        merged.stderr
+    );
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).expect("summary")).expect("JSON");
+    assert_eq!(merged["unchecked_parts"], json!([s(&first)]), "{merged}");
 }
