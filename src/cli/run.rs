@@ -416,17 +416,25 @@ fn grouping(
         skip_missing_key,
         fold,
         batch: crate::batch::BatchOptions {
-            plan_sha256: reduce_sha256(&options.plan_sha256, key, fold),
+            plan_sha256: reduce_sha256(&options.plan_sha256, key, fold, skip_missing_key),
             ..options.clone()
         },
     })
 }
 
-/// The plan's SHA-256 with the grouping folded in, so a reduce's output is resumed only by the
-/// same key and fold.
-fn reduce_sha256(plan_sha256: &str, key: &str, fold: Option<u64>) -> String {
+/// The plan's SHA-256 with the grouping folded in, so a reduce's output (and its partial
+/// results) is resumed only by the same key, fold and choice of rows without the key.
+fn reduce_sha256(
+    plan_sha256: &str,
+    key: &str,
+    fold: Option<u64>,
+    skip_missing_key: bool,
+) -> String {
     use sha2::{Digest, Sha256};
-    let text = format!("{plan_sha256}\ngroup-by {key}\nfold {fold:?}");
+    let mut text = format!("{plan_sha256}\ngroup-by {key}\nfold {fold:?}");
+    if skip_missing_key {
+        text.push_str("\nskip-missing-key");
+    }
     crate::model_store::hex(&Sha256::digest(text.as_bytes()))
 }
 

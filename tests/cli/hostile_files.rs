@@ -187,3 +187,44 @@ fn parts_without_a_record_are_merged_only_unchecked() {
         serde_json::from_str(&std::fs::read_to_string(&summary).expect("summary")).expect("JSON");
     assert_eq!(merged["unchecked_parts"], json!([s(&first)]), "{merged}");
 }
+
+/// A reduce's partial results (`OUT.chunks.jsonl`) belong to the output's input and plan: after
+/// deleting the output and its record, as a refused resume advises, a `--resume` on another
+/// input reduces that input, not the old one's chunks.
+#[test]
+fn partial_results_of_another_input_are_not_read_back() {
+    let out = scratch("sums.jsonl");
+    let input = |name: &str, n: u64| {
+        let path = scratch(name);
+        let text: String = (0..20)
+            .map(|_| format!("{}\n", json!({ "n": n, "product": "x" })))
+            .collect();
+        std::fs::write(&path, text).expect("rows");
+        path
+    };
+    let reduce = |input: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "tests/plans/reduce/sum.yaml",
+            "--batch",
+            s(input),
+            "--group-by",
+            "product",
+            "--fold",
+            "10",
+            "--out",
+            s(&out),
+            "--no-cache",
+        ];
+        args.extend_from_slice(extra);
+        let run = pagantic(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let text = std::fs::read_to_string(&out).expect("the output");
+        let line: Value = serde_json::from_str(text.trim()).expect("one line");
+        line["output"].clone()
+    };
+    assert_eq!(reduce(&input("ones.jsonl", 1), &[]), "20");
+    std::fs::remove_file(&out).expect("output removed");
+    std::fs::remove_file(scratch("sums.jsonl.meta.json")).expect("record removed");
+    assert_eq!(reduce(&input("twos.jsonl", 2), &["--resume"]), "40");
+}

@@ -136,7 +136,7 @@ pub async fn run(
     };
     let (log, saved) = match &batch.out {
         Some(path) => {
-            let (log, saved) = ChunkLog::open(path, batch.resume)?;
+            let (log, saved) = ChunkLog::open(path, &origin, batch.resume)?;
             (Some(log), saved)
         }
         None => (None, HashMap::new()),
