@@ -139,7 +139,11 @@ pub fn run(args: &Args) -> Outcome {
 
 /// Says why the command cannot go on, and exits as for an invalid plan.
 fn refuse<T>(reason: impl Display) -> Outcome<T> {
-    writeln!(io::stderr(), "error: {reason}")?;
+    writeln!(
+        io::stderr(),
+        "error: {}",
+        terminal_safe(&reason.to_string())
+    )?;
     Err(Exit::Code(EXIT_INVALID))
 }
 

@@ -4,13 +4,15 @@
 //! helper that stops a session's run before it starts ends the session's lifecycle with ERROR, so
 //! an events file never stops silently at PLAN or PREPARE.
 
-use std::io::{self, Write};
+use std::borrow::Cow;
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::cache::{CacheMode, CacheSettings};
+use crate::core::text::terminal_safe;
 use crate::core::{Failure, FailureCode, Message};
 use crate::model_store::Notice;
 use crate::orchestrate::tools::Approvals;
@@ -182,21 +184,33 @@ pub fn split_pair(text: &str) -> Result<(String, String), NotAPair> {
 #[error("expected NAME=VALUE, got `{0}`")]
 pub struct NotAPair(pub String);
 
-/// Prints one-time work (pulling or loading a model) on stderr.
+/// Prints one-time work (pulling or loading a model) and what engines say (a server's refusal,
+/// quoted) on stderr, its control characters shown, not obeyed.
 pub fn stderr_notice() -> Notice {
     Arc::new(|line: &str| {
-        let _ = writeln!(io::stderr(), "pagantic: {line}");
+        let _ = writeln!(io::stderr(), "pagantic: {}", terminal_safe(line));
     })
+}
+
+/// Text from a model, a server or a file bound for stdout: on a terminal its control characters
+/// are shown as escapes ([`terminal_safe`]), so it cannot drive the terminal; a pipe or a file
+/// gets its exact text.
+pub fn for_stdout(text: &str) -> Cow<'_, str> {
+    if io::stdout().is_terminal() {
+        terminal_safe(text)
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 /// Prints a failure with its code and help on stderr.
 pub fn print_failure(failure: &Failure) -> io::Result<()> {
     let mut stderr = io::stderr().lock();
     // A message can quote a model's answer: its control characters are shown, not obeyed.
-    let message = crate::core::text::terminal_safe(&failure.message);
+    let message = terminal_safe(&failure.message);
     writeln!(stderr, "error[{}]: {message}", failure.code)?;
     if let Some(help) = &failure.help {
-        writeln!(stderr, "  help: {}", crate::core::text::terminal_safe(help))?;
+        writeln!(stderr, "  help: {}", terminal_safe(help))?;
     }
     Ok(())
 }
@@ -314,11 +328,12 @@ fn read_inputs_file(path: &Path) -> Result<Map<String, Value>, Failure> {
 }
 
 /// Messages as the model would get them: a `--- role ---` line (`--- step: role ---` when a
-/// step is named), then the text.
+/// step is named), then the text, passed through `shown` (`terminal_safe` for a terminal).
 pub fn write_messages(
     out: &mut impl Write,
     step: Option<&str>,
     messages: &[Message],
+    shown: impl for<'t> Fn(&'t str) -> Cow<'t, str>,
 ) -> io::Result<()> {
     for message in messages {
         let role = serde_json::to_value(message.role).unwrap_or_default();
@@ -327,7 +342,7 @@ pub fn write_messages(
             Some(step) => writeln!(out, "--- {step}: {role} ---")?,
             None => writeln!(out, "--- {role} ---")?,
         }
-        writeln!(out, "{}", message.content.trim_end())?;
+        writeln!(out, "{}", shown(message.content.trim_end()))?;
     }
     Ok(())
 }

@@ -250,7 +250,7 @@ pub fn run(args: &Args) -> io::Result<u8> {
     let comparison = match comparison {
         Ok(comparison) => comparison,
         Err(message) => {
-            writeln!(io::stderr(), "error: {message}")?;
+            writeln!(io::stderr(), "error: {}", terminal_safe(&message))?;
             return Ok(EXIT_INVALID);
         }
     };

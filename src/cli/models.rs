@@ -2,6 +2,7 @@
 
 use std::io::{self, Write};
 
+use crate::core::text::terminal_safe;
 use crate::model_store::{self, FileRole, Verdict, describe_pull};
 
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
@@ -78,7 +79,7 @@ fn pull(name: &str, force: bool) -> io::Result<u8> {
     }
     let result = model_store::pull(model, &mut |progress| {
         if let Some(line) = describe_pull(model, &progress) {
-            let _ = writeln!(io::stderr(), "pagantic: {line}");
+            let _ = writeln!(io::stderr(), "pagantic: {}", terminal_safe(&line));
         }
     });
     match result {

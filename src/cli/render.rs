@@ -11,8 +11,8 @@ use crate::plan::build::BuildOptions;
 use crate::prompt::Templates;
 
 use super::common::{
-    CacheArgs, Exit, Outcome, PlanInputs, bind, build, load_checked, open_session, print_failure,
-    split_pair, stderr_notice, write_messages,
+    CacheArgs, Exit, Outcome, PlanInputs, bind, build, for_stdout, load_checked, open_session,
+    print_failure, split_pair, stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_INVALID, EXIT_OK};
 
@@ -69,7 +69,7 @@ fn render_template(args: &Args) -> Outcome {
         .collect();
     match Templates::new(dir).render_file(&name, &Value::Object(context)) {
         Ok(text) => {
-            writeln!(io::stdout(), "{text}")?;
+            writeln!(io::stdout(), "{}", for_stdout(&text))?;
             Ok(EXIT_OK)
         }
         Err(failure) => {
@@ -117,11 +117,11 @@ fn render_plan_step(args: &Args) -> Outcome {
     let mut stdout = io::stdout().lock();
     match rendered {
         Ok(Rendered::Messages(messages)) => {
-            write_messages(&mut stdout, None, &messages)?;
+            write_messages(&mut stdout, None, &messages, for_stdout)?;
             Ok(EXIT_OK)
         }
         Ok(Rendered::Text(text)) => {
-            writeln!(stdout, "{}", text.trim_end())?;
+            writeln!(stdout, "{}", for_stdout(text.trim_end()))?;
             Ok(EXIT_OK)
         }
         Err(failure) => {

@@ -21,7 +21,7 @@ use crate::plan::build::BuildOptions;
 
 use super::common::{
     ApproveArgs, CacheArgs, ConcurrencyArgs, Outcome, PlanInputs, TraceArgs, bind, build,
-    check_lock, invalid, load_checked, open_session, print_failure, refuse, split_pair,
+    check_lock, for_stdout, invalid, load_checked, open_session, print_failure, refuse, split_pair,
     stderr_notice, write_messages,
 };
 use super::{EXIT_FAILED, EXIT_OK, EXIT_TEMPFAIL};
@@ -606,16 +606,6 @@ fn print_failure_and_completed(record: &RunRecord, format: OutputFormat) -> io::
     Ok(())
 }
 
-/// An answer bound for stdout: on a terminal its control characters are shown as escapes, so it
-/// cannot drive the terminal; a pipe or a file gets its exact text.
-fn for_stdout(text: &str) -> std::borrow::Cow<'_, str> {
-    if io::stdout().is_terminal() {
-        terminal_safe(text)
-    } else {
-        std::borrow::Cow::Borrowed(text)
-    }
-}
-
 /// A one-line preview of a value.
 fn short(value: &Value) -> String {
     let text = match value {
@@ -782,12 +772,16 @@ fn clock(duration: std::time::Duration) -> String {
 fn print_previews(previews: &[crate::batch::RowPreview]) -> io::Result<()> {
     let mut stderr = io::stderr().lock();
     for preview in previews {
-        writeln!(stderr, "=== row {} ===", preview.row)?;
+        writeln!(stderr, "=== row {} ===", terminal_safe(&preview.row))?;
         for (step, messages) in &preview.calls {
-            write_messages(&mut stderr, Some(step), messages)?;
+            write_messages(&mut stderr, Some(step), messages, terminal_safe)?;
         }
         if let Some(failure) = &preview.error {
-            writeln!(stderr, "  cannot preview: {}", failure.message)?;
+            writeln!(
+                stderr,
+                "  cannot preview: {}",
+                terminal_safe(&failure.message)
+            )?;
         }
     }
     Ok(())

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::duration::DurationSpec;
+use crate::core::text::terminal_safe;
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::{Session, SessionOptions};
 use crate::plan::Diagnostic;
@@ -240,7 +241,7 @@ struct StderrReporter;
 
 impl Reporter for StderrReporter {
     fn line(&self, text: &str) {
-        let _ = writeln!(io::stderr(), "pagantic: {text}");
+        let _ = writeln!(io::stderr(), "pagantic: {}", terminal_safe(text));
     }
 
     fn rejected(&self, path: &Path, diagnostics: &[Diagnostic], failure: Option<&Failure>) {

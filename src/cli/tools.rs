@@ -2,7 +2,8 @@
 //! unavailable (and why: its program is not on PATH, a directory it needs is missing), or refused
 //! by the policy in force. A run checks the same things at each call; this shows them before one.
 //! An MCP server is connected to, and each tool it lists is shown (`TOOL.NAME`) with whether its
-//! `allow` offers it and the hash of its schema, as are the allowed names it does not list.
+//! `allow` offers it and the hash of its schema, as are the allowed names it does not list. What
+//! a server sent (its tools' names, its stderr) reaches the terminal escaped.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use serde::Serialize;
 use super::common::{Exit, Outcome, invalid, load_plan};
 use super::report::{self, Format};
 use super::{EXIT_INVALID, EXIT_OK};
+use crate::core::text::terminal_safe;
 use crate::orchestrate::tools::SideEffects;
 use crate::orchestrate::{Resources, Standalone};
 use crate::plan::policy::{Limit, PolicyOrigin};
@@ -92,32 +94,32 @@ pub fn run(args: &Args) -> Outcome {
                 let json = serde_json::to_string(line).map_err(io::Error::from)?;
                 writeln!(stdout, "{json}")?;
             }
-            ToolsFormat::Text => {
-                let mut shown = word(line.availability);
-                if let Some(reason) = &line.reason {
-                    shown = format!("{shown}: {reason}");
-                }
-                let side_effects = word(line.side_effects);
-                if let Some(allowed) = line.allowed {
-                    shown.push_str(if allowed {
-                        "  allowed"
-                    } else {
-                        "  not allowed"
-                    });
-                }
-                if let Some(sha256) = &line.schema_sha256 {
-                    shown.push_str(&format!("  schema {}", &sha256[..sha256.len().min(12)]));
-                }
-                writeln!(
-                    stdout,
-                    "{}  side effects: {side_effects}  {shown}",
-                    line.name
-                )?;
-            }
+            ToolsFormat::Text => writeln!(stdout, "{}", terminal_safe(&text_line(line)))?,
         }
     }
     stdout.flush()?;
     Ok(EXIT_OK)
+}
+
+/// A line of the text listing. Its name, reason and what else a server sent are the server's
+/// text: the caller prints it through `terminal_safe`.
+fn text_line(line: &ToolLine) -> String {
+    let mut shown = word(line.availability);
+    if let Some(reason) = &line.reason {
+        shown = format!("{shown}: {reason}");
+    }
+    let side_effects = word(line.side_effects);
+    if let Some(allowed) = line.allowed {
+        shown.push_str(if allowed {
+            "  allowed"
+        } else {
+            "  not allowed"
+        });
+    }
+    if let Some(sha256) = &line.schema_sha256 {
+        shown.push_str(&format!("  schema {}", &sha256[..sha256.len().min(12)]));
+    }
+    format!("{}  side effects: {side_effects}  {shown}", line.name)
 }
 
 /// Each declared tool, built as a run would build it, with its availability under `policy`;

@@ -537,3 +537,44 @@ fn an_endless_tool_listing_is_bounded() {
     );
     assert!(pages.load(Ordering::SeqCst) <= 64, "{pages:?} pages read");
 }
+
+/// `pagantic tools` puts what a server sent on the terminal escaped: its tools' names, and the
+/// stderr of a server that could not start — never a raw escape sequence.
+#[test]
+fn tools_shows_a_server_s_text_escaped() {
+    let (url, _runtime) = serve_mcp(HostileMcp {
+        endless: false,
+        pages: Arc::default(),
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    mcp_plan(
+        dir.path(),
+        &format!("    url: \"{url}\"\n    allow: [echo]"),
+    );
+    let listed = run_in(dir.path(), &["tools", "plan.yaml"], &[]);
+    assert!(!listed.stdout.contains('\u{1b}'), "{:?}", listed.stdout);
+    assert!(
+        listed.stdout.contains("remote_tools.ev\\u{1b}[2Jil"),
+        "{}",
+        listed.stdout
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("stderr.sh"),
+        "printf 'boom \\033]0;pwned\\007\\033[2J' >&2\nexit 3\n",
+    )
+    .expect("script written");
+    mcp_plan(
+        dir.path(),
+        "    command: [sh, stderr.sh]\n    allow: [echo]",
+    );
+    let listed = run_in(dir.path(), &["tools", "plan.yaml"], &[]);
+    assert!(!listed.stdout.contains('\u{1b}'), "{:?}", listed.stdout);
+    assert!(!listed.stdout.contains('\u{7}'), "{:?}", listed.stdout);
+    assert!(
+        listed.stdout.contains("boom \\u{1b}]0;pwned"),
+        "{}",
+        listed.stdout
+    );
+}
