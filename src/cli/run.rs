@@ -242,6 +242,18 @@ fn plan_sha256(session: &Session, plan: &Plan) -> String {
 /// `run --batch`: the plan over every row of the input, each row a run of `session`.
 fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     let batch = &args.batch;
+    if args.dry_run && batch.out.is_some() {
+        // Lines of stand-ins' answers in a file would read as done rows to a later `--resume`.
+        return refuse(
+            session,
+            &crate::core::Failure::new(
+                crate::core::FailureCode::ConfigInvalidInput,
+                "--dry-run writes no --out file: its lines are the stand-ins' answers, which a \
+                 later --resume would take as rows already done",
+            )
+            .with_help("drop --out: a dry run writes its lines to stdout"),
+        );
+    }
     let build_options = || BuildOptions {
         dry_run: args.dry_run,
         notice: (!args.quiet).then(stderr_notice),
@@ -280,7 +292,8 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         (None, Some(spec)) => map_then_reduce(session, plan, spec, build_options(), &options)?,
         (None, None) => BatchShape::Map,
     };
-    if args.dry_run && !matches!(shape, BatchShape::Reduce(_)) {
+    // The preview reads the first rows itself: not from stdin, which the run reads once.
+    if args.dry_run && !matches!(shape, BatchShape::Reduce(_)) && options.input != "-" {
         let previews = session.block_on(crate::batch::preview(session, &pipeline, &options, 2));
         match previews {
             Ok(previews) => print_previews(&previews)?,

@@ -220,8 +220,7 @@ fn killed_with_sigkill_at_several_points_and_resumed_every_row_is_there_exactly_
 #[test]
 fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
     let input = rows_file("dry.jsonl", 5, None);
-    let out = scratch("dry.out.jsonl");
-    let run = batch(&input, &["--out", s(&out), "--id", "id", "--dry-run"]);
+    let run = batch(&input, &["--id", "id", "--dry-run"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     // The prompts of the first two rows, as the model would get them; not the third's.
     assert!(
@@ -240,7 +239,11 @@ fn a_dry_run_shows_the_first_rows_prompts_and_counts_the_model_calls() {
         "{}",
         run.stderr
     );
-    assert_eq!(lines(&out).len(), 5);
+    assert_eq!(
+        run.stdout.lines().count(),
+        5,
+        "the stand-ins' lines, on stdout"
+    );
 }
 
 /// An output inside the input (the same file by another name, a file in the input

@@ -228,3 +228,40 @@ fn partial_results_of_another_input_are_not_read_back() {
     std::fs::remove_file(scratch("sums.jsonl.meta.json")).expect("record removed");
     assert_eq!(reduce(&input("twos.jsonl", 2), &["--resume"]), "40");
 }
+
+/// A dry run writes no output a later `--resume` would take as done rows (refused, exit 2), and
+/// reads its input as a real run does: from stdin too, every row.
+#[test]
+fn a_dry_run_writes_no_output_and_reads_stdin_whole() {
+    let input = rows("dry.jsonl", 3);
+    let out = scratch("dry.out.jsonl");
+    let refused = pagantic(&[
+        "run",
+        "tests/plans/batch.yaml",
+        "--batch",
+        s(&input),
+        "--out",
+        s(&out),
+        "--dry-run",
+    ]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--dry-run writes no --out file"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!out.exists());
+    let mut child = crate::spawn(&["run", "tests/plans/batch.yaml", "--batch", "-", "--dry-run"]);
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(&std::fs::read(&input).expect("rows"))
+            .expect("rows written");
+    }
+    let output = crate::finish_within(child, crate::RUN_LIMIT);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let lines = String::from_utf8_lossy(&output.stdout).lines().count();
+    assert_eq!(lines, 3, "every row of stdin ran: {stderr}");
+}

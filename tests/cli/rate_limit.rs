@@ -129,22 +129,18 @@ fn batch_with(dir: &Path, port: u16, rate_limit: Option<&str>, rows: usize, more
         .map(|i| format!("{{\"id\": \"r{i}\", \"text\": \"row {i}\"}}\n"))
         .collect();
     std::fs::write(dir.join("rows.jsonl"), text).expect("rows written");
-    let args: Vec<&str> = [
-        "run",
-        "paced.yaml",
-        "--batch",
-        "rows.jsonl",
-        "--id",
-        "id",
-        "--out",
-        "out.jsonl",
-        "-j",
-        "8",
-    ]
-    .iter()
-    .chain(more)
-    .copied()
-    .collect();
+    // A dry run writes no output file (its lines go to stdout).
+    let out: &[&str] = match more.contains(&"--dry-run") {
+        true => &[],
+        false => &["--out", "out.jsonl"],
+    };
+    let args: Vec<&str> = ["run", "paced.yaml", "--batch", "rows.jsonl", "--id", "id"]
+        .iter()
+        .chain(out)
+        .chain(&["-j", "8"])
+        .chain(more)
+        .copied()
+        .collect();
     pagantic_in(dir, &args)
 }
 
