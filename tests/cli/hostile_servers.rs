@@ -291,6 +291,51 @@ fn a_server_holding_calls_past_max_wait_fails_them_as_transient() {
     assert!(statuses.contains(&json!("ok")) && statuses.contains(&json!("error")));
 }
 
+/// A 200 that is not an answer — not JSON, no choice, not UTF-8 — is the server's bug: the call
+/// is not retried and the run fails for good (exit 1, `retryable: false`), so a scheduler does
+/// not run it again forever. A server that refuses connections may be restarting: exit 75.
+#[test]
+fn a_malformed_success_fails_for_good_and_a_refused_connection_may_pass() {
+    let bodies: [&[u8]; 3] = [
+        b"<html>not an answer</html>",
+        br#"{"object":"chat.completion"}"#,
+        b"{\"choices\":[{\"message\":{\"content\":\"\xff\xfe\"}}]}",
+    ];
+    let one_step = "  - { name: answer, type: infer, model: remote, template: \"{{ inputs.text }}\", max_tokens: 4 }\n";
+    for body in bodies {
+        let server = Stub::start(move |_, _, _| Answer {
+            status: 200,
+            headers: vec![("content-type", "application/json".into())],
+            body: body.to_vec(),
+        });
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base_url = format!("http://127.0.0.1:{}/v1", server.port);
+        plan(dir.path(), &base_url, "", one_step);
+        let run = run_in(dir.path(), &["run", "plan.yaml", "--format", "json"], &[]);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        let record: Value = serde_json::from_str(&run.stdout).expect("the record");
+        assert_eq!(
+            record["error"]["code"], "INFERENCE_ENGINE_ERROR",
+            "{record}"
+        );
+        assert_eq!(record["error"]["retryable"], false, "{record}");
+        assert_eq!(server.requests(), 1, "not retried");
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = closed.local_addr().expect("its address").port();
+    drop(closed);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    plan(dir.path(), &base_url, "", one_step);
+    let run = run_in(dir.path(), &["run", "plan.yaml", "--format", "json"], &[]);
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("the record");
+    assert_eq!(
+        record["error"]["code"], "INFERENCE_MODEL_UNAVAILABLE",
+        "{record}"
+    );
+}
+
 /// The secrets of these tests, each a value no output may show.
 const SECRETS: [&str; 4] = [
     "sk-hidden-api-key-17",

@@ -301,13 +301,23 @@ pub(super) async fn read_body(
 }
 
 pub(super) fn too_long() -> Failure {
-    Failure::new(
-        FailureCode::InferenceEngineError,
-        format!(
-            "the server's answer is longer than {} MiB",
-            MAX_BODY / 1024 / 1024
-        ),
-    )
+    malformed(format!(
+        "the server's answer is longer than {} MiB",
+        MAX_BODY / 1024 / 1024
+    ))
+}
+
+/// A successful reply that is not an answer (not JSON, not UTF-8, no choice, too long): the
+/// server's bug, which asking again does not fix — not retried, and permanent for a scheduler
+/// (exit 1), as the official OpenAI client treats it. Rate limits, server errors, timeouts and
+/// refused connections stay transient.
+pub(super) fn malformed(message: String) -> Failure {
+    Failure::new(FailureCode::InferenceEngineError, message)
+        .retryable(false)
+        .with_help(
+            "the server answered 200 with something that is not a chat completion: check that \
+             base_url points at an OpenAI-compatible API, and the server's logs",
+        )
 }
 
 /// What an error reply says: the `error.message` of the API when there is one, else the text.

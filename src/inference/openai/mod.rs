@@ -59,7 +59,9 @@ pub use dialect::Compat;
 pub use limit::{Pacing, RateLimit, pacing};
 
 use dialect::{Dialect, Remembered};
-use failure::{AttemptError, Retry, backoff, error_chain, exhausted_reset, read_body, too_long};
+use failure::{
+    AttemptError, Retry, backoff, error_chain, exhausted_reset, malformed, read_body, too_long,
+};
 use limit::{CallPace, Limiter, WaitBudget};
 use negotiate::{Lesson, Refused, describe_schema, response_format};
 use wire::{PartialCall, WireReply, WireUsage, completions_url, wire_message, wire_tool};
@@ -518,7 +520,9 @@ impl OpenAiEngine {
         Err(self.status_failure(response, body).await)
     }
 
-    /// Reads a whole (non-streamed) reply.
+    /// Reads a whole (non-streamed) reply. A success that is not a chat completion (not JSON,
+    /// not UTF-8, no choice, past the size cap) is the server's bug, not a passing condition:
+    /// it fails for good ([`malformed`]).
     async fn read_completion(&self, mut response: reqwest::Response) -> Result<Response, Failure> {
         let body = read_body(&mut response, MAX_BODY)
             .await
@@ -527,10 +531,9 @@ impl OpenAiEngine {
             return Err(too_long());
         }
         let reply: WireReply = serde_json::from_slice(&body).map_err(|err| {
-            Failure::new(
-                FailureCode::InferenceEngineError,
-                format!("the server's answer is not a chat completion: {err}"),
-            )
+            malformed(format!(
+                "the server's answer is not a chat completion: {err}"
+            ))
         })?;
         if let Some(error) = &reply.error {
             return Err(self.reported_error(error));
@@ -542,9 +545,8 @@ impl OpenAiEngine {
             .next()
             .and_then(|choice| choice.message)
         else {
-            return Err(Failure::new(
-                FailureCode::InferenceEngineError,
-                "the server's answer has no choice with a message",
+            return Err(malformed(
+                "the server's answer has no choice with a message".to_string(),
             ));
         };
         let tool_calls = message.tool_calls.unwrap_or_default();

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
 
+use super::failure::{malformed, too_long};
 use super::wire::{PartialCall, WireReply};
-use super::{MAX_BODY, OpenAiEngine, failure::too_long};
-use crate::core::{Failure, FailureCode, TokenUsage};
+use super::{MAX_BODY, OpenAiEngine};
+use crate::core::{Failure, TokenUsage};
 use crate::inference::{CacheStatus, Pacing, Response, Timings, TokenSink};
 
 impl OpenAiEngine {
@@ -29,10 +30,7 @@ impl OpenAiEngine {
             any = true;
             let data = event.map_err(|err| match err {
                 EventStreamError::Transport(err) => self.transport_failure(&err),
-                other => Failure::new(
-                    FailureCode::InferenceEngineError,
-                    format!("the server's event stream does not parse: {other}"),
-                ),
+                other => malformed(format!("the server's event stream does not parse: {other}")),
             })?;
             if self.apply_event(&mut state, &data, sink)? == Flow::Done {
                 return Ok(state.finish());
@@ -42,11 +40,10 @@ impl OpenAiEngine {
             return Err(too_long());
         }
         if !any {
-            return Err(Failure::new(
-                FailureCode::InferenceEngineError,
-                "the server answered the streaming request with neither events nor a JSON completion",
-            )
-            .with_help("check that base_url points at an OpenAI-compatible chat completions API"));
+            return Err(malformed(
+                "the server answered the streaming request with neither events nor a JSON completion"
+                    .to_string(),
+            ));
         }
         Ok(state.finish())
     }
@@ -62,10 +59,9 @@ impl OpenAiEngine {
             return Ok(Flow::Done);
         }
         let chunk: WireReply = serde_json::from_str(data).map_err(|err| {
-            Failure::new(
-                FailureCode::InferenceEngineError,
-                format!("the server streamed an event that is not a completion chunk: {err}"),
-            )
+            malformed(format!(
+                "the server streamed an event that is not a completion chunk: {err}"
+            ))
         })?;
         if let Some(error) = &chunk.error {
             return Err(self.reported_error(error));
