@@ -147,6 +147,7 @@ impl StepTask {
         attempt: u32,
     ) -> Result<StepOutput, Failure> {
         let (events, step, span) = (&ctx.events, ctx.step.as_str(), ctx.span);
+        ctx.ledger.attempt_started();
         events.emit(
             Some(step),
             span,

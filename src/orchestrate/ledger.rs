@@ -153,6 +153,8 @@ struct Entries {
     usage: TokenUsage,
     vote: Option<VoteRecord>,
     cached_calls: Vec<String>,
+    /// Attempts started, over every run of the step.
+    attempts: u32,
 }
 
 impl StepLedger {
@@ -207,6 +209,19 @@ impl StepLedger {
             .lock()
             .map(|mut e| std::mem::take(&mut e.usage))
             .unwrap_or_default()
+    }
+
+    /// Counts an attempt of the step as it starts (so a step cancelled mid-attempt still shows
+    /// how many it made).
+    pub fn attempt_started(&self) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.attempts = entries.attempts.saturating_add(1);
+        }
+    }
+
+    /// The attempts started so far, over every run of the step.
+    pub fn attempts(&self) -> u32 {
+        self.entries.lock().map_or(0, |e| e.attempts)
     }
 
     /// Records how a vote went (the last one is kept).

@@ -79,7 +79,16 @@ fn ctrl_c_and_sigterm_cancel_the_run_and_keep_what_completed() {
         assert_eq!(record["status"], "cancelled", "SIG{name}");
         assert_eq!(record["error"]["code"], "CANCELLED_SIGNAL", "SIG{name}");
         assert_eq!(crate::step(&record, "quick")["output"], "done quickly");
-        assert_eq!(crate::step(&record, "long")["status"], "cancelled");
+        let long = crate::step(&record, "long");
+        assert_eq!(long["status"], "cancelled");
+        // What ran is recorded: the attempt it was in, when it started, how long it ran.
+        assert_eq!(long["attempts"], 1, "SIG{name}: {long}");
+        assert!(long["started_at"].is_string(), "SIG{name}: {long}");
+        assert!(long["ended_at"].is_string(), "SIG{name}: {long}");
+        assert!(
+            long["duration_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+            "SIG{name}: {long}"
+        );
         let ends: Vec<&Value> = events
             .iter()
             .filter(|e| is_step(e, "step_end", "long"))

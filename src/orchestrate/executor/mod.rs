@@ -115,6 +115,9 @@ struct Execution<'r> {
     ready: BTreeSet<usize>,
     running: JoinSet<Finished>,
     in_flight: BTreeSet<usize>,
+    /// For each step in flight: when its task started, and the attempts its ledger counted by
+    /// then (a step cancelled mid-flight is recorded with what it ran).
+    started: HashMap<usize, (Instant, u32)>,
     /// Which step each task runs (a panicked task reports only its id).
     task_steps: HashMap<tokio::task::Id, usize>,
     /// The failure that stops the run.
@@ -152,6 +155,7 @@ impl<'r> Execution<'r> {
             ready,
             running: JoinSet::new(),
             in_flight: BTreeSet::new(),
+            started: HashMap::new(),
             task_steps: HashMap::new(),
             failure: None,
             cancelled: false,
@@ -183,6 +187,9 @@ impl<'r> Execution<'r> {
             };
             let task = StepTask::new(index, step, self.pipeline.step_timeout);
             self.in_flight.insert(index);
+            let attempts_before = self.ledgers[index].attempts();
+            self.started
+                .insert(index, (Instant::now(), attempts_before));
             let handle = self.running.spawn(task.run(ctx));
             self.task_steps.insert(handle.id(), index);
         }
@@ -197,6 +204,7 @@ impl<'r> Execution<'r> {
         });
         let index = finished.index;
         self.in_flight.remove(&index);
+        self.started.remove(&index);
         let record = &mut self.records[index];
         record.status = finished.status;
         record.attempts = finished.attempts;
@@ -260,16 +268,24 @@ impl<'r> Execution<'r> {
     }
 
     /// Stops the steps in flight: each aborted attempt records its own cancelled `step_end` as
-    /// it is dropped.
+    /// it is dropped, and each step's record says what ran — its attempts, when it started and
+    /// for how long.
     async fn cancel(&mut self) {
         self.cancelled = true;
         self.running.abort_all();
         for &index in &self.in_flight {
-            self.records[index].status = StepStatus::Cancelled;
-            self.records[index].error = Some(Failure::new(
+            let record = &mut self.records[index];
+            record.status = StepStatus::Cancelled;
+            record.error = Some(Failure::new(
                 FailureCode::CancelledSignal,
                 "cancelled while running",
             ));
+            if let Some((started, attempts_before)) = self.started.remove(&index) {
+                record.attempts = self.ledgers[index]
+                    .attempts()
+                    .saturating_sub(attempts_before);
+                record.ended_after(started.elapsed());
+            }
         }
         self.in_flight.clear();
         while self.running.join_next().await.is_some() {}
