@@ -2,8 +2,10 @@
 //! unavailable (and why: its program is not on PATH, a directory it needs is missing), or refused
 //! by the policy in force. A run checks the same things at each call; this shows them before one.
 //! An MCP server is connected to, and each tool it lists is shown (`TOOL.NAME`) with whether its
-//! `allow` offers it and the hash of its schema, as are the allowed names it does not list. What
-//! a server sent (its tools' names, its stderr) reaches the terminal escaped.
+//! `allow` offers it and the hash of its schema, as are the allowed names it does not list. The
+//! policy's verdict on each tool is the one `validate` and `run` give (`allowed_tools`,
+//! `allowed_capabilities`), and a plan they refuse under `--policy` exits 2 here too. What a
+//! server sent (its tools' names, its stderr) reaches the terminal escaped.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -17,7 +19,6 @@ use super::{EXIT_INVALID, EXIT_OK};
 use crate::core::text::terminal_safe;
 use crate::orchestrate::tools::SideEffects;
 use crate::orchestrate::{Resources, Standalone};
-use crate::plan::policy::{Limit, PolicyOrigin};
 use crate::plan::tools::{McpTool, ToolEnv, ToolSpec};
 use crate::plan::{self, EffectivePolicy, Plan};
 
@@ -73,17 +74,22 @@ struct ToolLine {
     input_schema: Option<serde_json::Value>,
 }
 
+/// Lists the tools, then gives the plan the verdict `validate` and `run` give under the same
+/// policy: exit 2, with their diagnostics, when the policy refuses the plan.
 pub fn run(args: &Args) -> Outcome {
     let plan = load_plan(&args.plan)?;
-    let policy = match &args.policy {
+    let (policy, policy_file) = match &args.policy {
         Some(path) => match plan::load_policy(path) {
-            Ok(file) => EffectivePolicy::combine(plan.raw.policy.as_ref(), Some(&file.policy)),
+            Ok(file) => (
+                EffectivePolicy::combine(plan.raw.policy.as_ref(), Some(&file.policy)),
+                Some(file),
+            ),
             Err(diagnostics) => {
                 report::print(&diagnostics, Format::Human)?;
                 return Err(Exit::Code(EXIT_INVALID));
             }
         },
-        None => plan.policy.clone(),
+        None => (plan.policy.clone(), None),
     };
     let standalone = Standalone::start().or_else(|failure| invalid(&failure))?;
     let lines = tool_lines(&plan, &policy, standalone.resources());
@@ -98,6 +104,12 @@ pub fn run(args: &Args) -> Outcome {
         }
     }
     stdout.flush()?;
+    if let Some(file) = &policy_file
+        && let Err(diagnostics) = plan::load_plan(&args.plan, Some(file))
+    {
+        report::print(&diagnostics, Format::Human)?;
+        return Err(Exit::Code(EXIT_INVALID));
+    }
     Ok(EXIT_OK)
 }
 
@@ -136,7 +148,7 @@ fn tool_lines(plan: &Plan, policy: &EffectivePolicy, resources: &Resources) -> V
                 dry_run: false,
                 mcp: &resources.mcp,
             };
-            let refused = refusal(name, policy);
+            let refused = policy.tool_refusal(name, spec.kind());
             if let ToolSpec::Mcp(server) = spec {
                 return mcp_lines(server, &env, refused);
             }
@@ -216,19 +228,6 @@ fn mcp_lines(server: &McpTool, env: &ToolEnv<'_>, refused: Option<String>) -> Ve
         }
     }
     lines
-}
-
-/// Why the policy refuses tool `name`, when it does.
-fn refusal(name: &str, policy: &EffectivePolicy) -> Option<String> {
-    let Limit { value, origin } = policy.allowed_tools.as_ref()?;
-    if value.iter().any(|allowed| allowed == name) {
-        return None;
-    }
-    let whose = match origin {
-        PolicyOrigin::Plan => "the plan's policy",
-        PolicyOrigin::File => "the --policy file",
-    };
-    Some(format!("not in the `allowed_tools` of {whose}"))
 }
 
 /// A unit variant's name as it is written in YAML and JSON.

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::steps::StepType;
-use super::tools::Capability;
+use super::tools::{Capability, ToolKind};
 use crate::core::duration::DurationSpec;
 
 /// Limits a plan must respect. Every field is optional; an absent field imposes nothing.
@@ -108,6 +108,44 @@ impl EffectivePolicy {
 }
 
 impl EffectivePolicy {
+    /// The capabilities `tool` requires (what it declares and what its kind implies) that the
+    /// policy's `allowed_capabilities` does not grant; none without that limit.
+    pub fn missing_capabilities(&self, tool: &dyn ToolKind) -> Vec<Capability> {
+        let Some(Limit { value: allowed, .. }) = &self.allowed_capabilities else {
+            return Vec::new();
+        };
+        tool.access()
+            .required(&tool.implied())
+            .into_iter()
+            .filter(|needed| !allowed.contains(needed))
+            .collect()
+    }
+
+    /// Why the policy refuses tool `name` (of kind `tool`), when it does: not among its
+    /// `allowed_tools`, or requiring a capability its `allowed_capabilities` does not grant. The
+    /// one verdict `validate`, `run` and `pagantic tools` give.
+    pub fn tool_refusal(&self, name: &str, tool: &dyn ToolKind) -> Option<String> {
+        let whose = |origin: PolicyOrigin| match origin {
+            PolicyOrigin::Plan => "the plan's policy",
+            PolicyOrigin::File => "the --policy file",
+        };
+        if let Some(Limit { value, origin }) = &self.allowed_tools
+            && !value.iter().any(|allowed| allowed == name)
+        {
+            return Some(format!("not in the `allowed_tools` of {}", whose(*origin)));
+        }
+        let missing = self.missing_capabilities(tool);
+        let Limit { origin, .. } = self.allowed_capabilities.as_ref()?;
+        (!missing.is_empty()).then(|| {
+            let names: Vec<&str> = missing.iter().map(|c| c.name()).collect();
+            format!(
+                "requires {}, which the `allowed_capabilities` of {} does not grant",
+                names.join(", "),
+                whose(*origin)
+            )
+        })
+    }
+
     /// The limits in force as a policy of their own: what a sub-plan (a `plan:` agent) is held
     /// to on top of its own policy, so no limit can be escaped by moving steps into another file.
     pub fn handed_down(&self) -> PlanPolicy {

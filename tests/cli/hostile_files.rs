@@ -265,3 +265,48 @@ fn a_dry_run_writes_no_output_and_reads_stdin_whole() {
     let lines = String::from_utf8_lossy(&output.stdout).lines().count();
     assert_eq!(lines, 3, "every row of stdin ran: {stderr}");
 }
+
+/// `pagantic tools --policy P` gives the verdict `validate` and `run` give: a tool requiring a
+/// capability the policy's `allowed_capabilities` does not grant is listed as refused, and the
+/// plan is refused (exit 2) by all three.
+#[test]
+fn tools_validate_and_run_give_one_verdict_on_capabilities() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("plan.yaml"),
+        "version: 1\nname: shell\ntools:\n  shout: { kind: command, description: Says hi., argv: [echo, hi] }\nsteps:\n  - { name: call, type: tool, tool: shout, args: {} }\n",
+    )
+    .expect("plan written");
+    std::fs::write(
+        dir.path().join("policy.yaml"),
+        "allowed_capabilities: [filesystem]\n",
+    )
+    .expect("policy written");
+    let with_policy = |command: &str| {
+        crate::pagantic_in(
+            dir.path(),
+            &[command, "plan.yaml", "--policy", "policy.yaml"],
+        )
+    };
+    let tools = with_policy("tools");
+    assert_eq!(tools.code, 2, "{}{}", tools.stdout, tools.stderr);
+    let line = tools
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("shout "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("refused: requires process"),
+        "{}",
+        tools.stdout
+    );
+    assert_eq!(with_policy("validate").code, 2);
+    assert_eq!(with_policy("run").code, 2);
+    let plain = crate::pagantic_in(dir.path(), &["tools", "plan.yaml"]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    assert!(
+        plain.stdout.trim_end().ends_with("available"),
+        "{}",
+        plain.stdout
+    );
+}

@@ -49,11 +49,10 @@ impl Checker<'_> {
         else {
             return;
         };
-        let missing: Vec<&str> = tool
-            .access()
-            .required(&tool.implied())
+        let missing: Vec<&str> = self
+            .policy
+            .missing_capabilities(tool)
             .into_iter()
-            .filter(|needed| !allowed.contains(needed))
             .map(Capability::name)
             .collect();
         if missing.is_empty() {
