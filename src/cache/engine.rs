@@ -96,6 +96,7 @@ impl CachedEngine {
                 timings: Timings {
                     prompt: duration(answer.prompt_ms),
                     completion: duration(answer.completion_ms),
+                    load: Duration::ZERO,
                 },
                 cache: CacheStatus::Hit {
                     original: duration(stored.duration_ms),
@@ -110,7 +111,13 @@ impl CachedEngine {
         self.cache.count(false, 0, 0.0);
         let started = Instant::now();
         let mut response = self.pass_through(request, sink).await?;
-        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        // What the answer took to make: not the model's load, nor a wait for its pace.
+        let duration_ms = started
+            .elapsed()
+            .saturating_sub(response.timings.load)
+            .saturating_sub(response.rate_limit.waited)
+            .as_secs_f64()
+            * 1000.0;
         let answer = StoredAnswer {
             text: response.text.clone(),
             tool_calls: response.tool_calls.clone(),

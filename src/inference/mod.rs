@@ -93,6 +93,11 @@ pub struct Timings {
     pub prompt: Duration,
     /// Generating the answer (decode).
     pub completion: Duration,
+    /// Waiting for the model to load before the call could start (a local model's first call,
+    /// or a call that came while another loaded it): not the call's own time, so its duration
+    /// and rate leave it out.
+    #[serde(skip_serializing_if = "Duration::is_zero")]
+    pub load: Duration,
 }
 
 /// What a model answered.

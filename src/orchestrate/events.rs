@@ -84,6 +84,14 @@ pub enum EventData {
     },
     /// A step did not run.
     StepSkipped(SkipReason),
+    /// A model was loaded (a local model's file read) before a call could run, for
+    /// `duration_ms`: the load's own time, left out of the call's `duration_ms` and rate. A
+    /// child of the call's span.
+    ModelLoad {
+        model: String,
+        engine: &'static str,
+        duration_ms: f64,
+    },
     /// A model call.
     Inference {
         model: String,
@@ -95,9 +103,14 @@ pub enum EventData {
         #[serde(skip_serializing_if = "Option::is_none")]
         tokens_per_second: Option<f64>,
         /// What the call waited for its model's rate limit (or a server's `Retry-After`), in
-        /// milliseconds: not part of `duration_ms`. Absent when it did not wait.
+        /// milliseconds (at most 2^32-1): not part of `duration_ms`. Absent when it did not wait.
         #[serde(skip_serializing_if = "Option::is_none")]
-        rate_limit_wait_ms: Option<u64>,
+        rate_limit_wait_ms: Option<u32>,
+        /// What the call waited for its model to load (a local model's first call), in
+        /// milliseconds: not part of `duration_ms` nor of `tokens_per_second` (the load has its
+        /// own `model_load` event). Absent when it did not wait.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model_load_ms: Option<u32>,
         /// The most tokens one call of the model may hold, when its engine knows.
         #[serde(skip_serializing_if = "Option::is_none")]
         context_window: Option<u64>,
@@ -207,6 +220,7 @@ impl EventData {
             usage: TokenUsage::default(),
             tokens_per_second: None,
             rate_limit_wait_ms: None,
+            model_load_ms: None,
             context_window: None,
             call,
             sent,
@@ -579,6 +593,7 @@ mod tests {
             usage: TokenUsage::default(),
             tokens_per_second: None,
             rate_limit_wait_ms: None,
+            model_load_ms: None,
             context_window: None,
             call,
             sent,

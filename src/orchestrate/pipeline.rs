@@ -214,6 +214,32 @@ impl StepContext {
         }
     }
 
+    /// A replay's miss names its step: where the prompt (or what fed it) changed.
+    fn named_miss(&self, failure: Failure) -> Failure {
+        match failure.code {
+            FailureCode::CacheMiss => Failure {
+                message: format!("step `{}`: {}", self.step, failure.message),
+                ..failure
+            },
+            _ => failure,
+        }
+    }
+
+    /// When a model call first waited `load` for its model to load: the `model_load` event, a
+    /// child of the call's `span`, and the wait for the call's own event.
+    fn loaded(&self, info: &ModelInfo, load: Duration, span: SpanId) -> Option<u32> {
+        if !load.is_zero() {
+            let data = EventData::ModelLoad {
+                model: info.name.clone(),
+                engine: info.engine,
+                duration_ms: load.as_secs_f64() * 1000.0,
+            };
+            self.events
+                .emit(Some(&self.step), self.events.new_span(), Some(span), data);
+        }
+        whole_millis(load)
+    }
+
     async fn call_model(
         &self,
         engine: &dyn Engine,
@@ -255,20 +281,18 @@ impl StepContext {
             None => engine.infer(request).await,
         };
         cut_off.disarm();
-        // A replay's miss names its step: where the prompt (or what fed it) changed.
-        let answered = answered.map_err(|failure| match failure.code {
-            FailureCode::CacheMiss => Failure {
-                message: format!("step `{}`: {}", self.step, failure.message),
-                ..failure
-            },
-            _ => failure,
-        });
-        // The call's own time: what it waited for the model's rate limit is reported apart.
-        let rate_limit = answered.as_ref().map(|r| r.rate_limit).unwrap_or_default();
-        let own_time = started.elapsed().saturating_sub(rate_limit.waited);
+        let answered = answered.map_err(|failure| self.named_miss(failure));
+        // The call's own time: what it waited for the model's rate limit, and for the model to
+        // load, is reported apart.
+        let (rate_limit, load) = answered
+            .as_ref()
+            .map(|r| (r.rate_limit, r.timings.load))
+            .unwrap_or_default();
+        let own_time = started
+            .elapsed()
+            .saturating_sub(rate_limit.waited.saturating_add(load));
         let duration_ms = own_time.as_secs_f64() * 1000.0;
-        let rate_limit_wait_ms = (!rate_limit.waited.is_zero())
-            .then(|| u64::try_from(rate_limit.waited.as_millis()).unwrap_or(u64::MAX));
+        let model_load_ms = self.loaded(&info, load, span);
         // A call the engine failed is a model call too: its event says why.
         let (mut finish_reason, mut content) = (None, None);
         let (usage, cost, cache, read, error) = match answered {
@@ -312,7 +336,8 @@ impl StepContext {
             duration_ms,
             usage,
             tokens_per_second,
-            rate_limit_wait_ms,
+            rate_limit_wait_ms: whole_millis(rate_limit.waited),
+            model_load_ms,
             // Asked again now: a local model knows its file's only once a call has loaded it.
             context_window: engine.model_info().context_window,
             call,
@@ -332,6 +357,11 @@ impl StepContext {
         }
         read.map(|response| (response, span))
     }
+}
+
+/// A wait in whole milliseconds (saturating), for an event; None when there was none.
+fn whole_millis(wait: Duration) -> Option<u32> {
+    (!wait.is_zero()).then(|| u32::try_from(wait.as_millis()).unwrap_or(u32::MAX))
 }
 
 /// What `request` sends, as its `inference` event records it (before the engine answers).
@@ -445,6 +475,65 @@ mod tests {
             temperature: Some(0.3),
             ..Request::default()
         }
+    }
+
+    /// An engine whose every call first waits `LOAD` for its model to load, and says so.
+    struct Loading;
+
+    const LOAD: Duration = Duration::from_millis(50);
+
+    impl Engine for Loading {
+        fn infer(&self, _request: Request) -> crate::inference::EngineFuture<'_> {
+            Box::pin(async {
+                tokio::time::sleep(LOAD).await;
+                let mut response = Response {
+                    text: "loaded".into(),
+                    ..Response::default()
+                };
+                response.usage.completion_tokens = 10;
+                response.timings.load = LOAD;
+                Ok(response)
+            })
+        }
+
+        fn model_info(&self) -> ModelInfo {
+            ModelInfo {
+                name: "local".into(),
+                engine: "mistralrs",
+                constrained_decoding: true,
+                price: None,
+                context_window: None,
+            }
+        }
+    }
+
+    /// A call that first waited for its model to load reports the load apart: a `model_load`
+    /// event, `model_load_ms` on its own event, and a `duration_ms` (and so a rate) without it.
+    #[tokio::test]
+    async fn a_model_s_load_is_reported_apart_from_the_call() {
+        let events = Events::recording();
+        let ctx = context(&events, None);
+        let started = Instant::now();
+        ctx.infer(&Loading, request("go"), None, CallKind::Attempt(1))
+            .await
+            .expect("an answer");
+        let took = started.elapsed().as_secs_f64() * 1000.0;
+        let lines: Vec<Value> = events
+            .recorded()
+            .into_iter()
+            .map(|event| serde_json::to_value(event).expect("json"))
+            .collect();
+        assert_eq!(lines[0]["kind"], "model_load", "{lines:?}");
+        assert_eq!(lines[0]["data"]["duration_ms"], 50.0);
+        let call = &lines[1]["data"];
+        assert_eq!(call["model_load_ms"], 50, "{call}");
+        let own = call["duration_ms"].as_f64().expect("a duration");
+        assert!(
+            own + 50.0 <= took,
+            "the load is not the call's: {own} of {took}"
+        );
+        let rate = call["tokens_per_second"].as_f64().expect("a rate");
+        assert!((rate * own / 1000.0 - 10.0).abs() < 1e-6, "{call}");
     }
 
     #[tokio::test]

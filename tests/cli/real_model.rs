@@ -141,11 +141,32 @@ fn the_local_model_routes_a_catalog_question_in_two_calls() {
             .is_some_and(|answer| !answer.trim().is_empty()),
         "{record}"
     );
-    let calls = events_in(&events_file)
+    let events = events_in(&events_file);
+    let calls: Vec<&Value> = events
         .iter()
         .filter(|event| event["kind"] == "inference")
-        .count();
-    assert_eq!(calls, 2, "exactly two model calls");
+        .collect();
+    assert_eq!(calls.len(), 2, "exactly two model calls");
+    // The model's load is reported apart from the first call, and kept out of its rate.
+    let loads: Vec<&Value> = events
+        .iter()
+        .filter(|event| event["kind"] == "model_load")
+        .collect();
+    assert_eq!(loads.len(), 1, "one load: {loads:?}");
+    let first = &calls[0]["data"];
+    assert!(
+        first["model_load_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{first}"
+    );
+    assert!(calls[1]["data"].get("model_load_ms").is_none());
+    let (own_ms, tokens) = (
+        first["duration_ms"].as_f64().unwrap_or_default(),
+        first["usage"]["completion_tokens"]
+            .as_f64()
+            .unwrap_or_default(),
+    );
+    let rate = first["tokens_per_second"].as_f64().unwrap_or_default();
+    assert!((rate * own_ms / 1000.0 - tokens).abs() < 1e-6, "{first}");
 }
 
 #[test]

@@ -214,8 +214,8 @@ impl OpenAiEngine {
         let mut response = answered?;
         response.rate_limit = rate_limit;
         response.timings = Timings {
-            prompt: Duration::ZERO,
             completion: started.elapsed().saturating_sub(rate_limit.waited),
+            ..Timings::default()
         };
         Ok(response)
     }

@@ -792,6 +792,7 @@ mod tests {
             },
             tokens_per_second: None,
             rate_limit_wait_ms: None,
+            model_load_ms: None,
             context_window: None,
             call: CallKind::Round(1),
             sent: Sent {

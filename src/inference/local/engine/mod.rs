@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use mistralrs::core::{
     AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
@@ -105,23 +106,30 @@ pub fn missing_local_engine(_model: &str) -> Option<Failure> {
     None
 }
 
-/// Runs `request` on `model`, loading its file first if needed.
+/// Runs `request` on `model`, loading its file first if needed. A call that waited for the load
+/// (the first of the process, or one that came while another loaded it) says how long in its
+/// timings' `load`, so the caller keeps it out of the call's own duration and rate.
 pub(super) fn infer(model: &LocalModel, request: Request) -> EngineFuture<'_> {
     Box::pin(async move {
-        let engine = model.engine(&request.context.clock).await?;
-        engine.infer(request).await
+        let (engine, load) = model.engine(&request.context.clock).await?;
+        let mut response = engine.infer(request).await?;
+        response.timings.load = load;
+        Ok(response)
     })
 }
 
-/// Runs `request` on `model` streamed to `sink`, loading its file first if needed.
+/// Runs `request` on `model` streamed to `sink`, loading its file first if needed (its wait
+/// for the load said as [`infer`] says it).
 pub(super) fn infer_streaming(
     model: &LocalModel,
     request: Request,
     sink: TokenSink,
 ) -> EngineFuture<'_> {
     Box::pin(async move {
-        let engine = model.engine(&request.context.clock).await?;
-        engine.infer_streaming(request, sink).await
+        let (engine, load) = model.engine(&request.context.clock).await?;
+        let mut response = engine.infer_streaming(request, sink).await?;
+        response.timings.load = load;
+        Ok(response)
     })
 }
 
@@ -484,21 +492,23 @@ impl Engine for LocalEngine {
 }
 
 impl LocalModel {
-    /// The loaded file with this model's settings (loading it on first use).
+    /// The loaded file with this model's settings (loading it on first use), and how long this
+    /// caller waited for the load (zero once it is loaded).
     ///
     /// The load runs in a task of its own: a caller that gives up (a step past its timeout, a
     /// cancelled run) does not abort it half-way, and the next caller waits for that same load
     /// instead of starting the file over. The wait is off the calling step's clock: loading (and
     /// pulling, on a fresh machine) is not charged to the step's timeout: it is off `clock`, the
     /// calling step's.
-    async fn engine(&self, clock: &StepClock) -> Result<LocalEngine, Failure> {
-        let weights = match self.load.shared.get() {
-            Some(loaded) => loaded.clone()?,
+    async fn engine(&self, clock: &StepClock) -> Result<(LocalEngine, Duration), Failure> {
+        let started = std::time::Instant::now();
+        let (weights, waited) = match self.load.shared.get() {
+            Some(loaded) => (loaded.clone()?, Duration::ZERO),
             None => {
                 let cell = Arc::clone(&self.load.shared);
                 let (source, max_batch) = (self.source.clone(), self.settings.max_batch);
                 let notice = Arc::clone(&self.load.notice);
-                clock
+                let weights = clock
                     .off(tokio::spawn(async move {
                         cell.get_or_init(|| load(source, max_batch, notice))
                             .await
@@ -507,13 +517,15 @@ impl LocalModel {
                     .await
                     .map_err(|e| {
                         Failure::new(FailureCode::InferenceModelUnavailable, e.to_string())
-                    })??
+                    })??;
+                (weights, started.elapsed())
             }
         };
-        Ok(LocalEngine {
+        let engine = LocalEngine {
             weights,
             settings: self.settings.clone(),
-        })
+        };
+        Ok((engine, waited))
     }
 }
 

@@ -130,6 +130,7 @@ fn usage_and_timings(usage: &mistralrs::Usage) -> (TokenUsage, Timings) {
     let timings = Timings {
         prompt: engine_seconds(usage.total_prompt_time_sec),
         completion: engine_seconds(usage.total_completion_time_sec),
+        ..Timings::default()
     };
     (usage_tokens, timings)
 }
