@@ -307,9 +307,11 @@ impl Recorder {
         })
     }
 
-    /// Keeps the entry under `key` for the record (a tool result only with `--record-tools`).
+    /// Keeps the entry under `key` for the record (a tool result only with `--record-tools`;
+    /// never a server's negotiated dialect, which is what one machine learned of one server, not
+    /// an answer to replay).
     pub fn note(&self, key: Key, stored: &Stored) {
-        if stored.kind == "tool" && !self.tools {
+        if (stored.kind == "tool" && !self.tools) || stored.kind == "negotiated" {
             return;
         }
         if let Ok(mut entries) = self.entries.lock() {

@@ -114,6 +114,19 @@ pub struct Imported {
     pub failed: u64,
 }
 
+/// A negotiated dialect's entry as `stats` lists it; None for one of another layout.
+fn negotiated_stats(value: &str) -> Option<NegotiatedStats> {
+    let value: serde_json::Value = serde_json::from_str(value).ok()?;
+    let text = |field: &str| value.get(field)?.as_str().map(str::to_string);
+    Some(NegotiatedStats {
+        base_url: text("base_url")?,
+        model: text("model")?,
+        remembered: text("remembered"),
+        pending: text("pending"),
+        expires_at_s: value.get("expires_at_s")?.as_u64()?,
+    })
+}
+
 /// A count (tokens, hits, a size) as the database holds it: SQLite's INTEGER is 64-bit signed,
 /// so a count past it (a server's 2^64-1 tokens) is stored as the largest it holds.
 fn stored_count(count: u64) -> i64 {
@@ -173,6 +186,23 @@ pub struct KindStats {
     pub bytes: u64,
 }
 
+/// A server's dialect an `openai` model negotiated and keeps (an entry of kind `negotiated`),
+/// as `stats` shows it: the fields its engine writes in words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NegotiatedStats {
+    pub base_url: String,
+    pub model: String,
+    /// What the next run starts from (confirmed by a 4xx or a refusal that came again).
+    pub remembered: Option<String>,
+    /// What one refusal taught and none has confirmed yet (not started from).
+    pub pending: Option<String>,
+    /// When it stops being recalled, in Unix seconds.
+    pub expires_at_s: u64,
+}
+
+/// Most negotiated dialects `stats` lists.
+const NEGOTIATED_LISTED: u32 = 100;
+
 /// What `pagantic cache stats` shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CacheStats {
@@ -180,6 +210,8 @@ pub struct CacheStats {
     /// The database's files on disk (with its write-ahead log).
     pub file_bytes: u64,
     pub kinds: Vec<KindStats>,
+    /// The servers' dialects kept, at most [`NEGOTIATED_LISTED`].
+    pub negotiated: Vec<NegotiatedStats>,
     /// The runs counted in `recent` (the latest, at most [`RECENT_RUNS`]).
     pub recent_runs: u64,
     /// Their hits, misses and savings together.
@@ -667,6 +699,11 @@ impl Database {
                 ))
             },
         )?;
+        let negotiated = reader
+            .prepare("SELECT value FROM entries WHERE kind = 'negotiated' LIMIT ?1")?
+            .query_map([NEGOTIATED_LISTED], |row| row.get::<_, String>(0))?
+            .filter_map(|value| negotiated_stats(&value.ok()?))
+            .collect();
         let file_bytes = ["", "-wal"]
             .iter()
             .filter_map(|suffix| {
@@ -679,6 +716,7 @@ impl Database {
             path: self.path.clone(),
             file_bytes,
             kinds,
+            negotiated,
             recent_runs,
             recent: RunStats {
                 hits: hits as u64,

@@ -3,10 +3,12 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
 
 use crate::cache::{self, CacheError, CacheStats, CallCache, Entry, Imported};
 use crate::core::duration::{DurationSpec, LONGEST};
-use crate::core::{Failure, FailureCode};
+use crate::core::text::terminal_safe;
+use crate::core::{Failure, FailureCode, Timestamp};
 
 use super::EXIT_OK;
 use super::common::{Outcome, invalid};
@@ -221,6 +223,29 @@ fn describe(stats: &CacheStats) -> String {
             kind.entries,
             kind.bytes as f64 / 1e6
         ));
+    }
+    for server in &stats.negotiated {
+        let expires = Timestamp::at(
+            UNIX_EPOCH + Duration::from_secs(server.expires_at_s.min(LONGEST.as_secs())),
+        );
+        let mut said = Vec::new();
+        if let Some(remembered) = &server.remembered {
+            said.push(format!("remembered: {remembered}"));
+        }
+        if let Some(pending) = &server.pending {
+            said.push(format!(
+                "unconfirmed (not used until the server refuses again): {pending}"
+            ));
+        }
+        lines.push(
+            terminal_safe(&format!(
+                "negotiated with {} for model `{}`: {} (until {expires})",
+                server.base_url,
+                server.model,
+                said.join("; ")
+            ))
+            .into_owned(),
+        );
     }
     let recent = &stats.recent;
     let asked = recent.hits + recent.misses;

@@ -623,3 +623,45 @@ fn tools_shows_a_server_s_text_escaped() {
         listed.stdout
     );
 }
+
+/// One 500 whose text happens to name `tools` disables tool calls for the rest of that process,
+/// but is not remembered: the next process (sharing the call cache) sends its tools again.
+#[test]
+fn a_passing_server_error_naming_tools_is_not_remembered() {
+    let server = Stub::start(|n, _, _| match n {
+        0 => Answer::json(500, r#"{"error":{"message":"tools backend restarting"}}"#),
+        _ => Answer::json(200, &completion("done", "5")),
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base_url = format!("http://127.0.0.1:{}/v1", server.port);
+    std::fs::write(
+        dir.path().join("plan.yaml"),
+        format!(
+            "version: 1\nname: agent\nmodels:\n  remote: {{ kind: openai, base_url: \"{base_url}\", model: served }}\ntools:\n  calc: {{ kind: builtin, builtin: calculator }}\nsteps:\n  - {{ name: ask, type: agent, model: remote, template: \"What is 2+2?\", tools: [calc] }}\n"
+        ),
+    )
+    .expect("plan written");
+    let cache = dir.path().join("cache");
+    let args = [
+        "run",
+        "plan.yaml",
+        "--cache",
+        cache.to_str().expect("utf-8 path"),
+    ];
+    let first = run_in(dir.path(), &args, &[]);
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    assert!(
+        first.stderr.contains("INFERENCE_REQUEST_REFUSED"),
+        "{}",
+        first.stderr
+    );
+    let second = run_in(dir.path(), &args, &[]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    assert!(
+        bodies[1]["tools"].is_array(),
+        "tools sent again: {}",
+        bodies[1]
+    );
+}

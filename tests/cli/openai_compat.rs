@@ -196,8 +196,10 @@ fn tgi_s_dialect_is_learned_or_named() {
 }
 
 /// llama-cpp-python's server refuses a `json_schema` response format (HTTP 500 naming it): the
-/// first run pays one refused request before asking with `json_object`; the second run, sharing
-/// the call cache's store, asks with `json_object` at once.
+/// first run pays one refused request before asking with `json_object`. A 500 may be a passing
+/// failure, so the second run, sharing the call cache's store, asks with `json_schema` again;
+/// its refusal confirms what the first learned, and the third run asks with `json_object` at
+/// once. `cache stats` shows what is kept, unconfirmed and then remembered.
 #[test]
 fn the_negotiated_mode_is_remembered_across_runs() {
     let server = RuledServer::start(|body| {
@@ -213,19 +215,36 @@ fn the_negotiated_mode_is_remembered_across_runs() {
     let dir = tempfile::tempdir().expect("temp dir");
     capital_plan(dir.path(), server.port, "");
     let cache = fresh_cache_dir();
+    let stats = || {
+        let cache_arg = cache.to_str().expect("utf-8 path");
+        let run = pagantic_with(dir.path(), &["cache", "stats", "--cache", cache_arg], &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stdout
+    };
     let (first, _) = ask_capital(dir.path(), "France", &cache);
     assert_eq!(first.code, 0, "{}", first.stderr);
     assert_eq!(server.requests().len(), 2, "a refusal, then json_object");
-    let (second, inference) = ask_capital(dir.path(), "Belgium", &cache);
+    let kept = stats();
+    assert!(
+        kept.contains(
+            "unconfirmed (not used until the server refuses again): schemas as `json_object`"
+        ),
+        "{kept}"
+    );
+    let (second, _) = ask_capital(dir.path(), "Spain", &cache);
     assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(server.requests().len(), 2, "one 500 is not taken for good");
+    assert!(stats().contains("remembered: schemas as `json_object`"));
+    let (third, inference) = ask_capital(dir.path(), "Belgium", &cache);
+    assert_eq!(third.code, 0, "{}", third.stderr);
     let requests = server.requests();
     assert_eq!(requests.len(), 1, "no refused first attempt: {requests:?}");
     assert_eq!(requests[0]["response_format"]["type"], "json_object");
     assert_eq!(inference[0]["data"]["schema_mode"], "json_object");
     assert!(
-        !second.stderr.contains("refused"),
+        !third.stderr.contains("refused"),
         "nothing to fall back from: {}",
-        second.stderr
+        third.stderr
     );
     let _ = std::fs::remove_dir_all(&cache);
 }

@@ -11,8 +11,16 @@
 //! `compat:` the engine starts from the common dialect and negotiates; what it learns is kept in
 //! the call cache's store (a [`Memo`]), keyed by the server's base URL and the model, so the next
 //! process starts where this one ended instead of paying the failed first attempts again.
+//!
+//! A server's word is not taken for good at once: a downgrade learned from a 4xx (the server
+//! saying the request is wrong) is remembered as confirmed, but one learned from a 5xx (which may
+//! be a passing failure whose text happens to name `tools`) only once the same refusal comes
+//! again — in this process, or in a later one that finds it kept unconfirmed. Only a confirmed
+//! dialect is recalled, and only for [`REMEMBERED_FOR`] after it was learned; `pagantic cache
+//! stats` lists what is kept.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -134,6 +142,35 @@ impl Compat {
 }
 
 impl Dialect {
+    /// What differs from the common dialect, in words (`pagantic cache stats` shows it).
+    pub(super) fn described(&self) -> String {
+        let common = Dialect::default();
+        let mut differences = Vec::new();
+        if self.schema_mode != common.schema_mode {
+            differences.push(format!("schemas as `{}`", self.schema_mode.name()));
+        }
+        if self.schema_shape != common.schema_shape {
+            differences.push("schemas in Text Generation Inference's shape".to_string());
+        }
+        if !self.json_object {
+            differences.push("no `json_object`".to_string());
+        }
+        if self.tokens_field != common.tokens_field {
+            differences.push(format!("`{}`", self.tokens_field.name()));
+        }
+        if !self.stream_tools {
+            differences.push("tool calls not streamed".to_string());
+        }
+        if !self.tools {
+            differences.push("no `tools`".to_string());
+        }
+        if differences.is_empty() {
+            "the common dialect".to_string()
+        } else {
+            differences.join(", ")
+        }
+    }
+
     /// The mode to try after `mode` was refused, if any is left.
     pub(super) fn fallback_after(&self, mode: SchemaMode) -> Option<SchemaMode> {
         match mode {
@@ -150,6 +187,9 @@ impl Dialect {
 pub(super) struct Remembered {
     memo: Arc<dyn Memo>,
     key: [u8; 32],
+    /// The server (its URL without credentials) and the model, written into the entry.
+    base_url: String,
+    model: String,
 }
 
 impl std::fmt::Debug for Remembered {
@@ -161,6 +201,36 @@ impl std::fmt::Debug for Remembered {
 /// The kind of entry a remembered dialect is in the store.
 const NEGOTIATED_KIND: &str = "negotiated";
 
+/// How long a confirmed dialect is recalled after it was learned (a server is upgraded, a
+/// proxy moved): a week.
+pub(super) const REMEMBERED_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A remembered dialect as the store keeps it; the fields in words are what `pagantic cache
+/// stats` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Record {
+    base_url: String,
+    model: String,
+    /// The dialect confirmed (a 4xx, or a refusal that came again): what the next process
+    /// starts from.
+    confirmed: Option<Dialect>,
+    /// A dialect learned from one 5xx, not confirmed yet: a later process that meets the same
+    /// refusal confirms it.
+    unconfirmed: Option<Dialect>,
+    /// `confirmed` and `unconfirmed` in words.
+    remembered: Option<String>,
+    pending: Option<String>,
+    /// When the entry stops being recalled, in Unix seconds.
+    expires_at_s: u64,
+}
+
+/// Seconds since the Unix epoch.
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
 impl Remembered {
     pub(super) fn new(memo: Arc<dyn Memo>, base_url: &str, model: &str) -> Self {
         let mut hash = Sha256::new();
@@ -171,18 +241,49 @@ impl Remembered {
         Remembered {
             memo,
             key: hash.finalize().into(),
+            base_url: crate::core::secret::without_credentials(base_url),
+            model: model.to_string(),
         }
     }
 
-    /// The dialect an earlier run negotiated, if one did (and it still reads).
-    pub(super) fn recall(&self) -> Option<Dialect> {
-        serde_json::from_str(&self.memo.recall(self.key)?).ok()
+    /// The entry as it stands, when there is one of this layout that has not expired (an entry
+    /// of an earlier layout was remembered without confirmation, and is not read).
+    fn record(&self) -> Option<Record> {
+        let record: Record = serde_json::from_str(&self.memo.recall(self.key)?).ok()?;
+        (record.expires_at_s > now_s()).then_some(record)
     }
 
-    pub(super) fn keep(&self, dialect: &Dialect) {
-        if let Ok(value) = serde_json::to_string(dialect) {
+    /// The dialect an earlier run negotiated and confirmed, if one did and it has not expired.
+    pub(super) fn recall(&self) -> Option<Dialect> {
+        self.record()?.confirmed
+    }
+
+    /// Keeps `dialect` for later runs: as confirmed, or as learned from one passing-looking
+    /// refusal — which an earlier run's unconfirmed entry of the same dialect confirms. Whether
+    /// it was confirmed.
+    pub(super) fn keep(&self, dialect: &Dialect, confirmed: bool) -> bool {
+        let before = self.record();
+        let confirmed = confirmed
+            || before
+                .as_ref()
+                .is_some_and(|record| record.unconfirmed == Some(*dialect));
+        let (confirmed_dialect, unconfirmed) = match confirmed {
+            true => (Some(*dialect), None),
+            false => (before.and_then(|record| record.confirmed), Some(*dialect)),
+        };
+        let record = Record {
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+            remembered: confirmed_dialect.as_ref().map(Dialect::described),
+            pending: unconfirmed.as_ref().map(Dialect::described),
+            confirmed: confirmed_dialect,
+            unconfirmed,
+            expires_at_s: now_s().saturating_add(REMEMBERED_FOR.as_secs()),
+        };
+        if let Ok(value) = serde_json::to_string(&record) {
             self.memo.remember(NEGOTIATED_KIND, self.key, value);
         }
+        confirmed
     }
 }
 

@@ -71,6 +71,7 @@ impl OpenAiEngine {
                 retry: Retry::Never,
                 refused: Some(refused),
                 lesson,
+                from_the_request: status.is_client_error(),
             };
         }
         let retry = match status {
@@ -84,6 +85,7 @@ impl OpenAiEngine {
             retry,
             refused: None,
             lesson,
+            from_the_request: status.is_client_error(),
         }
     }
 
@@ -185,6 +187,9 @@ pub(super) struct AttemptError {
     pub(super) refused: Option<Refused>,
     /// What the error teaches about the server's dialect, when it says how to ask instead.
     pub(super) lesson: Option<Lesson>,
+    /// Whether the server said the request itself is wrong (a 4xx), rather than failed (a 5xx,
+    /// which may pass): what it teaches is remembered at once only then.
+    pub(super) from_the_request: bool,
 }
 
 impl AttemptError {
@@ -195,6 +200,7 @@ impl AttemptError {
             retry: Retry::Never,
             refused: None,
             lesson: None,
+            from_the_request: false,
         }
     }
 }

@@ -147,6 +147,9 @@ pub struct OpenAiEngine {
     remembered: Option<Remembered>,
     /// Whether the notice has said that the server ignored a schema (it says so once).
     said_ignored: AtomicBool,
+    /// How many times the server refused each part of a request (by the part's field), so a
+    /// refusal that comes again confirms what it taught.
+    refusals: Mutex<Vec<(&'static str, u32)>>,
     /// The model's pace, shared by every request.
     limiter: Limiter,
     /// The API key and `base_url`'s credentials: masked in every failure and notice.
@@ -200,6 +203,7 @@ impl OpenAiEngine {
             dialect: Mutex::new(dialect),
             remembered,
             said_ignored: AtomicBool::new(false),
+            refusals: Mutex::new(Vec::new()),
         })
     }
 
@@ -258,6 +262,7 @@ impl OpenAiEngine {
             if let Some(lesson) = error.lesson.filter(|_| lessons < MAX_LESSONS) {
                 lessons = lessons.saturating_add(1);
                 let learned = self.learn(lesson, &error.failure);
+                self.remember(lesson.described(), error.from_the_request);
                 if learned != dialect {
                     dialect = learned;
                     continue;
@@ -269,10 +274,12 @@ impl OpenAiEngine {
             ) {
                 (Some(Refused::ResponseFormat), Some(next)) => {
                     self.settle(mode.unwrap_or(next), next, &error.failure);
+                    self.remember(Refused::ResponseFormat.field(), error.from_the_request);
                     mode = Some(next);
                 }
                 (Some(Refused::Tools), _) => {
                     self.update(|dialect| dialect.tools = false);
+                    self.remember(Refused::Tools.field(), error.from_the_request);
                     return Err(error.failure);
                 }
                 _ => return Err(error.failure),
@@ -329,18 +336,35 @@ impl OpenAiEngine {
         *self.dialect.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Changes the dialect with `change`, keeps it for later runs when it changed, and returns
-    /// it.
+    /// Changes the dialect with `change` for the rest of the process, and returns it.
     fn update(&self, change: impl FnOnce(&mut Dialect)) -> Dialect {
         let mut dialect = self.dialect.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = *dialect;
         change(&mut dialect);
-        if *dialect != before
-            && let Some(remembered) = &self.remembered
-        {
-            remembered.keep(&dialect);
-        }
         *dialect
+    }
+
+    /// Keeps the dialect as it stands for later runs, after the server refused `part` (or
+    /// taught the lesson it names): confirmed when the refusal was about the request (a 4xx),
+    /// or when the same refusal came before, in this process or in an earlier one; otherwise
+    /// kept unconfirmed, which the next process does not start from.
+    fn remember(&self, part: &'static str, from_the_request: bool) {
+        let Some(remembered) = &self.remembered else {
+            return;
+        };
+        let seen = {
+            let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+            match refusals.iter_mut().find(|(refused, _)| *refused == part) {
+                Some((_, count)) => {
+                    *count = count.saturating_add(1);
+                    *count
+                }
+                None => {
+                    refusals.push((part, 1));
+                    1
+                }
+            }
+        };
+        remembered.keep(&self.dialect(), from_the_request || seen > 1);
     }
 
     /// Applies what an error taught, saying so when it changed anything; the dialect after.
@@ -513,6 +537,7 @@ impl OpenAiEngine {
             failure: self.transport_failure(&err),
             refused: None,
             lesson: None,
+            from_the_request: false,
         })?;
         if response.status().is_success() {
             return Ok(response);

@@ -223,28 +223,32 @@ async fn ollama_is_asked_for_tool_calls_without_streaming() {
     assert_eq!(bodies[1]["stream"], true);
 }
 
-/// What one engine negotiated is where the next engine of the same server and model starts
-/// (the next run, through the call cache's store); another model starts afresh, and a named
-/// dialect neither reads nor writes the store.
+/// An engine that remembers what it negotiates with the stub in `kept`, as model `model`.
+fn remembering(stub: &Stub, kept: &Arc<Kept>, model: &str) -> OpenAiEngine {
+    let memo = Arc::clone(kept) as Arc<dyn Memo>;
+    let model = model.to_string();
+    engine_with(stub, move |config| {
+        config.memo = Some(memo);
+        config.model = model;
+    })
+}
+
+/// What one engine negotiated from a 4xx (the server saying the request is wrong) is where the
+/// next engine of the same server and model starts (the next run, through the call cache's
+/// store); another model starts afresh, and a named dialect neither reads nor writes the store.
 #[tokio::test]
 async fn a_negotiated_dialect_is_remembered_for_the_next_engine() {
+    let refusal =
+        json!({ "error": { "message": "'response_format' of type json_schema is not supported" } });
     let stub = Stub::start(vec![
-        Reply::text(500, LLAMA_CPP_PYTHON_REFUSAL),
+        Reply::json(400, refusal),
         Reply::json(200, answer(json!("{\"city\": \"Paris\"}"))),
         Reply::json(200, answer(json!("{\"city\": \"Rome\"}"))),
         Reply::json(200, answer(json!("{\"city\": \"Oslo\"}"))),
     ])
     .await;
     let kept = Arc::new(Kept::default());
-    let remembering = |model: &str| {
-        let memo = Arc::clone(&kept) as Arc<dyn Memo>;
-        let model = model.to_string();
-        engine_with(&stub, move |config| {
-            config.memo = Some(memo);
-            config.model = model;
-        })
-    };
-    remembering("test-model")
+    remembering(&stub, &kept, "test-model")
         .infer(ask_city())
         .await
         .expect("an answer");
@@ -254,13 +258,14 @@ async fn a_negotiated_dialect_is_remembered_for_the_next_engine() {
         let (kind, value) = kept.values().next().expect("an entry");
         assert_eq!(kind, "negotiated");
         assert!(value.contains("\"schema_mode\":\"json_object\""), "{value}");
+        assert!(value.contains("\"unconfirmed\":null"), "{value}");
     }
-    let next = remembering("test-model")
+    let next = remembering(&stub, &kept, "test-model")
         .infer(ask_city())
         .await
         .expect("an answer");
     assert_eq!(next.schema_mode, Some(SchemaMode::JsonObject));
-    remembering("other-model")
+    remembering(&stub, &kept, "other-model")
         .infer(ask_city())
         .await
         .expect("an answer");
@@ -274,5 +279,39 @@ async fn a_negotiated_dialect_is_remembered_for_the_next_engine() {
             json!("json_schema")
         ],
         "the next engine skips the refused first attempt; another model does not"
+    );
+}
+
+/// A refusal in a 5xx may be a passing failure whose text happens to name a field: the next
+/// engine does not start from what it taught until the same refusal comes again (here, in the
+/// next engine), which confirms it for the one after.
+#[tokio::test]
+async fn a_refusal_in_a_server_error_is_remembered_once_it_comes_again() {
+    let stub = Stub::start(vec![
+        Reply::text(500, LLAMA_CPP_PYTHON_REFUSAL),
+        Reply::json(200, answer(json!("{\"city\": \"Paris\"}"))),
+        Reply::text(500, LLAMA_CPP_PYTHON_REFUSAL),
+        Reply::json(200, answer(json!("{\"city\": \"Rome\"}"))),
+        Reply::json(200, answer(json!("{\"city\": \"Oslo\"}"))),
+    ])
+    .await;
+    let kept = Arc::new(Kept::default());
+    for _ in 0..3 {
+        let answered = remembering(&stub, &kept, "test-model")
+            .infer(ask_city())
+            .await
+            .expect("an answer");
+        assert_eq!(answered.schema_mode, Some(SchemaMode::JsonObject));
+    }
+    assert_eq!(
+        format_types(&stub),
+        [
+            json!("json_schema"),
+            json!("json_object"),
+            json!("json_schema"),
+            json!("json_object"),
+            json!("json_object")
+        ],
+        "the second engine pays the refusal again; the third does not"
     );
 }
