@@ -1,14 +1,17 @@
 //! Batch output: append-only JSON Lines, one line per row, each written whole and flushed as soon
 //! as its row finishes — so a crash (even SIGKILL) loses at most the rows in flight — and the
-//! bookkeeping `--resume` needs: which rows an earlier run already wrote.
+//! bookkeeping `--resume` needs: which rows an earlier run already wrote, read as a stream with
+//! every line bounded, like any file a user is handed.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::input::bounded_lines;
+use super::merge::MAX_LINE_BYTES;
 use crate::core::{Failure, FailureCode};
 
 fn output_failure(path: &Path, e: impl std::fmt::Display) -> Failure {
@@ -61,9 +64,11 @@ pub struct Previous {
 }
 
 /// Opens `path` for appending. With `resume`, first reads which rows it holds (dropping a cut
-/// last line, the rows that failed retryably, and with `retry_errors` every failed row,
-/// rewriting the file atomically); without
-/// it, an existing non-empty file is an error rather than something silently overwritten.
+/// last line, a line past [`MAX_LINE_BYTES`](super::merge::MAX_LINE_BYTES) or not UTF-8, the rows
+/// that failed retryably, and with `retry_errors` every failed row, rewriting the file
+/// atomically); without it, an existing non-empty file is an error rather than something
+/// silently overwritten. The file is read as a stream, twice when lines are dropped: memory holds
+/// one line and the ids, never the file.
 pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Previous), Failure> {
     let mut previous = Previous::default();
     if path.exists() && std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) > 0 {
@@ -74,48 +79,22 @@ pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Prev
             )
             .with_help("use --resume to skip the rows it holds, or choose another --out"));
         }
-        let reader = BufReader::new(File::open(path).map_err(|e| output_failure(path, e))?);
-        // A line is written whole with its newline; a last line without one was cut by a
-        // kill, even when what was written parses, and its row runs again.
-        let complete_end = ends_with_newline(path).map_err(|e| output_failure(path, e))?;
-        let mut kept = Vec::new();
-        let mut lines = reader.split(b'\n').peekable();
-        while let Some(line) = lines.next() {
-            let line = line.map_err(|e| output_failure(path, e))?;
-            let cut = lines.peek().is_none() && !complete_end;
-            let parsed: Option<Value> = if cut {
-                None
-            } else {
-                serde_json::from_slice(&line).ok()
-            };
-            match parsed {
-                Some(value) if !runs_again(&value, retry_errors) => {
+        for line in kept_lines(path, retry_errors)? {
+            match line {
+                Kept::Row(_, value) => {
                     if let Some(id) = value["row"].as_str() {
                         previous.done.insert(id.to_string());
                         if value["status"] != "ok" {
                             previous.failed.insert(id.to_string());
                         }
                     }
-                    kept.push(line);
                 }
-                _ if line.is_empty() => {}
-                _ => previous.dropped += 1,
+                Kept::Dropped => previous.dropped += 1,
+                Kept::Blank => {}
             }
         }
         if previous.dropped > 0 {
-            let temporary = path.with_extension("resume.tmp");
-            let mut rewritten =
-                File::create(&temporary).map_err(|e| output_failure(&temporary, e))?;
-            for line in &kept {
-                rewritten
-                    .write_all(line)
-                    .and_then(|()| rewritten.write_all(b"\n"))
-                    .map_err(|e| output_failure(&temporary, e))?;
-            }
-            rewritten
-                .sync_all()
-                .map_err(|e| output_failure(&temporary, e))?;
-            std::fs::rename(&temporary, path).map_err(|e| output_failure(path, e))?;
+            rewrite(path, retry_errors)?;
         }
     }
     let file = OpenOptions::new()
@@ -130,6 +109,59 @@ pub fn open(path: &Path, resume: bool, retry_errors: bool) -> Result<(Sink, Prev
         },
         previous,
     ))
+}
+
+/// A line of an output being resumed, as the resume takes it.
+enum Kept {
+    /// A row's line it keeps: its text and what it says.
+    Row(String, Value),
+    /// A line whose row runs again: cut, past the bound, not a row, or a failure to retry.
+    Dropped,
+    Blank,
+}
+
+/// The lines of the output at `path`, each as a resume takes it.
+fn kept_lines(path: &Path, retry_errors: bool) -> Result<impl Iterator<Item = Kept>, Failure> {
+    let file = File::open(path).map_err(|e| output_failure(path, e))?;
+    // A line is written whole with its newline; a last line without one was cut by a
+    // kill, even when what was written parses, and its row runs again.
+    let complete_end = ends_with_newline(path).map_err(|e| output_failure(path, e))?;
+    let mut lines = bounded_lines(Box::new(BufReader::new(file)), MAX_LINE_BYTES).peekable();
+    Ok(std::iter::from_fn(move || {
+        let line = lines.next()?;
+        let cut = lines.peek().is_none() && !complete_end;
+        let kept = match line {
+            Ok(line) if line.is_empty() => Kept::Blank,
+            Ok(line) if !cut => match serde_json::from_str::<Value>(&line) {
+                Ok(value) if !runs_again(&value, retry_errors) => Kept::Row(line, value),
+                _ => Kept::Dropped,
+            },
+            _ => Kept::Dropped,
+        };
+        Some(kept)
+    }))
+}
+
+/// Rewrites the output at `path` with only the lines a resume keeps, atomically.
+fn rewrite(path: &Path, retry_errors: bool) -> Result<(), Failure> {
+    let temporary = path.with_extension("resume.tmp");
+    let mut rewritten =
+        BufWriter::new(File::create(&temporary).map_err(|e| output_failure(&temporary, e))?);
+    for kept in kept_lines(path, retry_errors)? {
+        if let Kept::Row(line, _) = kept {
+            rewritten
+                .write_all(line.as_bytes())
+                .and_then(|()| rewritten.write_all(b"\n"))
+                .map_err(|e| output_failure(&temporary, e))?;
+        }
+    }
+    let rewritten = rewritten
+        .into_inner()
+        .map_err(|e| output_failure(&temporary, e))?;
+    rewritten
+        .sync_all()
+        .map_err(|e| output_failure(&temporary, e))?;
+    std::fs::rename(&temporary, path).map_err(|e| output_failure(path, e))
 }
 
 /// Whether a resume runs the row of this line again: when it failed retryably, or with
@@ -240,6 +272,29 @@ mod tests {
         assert_eq!(previous.failed, HashSet::from(["3".to_string()]));
         let kept = std::fs::read_to_string(&path).expect("read");
         assert!(!kept.contains("\"row\":\"2\""), "{kept}");
+    }
+
+    /// A line past the bound (one 80 MB line) is never held whole: its row runs again, and the
+    /// lines around it are kept.
+    #[test]
+    fn a_line_past_the_bound_is_dropped_without_being_held() {
+        let huge = "x".repeat(usize::try_from(MAX_LINE_BYTES).unwrap_or(usize::MAX) + 1024);
+        let (_dir, path) = scratch(
+            "huge.jsonl",
+            &format!(
+                "{{\"row\":\"1\",\"status\":\"ok\"}}\n{huge}\n{{\"row\":\"3\",\"status\":\"ok\"}}\n"
+            ),
+        );
+        let (_, previous) = open(&path, true, false).expect("open");
+        assert_eq!(
+            previous.done,
+            HashSet::from(["1".to_string(), "3".to_string()])
+        );
+        assert_eq!(previous.dropped, 1);
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "{\"row\":\"1\",\"status\":\"ok\"}\n{\"row\":\"3\",\"status\":\"ok\"}\n"
+        );
     }
 
     #[test]

@@ -46,8 +46,7 @@ pub fn write(part: &Path, origin: &Origin) -> Result<(), Failure> {
 /// Most bytes a record may have: what `write` makes is a few hundred.
 const RECORD_LIMIT: u64 = 64 * 1024;
 
-/// The origin recorded beside `part`; None when there is no record (an output written before
-/// outputs kept one). A record is read only from a regular file of at most [`RECORD_LIMIT`]
+/// The origin recorded beside `part`; None when there is no record. A record is read only from a regular file of at most [`RECORD_LIMIT`]
 /// bytes, and its shard must be one that can exist (at most [`super::shard::MAX_SHARDS`]).
 pub fn read(part: &Path) -> Result<Option<Origin>, Failure> {
     let path = record_path(part);
@@ -106,9 +105,24 @@ pub fn differences(was: &Origin, now: &Origin, reshard: bool) -> Vec<String> {
 }
 
 /// Refuses to resume `part` when its record says another shard, input or plan wrote it
-/// (`reshard`: another shard is fine), then records `now` as its origin.
+/// (`reshard`: another shard is fine), or when it holds rows and no record says what wrote them;
+/// then records `now` as its origin.
 pub fn adopt(part: &Path, now: &Origin, reshard: bool) -> Result<(), Failure> {
-    if let Some(was) = read(part)? {
+    let recorded = read(part)?;
+    let holds_rows = std::fs::metadata(part).is_ok_and(|m| m.is_file() && m.len() > 0);
+    if recorded.is_none() && holds_rows {
+        return Err(Failure::new(
+            FailureCode::ConfigInvalidInput,
+            format!(
+                "cannot resume {}: it holds rows, and no record ({}) says which input, plan and \
+                 shard wrote them",
+                part.display(),
+                record_path(part).display()
+            ),
+        )
+        .with_help("write to another --out, or delete the output to start over"));
+    }
+    if let Some(was) = recorded {
         let found = differences(&was, now, reshard);
         if !found.is_empty() {
             let shard_only = differences(&was, now, true).is_empty();
@@ -159,6 +173,19 @@ mod tests {
         assert_eq!(everything.len(), 2, "{everything:?}");
         assert!(everything[0].contains("input had SHA-256 in"));
         assert!(everything[1].contains("plan had SHA-256 plan"));
+    }
+
+    /// An output that holds rows with no record of what wrote them is not resumed: its rows
+    /// could be another input's or plan's. An empty one is taken as this run's.
+    #[test]
+    fn resuming_refuses_rows_without_a_record() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let part = dir.path().join("out.jsonl");
+        std::fs::write(&part, "{\"row\":\"1\",\"status\":\"ok\"}\n").expect("rows");
+        let refused = adopt(&part, &origin(0, 1, "in", "plan"), false).expect_err("refused");
+        assert!(refused.message.contains("no record"), "{}", refused.message);
+        std::fs::write(&part, "").expect("emptied");
+        adopt(&part, &origin(0, 1, "in", "plan"), false).expect("nothing to mix up");
     }
 
     #[test]

@@ -100,7 +100,8 @@ pub struct BatchArgs {
     #[command(flatten)]
     jobs: ConcurrencyArgs,
     /// Skip the rows OUTPUT already holds (after a crash, Ctrl-C or a requeue), running again
-    /// those that failed retryably; refused (exit 2) when another shard, input or plan wrote it.
+    /// those that failed retryably; refused (exit 2) when another shard, input or plan wrote it,
+    /// or when it holds rows and has no record (OUTPUT.meta.json) of what wrote them.
     #[arg(long, requires = "out")]
     resume: bool,
     /// With --resume: take an OUTPUT another shard wrote as this shard's.

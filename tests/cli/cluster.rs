@@ -127,6 +127,15 @@ fn resume_runs_the_retryable_failures_again_and_keeps_the_permanent_ones() {
         r#"{"row":"r2","status":"error","error":{"code":"VALIDATION_RULE_FAILED"},"transient":false}"#,
     ];
     std::fs::write(&out, earlier.join("\n") + "\n").expect("part");
+    // What wrote it: a run of no rows over the same input and plan records it.
+    let recorded = scratch("recorded.jsonl");
+    let none = batch(
+        "tests/plans/batch.yaml",
+        &input,
+        &["--out", s(&recorded), "--limit", "0"],
+    );
+    assert_eq!(none.code, 0, "{}", none.stderr);
+    copy_record(&recorded, &out);
     let run = batch(
         "tests/plans/batch.yaml",
         &input,
