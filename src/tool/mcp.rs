@@ -87,18 +87,21 @@ pub enum McpTransport {
 }
 
 impl McpTransport {
-    /// What a message built from the server's replies must not show: its headers' values (as
-    /// the environment holds them now) and its URL's credentials.
+    /// What a message built from the server's replies must not show, as the environment holds
+    /// it now: an HTTP server's headers' values and its URL's credentials; the values of the
+    /// variables a stdio server is handed (an API token it reads), which its stderr may print.
     fn secrets(&self) -> Secrets {
-        match self {
-            McpTransport::Stdio { .. } => Secrets::new(),
-            McpTransport::Http { url, headers_env } => headers_env
-                .iter()
-                .filter_map(|(_, variable)| std::env::var(variable).ok())
-                .fold(Secrets::new().with_url(url), |secrets, value| {
-                    secrets.with(&value)
-                }),
-        }
+        let (secrets, variables): (Secrets, Vec<&String>) = match self {
+            McpTransport::Stdio { env_allow, .. } => (Secrets::new(), env_allow.iter().collect()),
+            McpTransport::Http { url, headers_env } => (
+                Secrets::new().with_url(url),
+                headers_env.iter().map(|(_, variable)| variable).collect(),
+            ),
+        };
+        variables
+            .into_iter()
+            .filter_map(|variable| std::env::var(variable).ok())
+            .fold(secrets, |secrets, value| secrets.with(&value))
     }
 
     /// The server as messages name it: its program or its URL.

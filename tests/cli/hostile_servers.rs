@@ -624,6 +624,34 @@ fn tools_shows_a_server_s_text_escaped() {
     );
 }
 
+/// A `command` MCP server handed a token through its `env` that prints it on stderr as it dies
+/// shows it nowhere: the value is masked in the failure built from what the server said.
+#[test]
+fn a_token_a_stdio_server_prints_is_masked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("leaky.sh"),
+        "printf 'starting with token %s\\n' \"$HOSTILE_STDIO_TOKEN\" >&2\nexit 3\n",
+    )
+    .expect("script written");
+    mcp_plan(
+        dir.path(),
+        "    command: [sh, leaky.sh]\n    env: [HOSTILE_STDIO_TOKEN]\n    allow: [echo]",
+    );
+    let env = [("HOSTILE_STDIO_TOKEN", "stdio-hidden-token-73")];
+    let run = run_in(dir.path(), &["run", "plan.yaml", "--format", "json"], &env);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let tools = run_in(dir.path(), &["tools", "plan.yaml"], &env);
+    for shown in [&run.stdout, &run.stderr, &tools.stdout] {
+        assert!(!shown.contains("stdio-hidden-token-73"), "{shown}");
+    }
+    assert!(
+        tools.stdout.contains("starting with token <redacted>"),
+        "{}",
+        tools.stdout
+    );
+}
+
 /// One 500 whose text happens to name `tools` disables tool calls for the rest of that process,
 /// but is not remembered: the next process (sharing the call cache) sends its tools again.
 #[test]
