@@ -507,30 +507,12 @@ impl rmcp::ServerHandler for HostileMcp {
 
 /// Serves `server` over streamable HTTP on a loopback port, from a runtime of its own: its URL.
 fn serve_mcp(server: HostileMcp) -> (String, tokio::runtime::Runtime) {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime for the MCP server");
-    let url = runtime.block_on(async move {
-        let service: StreamableHttpService<HostileMcp, LocalSessionManager> =
-            StreamableHttpService::new(
-                move || Ok(server.clone()),
-                Default::default(),
-                StreamableHttpServerConfig::default(),
-            );
-        let router = Router::new().nest_service("/mcp", service);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a loopback port");
-        let address = listener.local_addr().expect("its address");
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        format!("http://{address}/mcp")
-    });
+    let url = runtime.block_on(crate::mcp::serve_http_with(server));
     (url, runtime)
 }
 

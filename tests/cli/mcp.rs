@@ -282,16 +282,24 @@ fn an_agent_uses_the_allowed_tools_of_an_http_server() {
 
 /// Serves [`TestServer`] over streamable HTTP on a loopback port; returns its URL.
 async fn serve_http() -> String {
+    serve_http_with(TestServer).await
+}
+
+/// Serves `server` (each session a clone of it) over streamable HTTP on a loopback port, on the
+/// runtime this runs on; returns its URL.
+pub(crate) async fn serve_http_with<S>(server: S) -> String
+where
+    S: ServerHandler + Clone + Send + Sync + 'static,
+{
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };
-    let service: StreamableHttpService<TestServer, LocalSessionManager> =
-        StreamableHttpService::new(
-            || Ok(TestServer),
-            Default::default(),
-            StreamableHttpServerConfig::default(),
-        );
+    let service: StreamableHttpService<S, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Default::default(),
+        StreamableHttpServerConfig::default(),
+    );
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
