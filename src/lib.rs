@@ -18,6 +18,7 @@
 //! | 2 | [`validate`] | validation rules and the retry policy |
 //! | 3 | [`orchestrate`] | the run session and its `Runner` (the one way into the executor, one fan-out for many runs) with the resources its builds and runs share, a pipeline's inputs, the executor over the step graph, step handlers, lifecycle, run records and ledgers, events and their sinks |
 //! | 4 | [`plan`] | plan files: YAML with spans, generated schemas, checks, the step graph |
+//! | 4 | [`trace`] | OpenTelemetry traces of the runs over OTLP/HTTP: an outlet the session hands every event to |
 //! | 5 | [`batch`] | batch jobs: rows in, one JSON line per row out, concurrency, resume, shards |
 //! | 5 | [`serve`] | plans as an HTTP service: routes, admission (slots, queue), bearer token, metrics, reloading changed plans |
 //! | 5 | [`suite`] | test suites run: cases × variants through the run session, assertions scored, reports |
@@ -38,4 +39,5 @@ pub mod rerank;
 pub mod serve;
 pub mod suite;
 pub mod tool;
+pub mod trace;
 pub mod validate;

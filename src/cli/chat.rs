@@ -80,7 +80,7 @@ pub fn run(args: &Args) -> Outcome {
         })),
         chat_session: Some(chat_session),
         cache: args.cache.settings(false),
-        traces: args.trace.settings("chat"),
+        tracer: args.trace.tracer("chat"),
         ..SessionOptions::default()
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;

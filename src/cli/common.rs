@@ -16,11 +16,12 @@ use crate::core::text::terminal_safe;
 use crate::core::{Failure, FailureCode, Message};
 use crate::model_store::Notice;
 use crate::orchestrate::tools::Approvals;
-use crate::orchestrate::{Pipeline, Session, SessionOptions, TraceSettings};
+use crate::orchestrate::{Pipeline, Session, SessionOptions, Tracer};
 use crate::plan::build::BuildOptions;
 use crate::plan::lock::{Lock, lock_path};
 use crate::plan::yaml::{self, YamlError};
 use crate::plan::{self, Plan};
+use crate::trace::{Exporter, TraceSettings};
 
 use super::EXIT_INVALID;
 use super::report::{self, Format};
@@ -129,8 +130,8 @@ impl ApproveArgs {
 }
 
 /// The trace flags of the commands that run plans (`run`, `run --batch`, `chat`, `test`,
-/// `serve`): flatten it into the command's `Args` and pass [`TraceArgs::settings`] as
-/// `SessionOptions::traces`.
+/// `serve`): flatten it into the command's `Args` and pass [`TraceArgs::tracer`] as
+/// `SessionOptions::tracer`.
 #[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "Traces")]
 pub struct TraceArgs {
@@ -146,15 +147,18 @@ pub struct TraceArgs {
 }
 
 impl TraceArgs {
-    /// The session's trace settings; `command` names its root span (`pagantic batch`), and what
-    /// was not exported is said on stderr.
-    pub fn settings(&self, command: &str) -> Option<TraceSettings> {
-        Some(TraceSettings {
+    /// The session's trace exporter, when the flags or the environment turn export on (None
+    /// otherwise); `command` names its root span (`pagantic batch`), and what was not exported
+    /// is said on stderr.
+    pub fn tracer(&self, command: &str) -> Option<Arc<dyn Tracer>> {
+        let settings = TraceSettings {
             endpoint: self.otlp.clone(),
             capture_content: self.trace_content,
             session_name: format!("pagantic {command}"),
             warn: Some(stderr_notice()),
-        })
+        };
+        let exporter = Exporter::start(&settings)?;
+        Some(Arc::new(exporter))
     }
 }
 

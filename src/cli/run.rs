@@ -163,7 +163,7 @@ pub fn run(args: &Args) -> Outcome {
         max_parallel: args.max_parallel,
         chat_session: None,
         cache: args.cache.settings(args.quiet),
-        traces: args.trace.settings(if batch { "batch" } else { "run" }),
+        tracer: args.trace.tracer(if batch { "batch" } else { "run" }),
     })?;
     let plan = load_checked(&session, &args.plan, &args.given)?;
     if args.locked {

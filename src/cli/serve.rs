@@ -164,7 +164,7 @@ pub fn run(args: &Args) -> Outcome {
     let session = open_session(SessionOptions {
         max_parallel: args.max_parallel,
         cache: args.cache.settings(false),
-        traces: args.trace.settings("serve"),
+        tracer: args.trace.tracer("serve"),
         ..SessionOptions::default()
     })?;
     let build = BuildOptions {

@@ -138,7 +138,7 @@ pub fn run(args: &Args) -> Outcome {
     let session = open_session(SessionOptions {
         max_parallel: 4,
         cache: args.cache.settings(args.quiet),
-        traces: args.trace.settings("test"),
+        tracer: args.trace.tracer("test"),
         ..SessionOptions::default()
     })?;
     let options = SuiteOptions {

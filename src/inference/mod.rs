@@ -9,7 +9,6 @@ mod example;
 mod local;
 mod openai;
 mod scripted;
-pub mod traceparent;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::core::step_clock::StepClock;
-use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition};
+use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition, TraceParent};
 
 pub use example::example_for_schema;
 // `LocalModel`, `LocalSettings`, `LocalLoads`, `missing_local_engine`, and where the build has
@@ -29,7 +28,6 @@ pub use example::example_for_schema;
 pub use local::*;
 pub use openai::{Compat, OpenAiConfig, OpenAiEngine, Pacing, RateLimit, pacing};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
-use traceparent::Traceparent;
 
 /// A decoding constraint given as a grammar (GBNF is translated to Lark before it gets here).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -80,7 +78,7 @@ pub struct Request {
 pub struct CallContext {
     /// The call's W3C `traceparent`, when the run exports traces: the `openai` engine sends it,
     /// so the server's own spans (vLLM exports OTLP) join the run's trace.
-    pub traceparent: Option<Traceparent>,
+    pub traceparent: Option<TraceParent>,
     /// The clock of the step attempt making the call: waiting for a model to load or for its
     /// pace is off it.
     pub clock: StepClock,

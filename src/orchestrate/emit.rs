@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::events::{Event, EventData, RunIds, SpanId, Watch};
-use super::otel::{Origin, PlanShape, RunInfo, RunTrace, TraceParent, TracedRun, Tracer};
 use super::record::Lifecycle;
 use super::sinks::Sinks;
-use crate::core::Timestamp;
+use super::traces::{Origin, RunTrace, TraceShape, TracedRun, Tracer};
+use crate::core::{Timestamp, TraceParent};
 use crate::inference::TokenSink;
-use crate::inference::traceparent::Traceparent;
 
 /// Where a nested run (a sub-plan) hangs in the run that started it.
 struct ParentLink {
@@ -32,7 +31,7 @@ struct Inner {
     watch: Arc<Watch>,
     parent: Option<ParentLink>,
     /// Its trace, when the session exports traces.
-    traced: Option<TracedRun>,
+    traced: Option<Box<dyn TracedRun>>,
 }
 
 /// Where every run of a session sends its events: the session's sinks, and its tracer when it
@@ -40,7 +39,7 @@ struct Inner {
 /// row) takes one reference to it.
 struct Outlets {
     sinks: Arc<Sinks>,
-    tracer: Option<Arc<Tracer>>,
+    tracer: Option<Arc<dyn Tracer>>,
     run_ids: RunIds,
 }
 
@@ -60,7 +59,7 @@ impl Events {
 
     /// Events of a new run (the session's own) sent to `sinks`, and to `tracer`, with the run's
     /// trace, when the session exports traces.
-    pub fn traced(sinks: Arc<Sinks>, tracer: Option<Arc<Tracer>>) -> Self {
+    pub fn traced(sinks: Arc<Sinks>, tracer: Option<Arc<dyn Tracer>>) -> Self {
         Self::run_of(
             Arc::new(Outlets {
                 sinks,
@@ -122,7 +121,7 @@ impl Events {
     /// request's `traceparent`) when given, else a trace of its own; either way linked to this
     /// run's span (the batch a row belongs to).
     pub fn new_run_continuing(&self, watch: Watch, remote: Option<TraceParent>) -> Events {
-        let link = self.trace().map(|trace| trace.span_context(SpanId::RUN));
+        let link = self.trace().map(|trace| trace.traceparent(SpanId::RUN));
         Self::run_of(
             Arc::clone(&self.inner.outlets),
             Arc::new(watch),
@@ -140,7 +139,7 @@ impl Events {
             span: step_span,
         };
         let origin = match self.trace() {
-            Some(trace) => Origin::Nested(trace.span_context(step_span)),
+            Some(trace) => Origin::Nested(trace.traceparent(step_span)),
             None => Origin::Session,
         };
         Self::run_of(
@@ -152,28 +151,27 @@ impl Events {
     }
 
     /// The session's tracer and this run's trace, when the session exports traces.
-    fn tracing(&self) -> Option<(&Tracer, &TracedRun)> {
+    fn tracing(&self) -> Option<(&dyn Tracer, &dyn TracedRun)> {
         let tracer = self.inner.outlets.tracer.as_deref()?;
-        Some((tracer, self.inner.traced.as_ref()?))
+        Some((tracer, self.inner.traced.as_deref()?))
     }
 
     fn trace(&self) -> Option<&RunTrace> {
-        self.inner.traced.as_ref().map(|traced| &traced.trace)
+        self.inner.traced.as_ref().map(|traced| traced.trace())
     }
 
-    /// Says what this run runs, for its trace: its plan's shape, and the root span's
-    /// `attributes` (both asked for only when the run is traced).
+    /// Says what this run runs, for its trace: its plan's shape, made by the tracer the first
+    /// time (`shape` holds it), and the root span's `attributes` (both asked for only when the
+    /// run is sampled).
     pub fn describe(
         &self,
-        plan: impl FnOnce() -> &'static PlanShape,
+        shape: impl FnOnce(&dyn Tracer) -> TraceShape,
         attributes: impl FnOnce() -> Vec<(&'static str, String)>,
     ) {
-        if let Some((_, run)) = self.tracing()
-            && run.trace.sampled
+        if let Some((tracer, run)) = self.tracing()
+            && run.trace().sampled
         {
-            let plan = plan();
-            let attributes = attributes();
-            run.describe(RunInfo { plan, attributes });
+            run.describe(shape(tracer), attributes());
         }
     }
 
@@ -181,17 +179,17 @@ impl Events {
     /// only a sampled run of a session that captures content (`--trace-content`).
     pub fn captures_content(&self) -> bool {
         self.tracing()
-            .is_some_and(|(tracer, run)| run.trace.sampled && tracer.captures_content())
+            .is_some_and(|(tracer, run)| run.trace().sampled && tracer.captures_content())
     }
 
     /// The id of the trace this run belongs to, when the session exports traces.
     pub fn trace_id(&self) -> Option<String> {
-        self.trace().map(|trace| trace.trace_id.to_string())
+        self.trace().map(RunTrace::trace_id_hex)
     }
 
     /// The `traceparent` naming span `span` of this run, when the session exports traces (what
     /// the `openai` engine sends, so the server's spans join the trace).
-    pub fn traceparent(&self, span: SpanId) -> Option<Traceparent> {
+    pub fn traceparent(&self, span: SpanId) -> Option<TraceParent> {
         self.trace().map(|trace| trace.traceparent(span))
     }
 
@@ -252,8 +250,8 @@ impl Events {
             }
         }
         self.inner.outlets.sinks.receive(&event);
-        if let Some((tracer, run)) = self.tracing() {
-            tracer.receive(run, &event);
+        if let Some(run) = &self.inner.traced {
+            run.receive(&event);
         }
         if let Some(watcher) = &self.inner.watch.events {
             watcher(&event);

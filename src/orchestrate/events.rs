@@ -16,9 +16,8 @@ use serde::ser::SerializeMap;
 use serde_json::Value;
 
 use super::record::Lifecycle;
-use crate::core::{Cost, Failure, FailureCode, Timestamp, TokenUsage};
-use crate::inference::SchemaMode;
-use crate::inference::TokenSink;
+use crate::core::{Cost, Failure, FailureCode, Message, Timestamp, TokenUsage, ToolCall};
+use crate::inference::{Response, SchemaMode, TokenSink};
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -411,12 +410,26 @@ pub struct Sent {
     pub max_tokens: Option<u32>,
 }
 
-/// A model call's messages and answer as traces export them: JSON in the OpenTelemetry GenAI
-/// message format, built only when content capture is on.
+/// A model call's messages and answer, for its trace: kept only when content capture is on (the
+/// trace exporter writes them in the GenAI conventions' message format).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallContent {
-    pub input: String,
-    pub output: String,
+    /// The messages the call sent.
+    pub messages: Vec<Message>,
+    /// The answer's text and tool calls.
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl CallContent {
+    /// What a call that sent `messages` and got `response` keeps for its trace.
+    pub fn of(messages: Vec<Message>, response: &Response) -> CallContent {
+        CallContent {
+            messages,
+            text: response.text.clone(),
+            tool_calls: response.tool_calls.clone(),
+        }
+    }
 }
 
 /// One event.

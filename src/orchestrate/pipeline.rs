@@ -16,11 +16,11 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
 use super::emit::Events;
-use super::events::{CallKind, EventData, OnDrop, Sent, SpanId};
+use super::events::{CallContent, CallKind, EventData, OnDrop, Sent, SpanId};
 use super::inputs::{self, InputSpec};
 use super::ledger::{Booking, StepLedger};
-use super::otel;
 use super::record::RunRecord;
+use super::traces::TraceShape;
 use crate::core::step_clock::StepClock;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{
@@ -44,8 +44,9 @@ pub struct Pipeline {
     pub step_timeout: Option<Duration>,
     /// Most a run's model calls may cost: the policy's `max_cost`.
     pub max_cost: Option<Cost>,
-    /// The plan as its runs' spans show it, looked up by the first traced run.
-    pub trace_shape: OnceLock<&'static otel::PlanShape>,
+    /// What the session's trace exporter keeps of the plan for its runs' spans, made by the
+    /// first traced run.
+    pub trace_shape: OnceLock<TraceShape>,
 }
 
 impl Pipeline {
@@ -214,7 +215,8 @@ impl StepContext {
         }
     }
 
-    /// A replay's miss names its step: where the prompt (or what fed it) changed.
+    /// `failure`, naming this step when it is a replay's miss: where the prompt (or what fed it)
+    /// changed.
     fn named_miss(&self, failure: Failure) -> Failure {
         match failure.code {
             FailureCode::CacheMiss => Failure {
@@ -297,9 +299,8 @@ impl StepContext {
         let (mut finish_reason, mut content) = (None, None);
         let (usage, cost, cache, read, error) = match answered {
             Ok(response) => {
-                let reason = otel::finish_reason(&response, sent.max_tokens);
-                content =
-                    captured.map(|messages| Arc::new(otel::captured(&messages, &response, reason)));
+                let reason = finish_reason_of(&response, sent.max_tokens);
+                content = captured.map(|messages| Arc::new(CallContent::of(messages, &response)));
                 finish_reason = Some(reason);
                 let usage = response.usage;
                 let cache = response.cache;
@@ -362,6 +363,19 @@ impl StepContext {
 /// A wait in whole milliseconds (saturating), for an event; None when there was none.
 fn whole_millis(wait: Duration) -> Option<u32> {
     (!wait.is_zero()).then(|| u32::try_from(wait.as_millis()).unwrap_or(u32::MAX))
+}
+
+/// Why `response` ended, as the GenAI conventions name it: `tool_call` when it called tools,
+/// `length` when it used all of `max_tokens`, `stop` otherwise. Engines do not report the
+/// server's own reason, so it is read off the answer.
+fn finish_reason_of(response: &Response, max_tokens: Option<u32>) -> &'static str {
+    if !response.tool_calls.is_empty() {
+        "tool_call"
+    } else if max_tokens.is_some_and(|max| response.usage.completion_tokens >= u64::from(max)) {
+        "length"
+    } else {
+        "stop"
+    }
 }
 
 /// What `request` sends, as its `inference` event records it (before the engine answers).
@@ -673,5 +687,28 @@ mod tests {
             .expect_err("unreadable");
         assert_eq!(failed.code, FailureCode::ConstraintJsonInvalid);
         assert_eq!(ctx.ledger.run().model_calls(), 2);
+    }
+
+    #[test]
+    fn the_finish_reason_is_read_off_the_answer() {
+        let answer = |calls: usize, completion_tokens: u64| Response {
+            text: "abc".into(),
+            tool_calls: (0..calls)
+                .map(|n| ToolCall {
+                    id: format!("call_{n}"),
+                    name: "calc".into(),
+                    arguments: json!({}),
+                })
+                .collect(),
+            usage: TokenUsage {
+                completion_tokens,
+                ..TokenUsage::default()
+            },
+            ..Response::default()
+        };
+        assert_eq!(finish_reason_of(&answer(1, 9), Some(9)), "tool_call");
+        assert_eq!(finish_reason_of(&answer(0, 9), Some(9)), "length");
+        assert_eq!(finish_reason_of(&answer(0, 3), Some(9)), "stop");
+        assert_eq!(finish_reason_of(&answer(0, 3), None), "stop");
     }
 }

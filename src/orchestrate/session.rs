@@ -34,13 +34,13 @@ use super::emit::Events;
 use super::events::{Observer, Watch};
 use super::executor::{RunHandle, RunOptions, execute, render_step};
 use super::ledger::RunLedger;
-use super::otel::{self, TraceParent, TraceSettings, Tracing};
 use super::pipeline::{NestedRun, NestedRuns, Pipeline, Rendered, StepContext};
 use super::record::{Lifecycle, RunRecord, RunStatus};
 use super::resources::{Resources, start_runtime};
 use super::sinks::{JsonLinesFile, Observing, Sinks};
+use super::traces::Tracer;
 use crate::cache::{CacheSettings, CallCache};
-use crate::core::Failure;
+use crate::core::{Failure, TraceParent};
 
 /// How to open a session.
 pub struct SessionOptions {
@@ -55,8 +55,9 @@ pub struct SessionOptions {
     /// The call cache: where it is and whether runs read and write it (off by default; the
     /// commands turn it on unless told not to).
     pub cache: CacheSettings,
-    /// Export the runs' traces over OTLP, when the flags or the environment say so.
-    pub traces: Option<TraceSettings>,
+    /// Where the runs' traces go, when the flags or the environment ask for them: each run's
+    /// events are handed to it, as to the sinks.
+    pub tracer: Option<Arc<dyn Tracer>>,
 }
 
 impl Default for SessionOptions {
@@ -67,7 +68,7 @@ impl Default for SessionOptions {
             max_parallel: 4,
             chat_session: None,
             cache: CacheSettings::default(),
-            traces: None,
+            tracer: None,
         }
     }
 }
@@ -78,8 +79,8 @@ pub struct Session {
     resources: Resources,
     runtime: tokio::runtime::Runtime,
     runner: Runner,
-    /// The export of its runs' traces, when on.
-    tracing: Option<Tracing>,
+    /// Where its runs' traces go, when they are exported.
+    tracer: Option<Arc<dyn Tracer>>,
 }
 
 /// What a session runs pipelines with, without its runtime: cheap to clone into the tasks of a
@@ -185,12 +186,11 @@ impl Session {
             Some(path) => Some(JsonLinesFile::create(path, options.chat_session)?),
             None => None,
         };
-        let tracing = options.traces.as_ref().and_then(Tracing::start);
-        let tracer = tracing.as_ref().map(|tracing| Arc::clone(&tracing.tracer));
+        let tracer = options.tracer;
         let sinks = Sinks::default()
             .with_some(options.observer.map(Observing))
             .with_some(file);
-        let events = Events::traced(Arc::new(sinks), tracer);
+        let events = Events::traced(Arc::new(sinks), tracer.clone());
         let started = start_runtime().and_then(|runtime| {
             let resources = Resources::new(runtime.handle().clone());
             let cache = CallCache::open(&options.cache, Arc::clone(&resources.hashes))?;
@@ -229,18 +229,18 @@ impl Session {
             resources,
             runtime,
             runner,
-            tracing,
+            tracer,
         };
         session.events().lifecycle(Lifecycle::Init);
         session.events().lifecycle(Lifecycle::Plan);
         Ok(session)
     }
 
-    /// Sends the traces still queued, waiting at most two seconds, and says (once, on the
-    /// settings' `warn`) how many spans the collector did not take; returns that number (None
-    /// when traces are off). Runs that end after this are not exported.
+    /// Sends the traces still queued, waiting a bounded time, and says (once) how many spans
+    /// were not exported; returns that number (None when traces are off). Runs that end after
+    /// this are not exported.
     pub fn finish_traces(&self) -> Option<u64> {
-        self.tracing.as_ref().map(Tracing::close)
+        self.tracer.as_ref().map(|tracer| tracer.finish())
     }
 
     /// The call cache the session's runs use, when it is on: the build puts it in front of the
@@ -490,16 +490,15 @@ fn describe(
     pipeline: &Pipeline,
     attributes: impl FnOnce() -> Vec<(&'static str, String)>,
 ) {
-    let plan = || {
-        *pipeline.trace_shape.get_or_init(|| {
+    let shape = |tracer: &dyn Tracer| {
+        let shape = pipeline.trace_shape.get_or_init(|| {
             let steps = pipeline.steps.iter();
-            otel::plan_shape(
-                &pipeline.name,
-                steps.map(|step| (step.name.as_str(), step.kind)),
-            )
-        })
+            let mut steps = steps.map(|step| (step.name.as_str(), step.kind));
+            tracer.plan_shape(&pipeline.name, &mut steps)
+        });
+        Arc::clone(shape)
     };
-    events.describe(plan, attributes);
+    events.describe(shape, attributes);
 }
 
 impl Drop for Session {

@@ -425,6 +425,45 @@ fn drop_reports(run: &Run) -> Vec<&str> {
         .collect()
 }
 
+/// Spans that do not fit in the queue are dropped, not waited for: the run completes, and the
+/// line that says so names the knobs that keep them (the queue's size, the export thread's
+/// priority). A nice value that is not one is said and left at its default.
+#[test]
+fn spans_a_full_queue_refuses_are_said_with_the_knobs_that_keep_them() {
+    let collector = Collector::start();
+    let small = [
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "2"),
+        // No export before the run ends: the queue holds 2 of the agent's 5 spans.
+        ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+        ("PAGANTIC_TRACE_EXPORT_NICE", "-5"),
+    ];
+    let (run, record) = run_agent(&["--otlp", &collector.url()], &small);
+    assert_eq!(record["status"], "complete");
+    assert_eq!(
+        drop_reports(&run),
+        [
+            "pagantic: 3 trace span(s) were not exported: did not fit in the queue of 2 spans (raise OTEL_BSP_MAX_QUEUE_SIZE, or set PAGANTIC_TRACE_EXPORT_NICE=0 on a busy machine)"
+        ],
+        "{}",
+        run.stderr
+    );
+    assert_eq!(collector.spans().len(), 2);
+    assert!(
+        run.stderr.contains(
+            "pagantic: PAGANTIC_TRACE_EXPORT_NICE is not a nice value from 0 to 19: the export thread runs at 10"
+        ),
+        "{}",
+        run.stderr
+    );
+    let (run, _) = run_agent(
+        &["--otlp", &collector.url()],
+        &[("PAGANTIC_TRACE_EXPORT_NICE", "0")],
+    );
+    assert!(drop_reports(&run).is_empty(), "{}", run.stderr);
+    assert!(!run.stderr.contains("nice value"), "{}", run.stderr);
+    assert_eq!(collector.spans().len(), 2 + 5);
+}
+
 /// A collector that answers an error loses the whole export, and one that takes it but rejects
 /// part of it (an OTLP partial success) loses that part: the run completes either way and the
 /// count is said once. `OTEL_EXPORTER_OTLP_HEADERS` reaches the collector, percent-decoded, and

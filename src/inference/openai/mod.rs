@@ -37,13 +37,12 @@ use std::time::{Duration, Instant};
 use reqwest::Url;
 use serde_json::{Map, Value, json};
 
-use super::traceparent::Traceparent;
 use super::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, Grammar, ModelInfo, Request, Response,
     SchemaMode, Timings, TokenSink,
 };
 use crate::core::secret::Secrets;
-use crate::core::{Failure, FailureCode, Memo};
+use crate::core::{Failure, FailureCode, Memo, TraceParent};
 use crate::model_store::Notice;
 
 mod dialect;
@@ -460,7 +459,7 @@ impl OpenAiEngine {
         &self,
         body: &Value,
         tokens: u32,
-        traceparent: Option<&Traceparent>,
+        traceparent: Option<&TraceParent>,
         pace: &mut CallPace,
         budget: &mut WaitBudget,
     ) -> Result<reqwest::Response, AttemptError> {
@@ -515,7 +514,7 @@ impl OpenAiEngine {
     async fn attempt(
         &self,
         body: &Value,
-        traceparent: Option<&Traceparent>,
+        traceparent: Option<&TraceParent>,
     ) -> Result<reqwest::Response, AttemptError> {
         let mut builder = self
             .client

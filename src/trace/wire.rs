@@ -67,28 +67,13 @@ pub enum Attr<'a> {
     Shown(&'a dyn std::fmt::Display),
 }
 
-thread_local! {
-    /// The buffer of this thread's last span, once queued: the next span is written into it, so
-    /// a busy thread allocates no buffer per span.
-    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// Keeps `buffer` as this thread's spare, for its next span's attributes.
-pub fn spare(mut buffer: Vec<u8>) {
-    buffer.clear();
-    SPARE.set(buffer);
-}
-
 impl Attributes {
-    /// No attributes yet; a span's are written into the thread's spare buffer when it has one.
+    /// No attributes yet, of a message `of`.
     pub fn new(of: Of) -> Attributes {
-        let mut bytes = if of == Of::Span {
-            SPARE.take()
-        } else {
-            Vec::new()
-        };
-        bytes.reserve(512);
-        Attributes { of, bytes }
+        Attributes {
+            of,
+            bytes: Vec::with_capacity(if of == Of::Span { 512 } else { 0 }),
+        }
     }
 
     /// Attributes that never change (`key`, `value` pairs), encoded once to be copied into

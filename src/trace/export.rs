@@ -43,6 +43,11 @@ pub struct Limits {
     pub delay: Duration,
     /// Longest one request may take (`OTEL_EXPORTER_OTLP_TIMEOUT`).
     pub timeout: Duration,
+    /// How much lower than the runs the export thread is scheduled, as a nice value on Linux
+    /// (`PAGANTIC_TRACE_EXPORT_NICE`): where the cores are all busy the runs come first, and at
+    /// 10 the thread still gets about a tenth of a core beside each busy one, several times what
+    /// sending a batch job's spans takes; 0 shares the cores with the runs equally.
+    pub niceness: i32,
 }
 
 impl Default for Limits {
@@ -53,6 +58,7 @@ impl Default for Limits {
             max_batch: 512,
             delay: Duration::from_secs(5),
             timeout: Duration::from_secs(10),
+            niceness: 10,
         }
     }
 }
@@ -82,6 +88,11 @@ pub struct Counts {
 struct Room(AtomicU64);
 
 impl Counts {
+    /// Spans a full (or closed) queue refused: some of [`Counts::dropped`].
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     /// Spans offered and never confirmed by the collector.
     pub fn dropped(&self) -> u64 {
         let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
@@ -92,9 +103,10 @@ impl Counts {
     }
 }
 
-/// How many shards the queue has. The threads that push spans (a runtime's workers, the main
-/// thread) each use one, so they seldom share a lock or a cache line: with one lock for all,
-/// the lock's trips between cores cost a batch job more than encoding its spans.
+/// How many shards the queue has. Each run pushes to one (its [`Lane`]), the runs taking them in
+/// turn, so the threads running them (a runtime's workers, the main thread) seldom share a lock
+/// or a cache line: with one lock for all, the lock's trips between cores cost a batch job more
+/// than encoding its spans.
 const SHARDS: usize = 8;
 
 /// One shard of the queue, on cache lines of its own.
@@ -119,16 +131,15 @@ impl Queued {
     }
 }
 
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// The shard this thread pushes to: the threads take them in turn.
-    static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-}
+/// The shard a run pushes its spans to, given when the run opens.
+#[derive(Debug, Clone, Copy)]
+pub struct Lane(usize);
 
 /// The queue between the sink (any thread) and the export task.
 pub struct Queue {
     shards: [Shard; SHARDS],
+    /// The lane the next run is given.
+    next_lane: AtomicUsize,
     closed: AtomicBool,
     /// Wakes the task: a full batch is waiting, or the queue has closed.
     ready: Notify,
@@ -340,6 +351,7 @@ impl Queue {
     pub fn new(limits: &Limits) -> Queue {
         Queue {
             shards: std::array::from_fn(|_| Shard::default()),
+            next_lane: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             ready: Notify::new(),
             counts: Arc::default(),
@@ -351,24 +363,28 @@ impl Queue {
         }
     }
 
-    /// Queues a copy of `span` (an encoded OTLP span); a full or closed queue refuses it (it is
-    /// counted as dropped). Every batch's worth queued wakes the task.
-    pub fn push(&self, span: &[u8]) {
-        self.queue(|queued| queued.spans.add(span));
+    /// The lane of a run that opens now: the runs take the shards in turn.
+    pub fn lane(&self) -> Lane {
+        Lane(self.next_lane.fetch_add(1, Ordering::Relaxed) % SHARDS)
+    }
+
+    /// Queues a copy of `span` (an encoded OTLP span) in `lane`; a full or closed queue refuses
+    /// it (it is counted as dropped). Every batch's worth queued wakes the task.
+    pub fn push(&self, lane: Lane, span: &[u8]) {
+        self.queue(lane, |queued| queued.spans.add(span));
     }
 
     /// Queues the span of a step attempt, which the task encodes when it takes it; refused and
     /// counted as [`Queue::push`]'s spans are.
-    pub fn push_step(&self, step: StepRecord) {
-        self.queue(|queued| queued.steps.push(step));
+    pub fn push_step(&self, lane: Lane, step: StepRecord) {
+        self.queue(lane, |queued| queued.steps.push(step));
     }
 
-    /// Queues one span, which `add` puts into this thread's shard, when the queue is open and
-    /// has room; else counts it refused. The shard fills room it claimed before, and claims
+    /// Queues one span, which `add` puts into `lane`'s shard, when the queue is open and has
+    /// room; else counts it refused. The shard fills room it claimed before, and claims
     /// [`Queue::claim`] spans more (as much as is left) when it has none.
-    fn queue(&self, add: impl FnOnce(&mut Queued)) {
+    fn queue(&self, Lane(at): Lane, add: impl FnOnce(&mut Queued)) {
         let counts = &self.counts;
-        let at = SHARD.with(|shard| *shard);
         let mut queued = match self.shards[at].0.lock() {
             Ok(queued) if !self.closed.load(Ordering::Acquire) => queued,
             // A poisoned shard takes no more spans.
@@ -467,7 +483,7 @@ pub fn start<C: Collector>(
     std::thread::Builder::new()
         .name("pagantic-otlp".into())
         .spawn(move || {
-            yield_to_runs();
+            yield_to_runs(limits.niceness);
             let batches = Batches { envelope, limits };
             runtime.block_on(batches.send(&task_queue, collector));
             let _ = done.send(());
@@ -475,19 +491,15 @@ pub fn start<C: Collector>(
     Ok((queue, counts, Done(ended)))
 }
 
-/// How much lower than the runs the export thread is scheduled (a nice value): where the cores
-/// are all busy the runs come first, and the thread still gets about a tenth of a core beside
-/// each busy one, several times what sending a batch job's spans takes.
-#[cfg(target_os = "linux")]
-const EXPORT_NICENESS: i32 = 10;
-
-/// Lowers the calling thread's scheduling priority to [`EXPORT_NICENESS`], so exporting spans
-/// takes the time the runs leave rather than the runs' own. On Linux a nice value is a thread's
-/// own (`setpriority` of process 0 sets the caller's); elsewhere it would be the whole process's,
-/// so the thread is left as it is. Failing to lower it changes nothing else.
-fn yield_to_runs() {
+/// Lowers the calling thread's scheduling priority to `niceness` (see [`Limits::niceness`]), so
+/// exporting spans takes the time the runs leave rather than the runs' own. On Linux a nice
+/// value is a thread's own (`setpriority` of process 0 sets the caller's); elsewhere it would be
+/// the whole process's, so the thread is left as it is. Failing to lower it changes nothing else.
+fn yield_to_runs(niceness: i32) {
     #[cfg(target_os = "linux")]
-    let _ = rustix::process::setpriority_process(None, EXPORT_NICENESS);
+    let _ = rustix::process::setpriority_process(None, niceness);
+    #[cfg(not(target_os = "linux"))]
+    let _ = niceness;
 }
 
 /// Says when the export task has ended.
@@ -601,7 +613,7 @@ mod tests {
         };
         let queue = Queue::new(&limits);
         for n in 0..spans {
-            queue.push(&span(&format!("s{n}")));
+            queue.push(Lane(0), &span(&format!("s{n}")));
         }
         queue.close();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -633,31 +645,28 @@ mod tests {
             }
         };
         // One span waits for the schedule delay; two fill a batch.
-        queue.push(&span("one"));
+        queue.push(Lane(0), &span("one"));
         waited(1);
-        queue.push(&span("two"));
-        queue.push(&span("three"));
+        queue.push(Lane(0), &span("two"));
+        queue.push(Lane(0), &span("three"));
         waited(3);
         assert_eq!(sent(), ["one", "two", "three"]);
         assert!(!done.wait(Duration::from_millis(10)), "still open");
-        queue.push(&span("four"));
+        queue.push(Lane(0), &span("four"));
         queue.close();
         assert!(done.wait(Duration::from_secs(30)));
         assert_eq!(sent(), ["one", "two", "three", "four"]);
         assert_eq!(counts.dropped(), 0);
-        queue.push(&span("too late"));
+        queue.push(Lane(0), &span("too late"));
         assert_eq!(counts.dropped(), 1);
     }
 
+    /// Whether an export thread of this process runs at nice value `niceness` (field 19 of its
+    /// stat, the 17th after the parenthesised name), waiting a bounded time for it to lower
+    /// itself; other tests' export threads may be the one found.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn the_export_thread_runs_at_a_lower_priority_than_the_runs() {
-        let (queue, _, done) =
-            start(Kept::default(), envelope(), Limits::default()).expect("started");
-        // Whether an export thread runs at the lower priority (its nice value is field 19 of
-        // its stat, the 17th after the parenthesised name); other tests' export threads, lowered
-        // alike, may be the one found.
-        let lowered = || {
+    fn an_export_thread_runs_at(niceness: i32) -> bool {
+        let found = || {
             let tasks = std::fs::read_dir("/proc/self/task").expect("this process's threads");
             tasks.flatten().any(|task| {
                 let read = |file: &str| std::fs::read_to_string(task.path().join(file));
@@ -666,16 +675,34 @@ mod tests {
                 let nice = stat
                     .rsplit_once(')')
                     .and_then(|(_, rest)| rest.split_whitespace().nth(16)?.parse::<i32>().ok());
-                named && nice == Some(EXPORT_NICENESS)
+                named && nice == Some(niceness)
             })
         };
         let until = std::time::Instant::now() + Duration::from_secs(10);
-        while !lowered() && std::time::Instant::now() < until {
+        while !found() && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(lowered(), "an export thread at nice {EXPORT_NICENESS}");
-        queue.close();
-        assert!(done.wait(Duration::from_secs(30)));
+        found()
+    }
+
+    /// The export thread yields to the runs (nice 10) unless told otherwise: here 15, a value
+    /// no other test's thread takes (lowering it below the process's own would need a privilege).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_export_thread_runs_at_a_lower_priority_than_the_runs_as_configured() {
+        for niceness in [Limits::default().niceness, 15] {
+            let limits = Limits {
+                niceness,
+                ..Limits::default()
+            };
+            let (queue, _, done) = start(Kept::default(), envelope(), limits).expect("started");
+            assert!(
+                an_export_thread_runs_at(niceness),
+                "an export thread at nice {niceness}"
+            );
+            queue.close();
+            assert!(done.wait(Duration::from_secs(30)));
+        }
     }
 
     #[test]
@@ -717,8 +744,9 @@ mod tests {
             for thread in 0..4 {
                 let queue = &queue;
                 threads.spawn(move || {
+                    let lane = queue.lane();
                     for n in 0..100 {
-                        queue.push(&span(&format!("t{thread}-{n}")));
+                        queue.push(lane, &span(&format!("t{thread}-{n}")));
                     }
                 });
             }
@@ -752,7 +780,7 @@ mod tests {
             "a 64th of the queue a shard, at most an eighth of a batch"
         );
         for n in 0..10 {
-            queue.push(&span(&format!("s{n}")));
+            queue.push(Lane(0), &span(&format!("s{n}")));
         }
         assert_eq!(queue.counts.queued.load(Ordering::Relaxed), 16, "one claim");
         assert_eq!(
@@ -763,7 +791,7 @@ mod tests {
         assert_eq!(names(&queue.take()).len(), 10);
         // The 10 taken leave the queue; 8,200 more fill it to its bound.
         for n in 10..8210 {
-            queue.push(&span(&format!("s{n}")));
+            queue.push(Lane(0), &span(&format!("s{n}")));
         }
         assert_eq!(
             queue.take().len(),
@@ -794,10 +822,10 @@ mod tests {
                 tokio::time::timeout(Duration::from_millis(50), wait).await
             })
         };
-        queue.push(&span("a"));
-        queue.push(&span("b"));
+        queue.push(Lane(0), &span("a"));
+        queue.push(Lane(0), &span("b"));
         assert!(woken(&queue).is_err(), "two spans are short of a batch");
-        queue.push(&span("c"));
+        queue.push(Lane(0), &span("c"));
         assert!(woken(&queue).is_ok(), "the third fills it");
     }
 
@@ -805,7 +833,7 @@ mod tests {
     fn a_task_woken_by_full_batches_sends_whole_batches_and_keeps_the_rest_in_order() {
         let queue = batches_of_3();
         for n in 0..7 {
-            queue.push(&span(&format!("s{n}")));
+            queue.push(Lane(0), &span(&format!("s{n}")));
         }
         let mut pending = Pending::new(5);
         queue.take_into(&mut pending);
@@ -819,13 +847,13 @@ mod tests {
         }
         assert_eq!(sent, [3, 3]);
         assert_eq!(names(&pending), ["s6"], "the span short of a batch is kept");
-        queue.push(&span("s7"));
+        queue.push(Lane(0), &span("s7"));
         queue.take_into(&mut pending);
         assert_eq!(pending.due(true, 3), 0, "two spans are short of a batch");
         assert_eq!(pending.due(false, 3), 1, "the delay passed: all of them");
         assert_eq!(names(&pending), ["s6", "s7"], "the kept span first");
-        queue.push(&span("s8"));
-        queue.push(&span("s9"));
+        queue.push(Lane(0), &span("s8"));
+        queue.push(Lane(0), &span("s9"));
         queue.close();
         queue.take_into(&mut pending);
         assert_eq!(names(&pending), ["s6", "s7", "s8", "s9"]);

@@ -1,7 +1,9 @@
-//! OpenTelemetry traces of a session's runs, exported over OTLP/HTTP (protobuf) with the GenAI
-//! semantic conventions (version 1.37.0, [`SEMCONV_SCHEMA`]), so Tempo, Jaeger, Phoenix, Langfuse or Honeycomb
-//! show what a run did. The spans come from the same typed events as the `--events` file (the
-//! sink in `sink.rs`), never from a second instrumentation.
+//! Layer 4: OpenTelemetry traces of a session's runs, exported over OTLP/HTTP (protobuf) with the
+//! GenAI semantic conventions (version 1.37.0, [`SEMCONV_SCHEMA`]), so Tempo, Jaeger, Phoenix,
+//! Langfuse or Honeycomb show what a run did. An outlet above the run layer: the session is
+//! opened with an [`Exporter`] as its `orchestrate::Tracer`, and hands it every event of every
+//! run, the same typed events as the `--events` file (the sink in `sink.rs` makes them spans),
+//! never a second instrumentation.
 //!
 //! Export is on when `--otlp URL`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is given (and `OTEL_SDK_DISABLED` is not `true`); off, nothing
@@ -16,16 +18,16 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `content.rs` | a model call's finish reason and captured messages |
-//! | `context.rs` | W3C `traceparent`, a run's trace, span ids |
-//! | `sink.rs` | events to spans: names, parents, attributes |
+//! | `mod.rs` | the settings read from flags and the environment; the [`Exporter`] a session holds |
+//! | `sink.rs` | events to spans: a run's spans in progress, names, parents, attributes |
+//! | `span.rs` | a plan's and its steps' spans' constant parts; a span's ids; a step attempt's record |
+//! | `content.rs` | captured messages and answers in the GenAI message format |
 //! | `wire.rs` | spans and export requests in OTLP's protobuf form |
-//! | `export.rs` | the bounded queue and the task that sends batches |
+//! | `export.rs` | the bounded queue and the task that sends batches, on a thread of its own |
 //! | `collector.rs` | the OTLP/HTTP endpoint: headers, the answer read |
 
 mod collector;
 mod content;
-mod context;
 mod export;
 mod sink;
 mod span;
@@ -36,12 +38,9 @@ use std::time::Duration;
 
 use opentelemetry_sdk::Resource;
 
-pub use content::{captured, finish_reason};
-pub use context::{RunTrace, TraceParent};
-pub use export::Counts;
-pub use sink::{Origin, PlanShape, RunInfo, TracedRun, Tracer, plan_shape};
-
+use crate::core::TraceParent;
 use crate::model_store::Notice;
+use crate::orchestrate::{Origin, TraceShape, TracedRun, Tracer};
 
 /// The schema URL of the OpenTelemetry semantic conventions (GenAI included) the spans follow,
 /// version 1.37.0, set on the instrumentation scope.
@@ -52,6 +51,9 @@ pub const CONTENT_LIMIT: usize = 4096;
 pub const CLOSE_WITHIN: Duration = Duration::from_secs(2);
 
 const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+/// The export thread's nice value on Linux, 0 to 19 (10 by default): 0 lets it compete with the
+/// runs for the cores, so a busy machine drops fewer spans at some cost to the runs.
+const EXPORT_NICE: &str = "PAGANTIC_TRACE_EXPORT_NICE";
 
 /// What the command asks of tracing (its flags), besides the environment.
 #[derive(Clone, Default)]
@@ -122,6 +124,10 @@ impl TraceSettings {
             timeout: millis("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
                 .or_else(|| millis("OTEL_EXPORTER_OTLP_TIMEOUT"))
                 .unwrap_or(default.timeout),
+            niceness: export_niceness(&env)
+                .ok()
+                .flatten()
+                .unwrap_or(default.niceness),
         };
         Some(Resolved {
             endpoint,
@@ -134,24 +140,34 @@ impl TraceSettings {
     }
 }
 
-/// A session's tracing: the sink its runs' events go to, and the export task to close.
-pub struct Tracing {
-    pub tracer: Arc<Tracer>,
-    counts: Arc<Counts>,
+/// A session's trace export: the sink its runs' events go to, and the export task to close.
+pub struct Exporter {
+    sink: Arc<sink::Sink>,
+    counts: Arc<export::Counts>,
     done: Mutex<Option<export::Done>>,
+    /// The queue's bound, named when spans did not fit in it.
+    max_queue: usize,
     warn: Option<Notice>,
 }
 
-impl Tracing {
-    /// Starts tracing as `settings` and the environment say; None when it is off, or when the
+impl Exporter {
+    /// Starts export as `settings` and the environment say; None when it is off, or when the
     /// exporter cannot start (then `warn` says why and the session runs untraced).
-    pub fn start(settings: &TraceSettings) -> Option<Tracing> {
+    pub fn start(settings: &TraceSettings) -> Option<Exporter> {
         let env = |name: &str| std::env::var(name).ok();
         let resolved = settings.resolve(env)?;
-        if let (Some(warn), Some(protocol)) = (&settings.warn, other_protocol(env)) {
-            warn(&format!(
-                "traces are exported over OTLP/HTTP with protobuf only: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not used"
-            ));
+        if let Some(warn) = &settings.warn {
+            if let Some(protocol) = other_protocol(env) {
+                warn(&format!(
+                    "traces are exported over OTLP/HTTP with protobuf only: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not used"
+                ));
+            }
+            if export_niceness(env).is_err() {
+                let default = export::Limits::default().niceness;
+                warn(&format!(
+                    "{EXPORT_NICE} is not a nice value from 0 to 19: the export thread runs at {default}"
+                ));
+            }
         }
         let config = opentelemetry_sdk::trace::Config::default();
         let limits = resolved.limits;
@@ -169,40 +185,84 @@ impl Tracing {
                 return None;
             }
         };
-        let tracer = Tracer::new(
+        let sink = sink::Sink::new(
             queue,
             config.sampler,
             resolved.parent,
             settings.session_name.clone(),
             resolved.capture_content,
         );
-        Some(Tracing {
-            tracer: Arc::new(tracer),
+        Some(Exporter {
+            sink: Arc::new(sink),
             counts,
             done: Mutex::new(Some(done)),
+            max_queue: limits.max_queue,
             warn: settings.warn.clone(),
         })
     }
 
-    /// Sends what is queued, waiting at most [`CLOSE_WITHIN`], and says how many spans the
-    /// collector did not take (the first time only). Returns that number.
-    pub fn close(&self) -> u64 {
+    /// What to say of `dropped` spans not exported, `refused` of them by a full queue.
+    fn dropped_why(&self, dropped: u64, refused: u64) -> String {
+        let queue = format!(
+            "did not fit in the queue of {} spans (raise OTEL_BSP_MAX_QUEUE_SIZE, or set {EXPORT_NICE}=0 on a busy machine)",
+            self.max_queue
+        );
+        let collector = "the collector was unreachable, too slow, or refused them";
+        let why = match refused.min(dropped) {
+            0 => collector.to_string(),
+            all if all == dropped => queue,
+            some => format!("{some} {queue}; for the others, {collector}"),
+        };
+        format!("{dropped} trace span(s) were not exported: {why}")
+    }
+}
+
+impl Tracer for Exporter {
+    fn open_run(&self, origin: Origin) -> Box<dyn TracedRun> {
+        Box::new(self.sink.open_run(origin))
+    }
+
+    fn plan_shape(
+        &self,
+        name: &str,
+        steps: &mut dyn Iterator<Item = (&str, &'static str)>,
+    ) -> TraceShape {
+        Arc::new(span::PlanShape::new(name, steps))
+    }
+
+    fn captures_content(&self) -> bool {
+        self.sink.captures_content()
+    }
+
+    /// Sends what is queued, waiting at most [`CLOSE_WITHIN`], and says how many spans were not
+    /// exported (the first time only), and why. Returns that number.
+    fn finish(&self) -> u64 {
         let done = self.done.lock().ok().and_then(|mut done| done.take());
         let Some(done) = done else {
             return self.counts.dropped();
         };
-        self.tracer.close_queue();
+        self.sink.close_queue();
         // A collector that still has not answered is left behind: its spans count as dropped.
         done.wait(CLOSE_WITHIN);
         let dropped = self.counts.dropped();
         if dropped > 0
             && let Some(warn) = &self.warn
         {
-            warn(&format!(
-                "{dropped} trace span(s) were not exported: the collector was unreachable, too slow, or refused them"
-            ));
+            warn(&self.dropped_why(dropped, self.counts.refused()));
         }
         dropped
+    }
+}
+
+/// The export thread's nice value [`EXPORT_NICE`] asks for: None when it is not set, Err when
+/// it is not a number from 0 to 19.
+fn export_niceness(env: impl Fn(&str) -> Option<String>) -> Result<Option<i32>, ()> {
+    let Some(value) = env(EXPORT_NICE) else {
+        return Ok(None);
+    };
+    match value.trim().parse::<i32>() {
+        Ok(niceness) if (0..=19).contains(&niceness) => Ok(Some(niceness)),
+        _ => Err(()),
     }
 }
 
@@ -330,10 +390,7 @@ mod tests {
         assert!(on.capture_content);
         assert_eq!(on.limits.max_batch, export::Limits::default().max_batch);
         let parent = on.parent.expect("continued");
-        assert_eq!(
-            parent.trace_id.to_string(),
-            "4bf92f3577b34da6a3ce929d0e0e4736"
-        );
+        assert_eq!(parent.trace_id, 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736);
         let full = TraceSettings {
             endpoint: Some("http://h/v1/traces".into()),
             ..TraceSettings::default()
@@ -341,5 +398,59 @@ mod tests {
         let on = resolved(&full, &[]).expect("on");
         assert_eq!(on.endpoint, "http://h/v1/traces");
         assert!(!on.capture_content && on.parent.is_none());
+    }
+
+    /// The export thread's priority is a knob for machines whose cores the runs keep busy: a
+    /// nice value from 0 to 19, anything else leaving the default (and said).
+    #[test]
+    fn the_export_thread_s_nice_value_is_read_from_the_environment() {
+        let on = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318");
+        let settings = TraceSettings::default();
+        let niceness = |value: Option<&str>| {
+            let mut vars = vec![on];
+            vars.extend(value.map(|value| (EXPORT_NICE, value)));
+            resolved(&settings, &vars).expect("on").limits.niceness
+        };
+        assert_eq!(niceness(None), 10);
+        assert_eq!(niceness(Some("0")), 0);
+        assert_eq!(niceness(Some(" 19 ")), 19);
+        for bad in ["-5", "20", "ten", "", "18446744073709551616"] {
+            assert_eq!(niceness(Some(bad)), 10, "{bad:?}");
+            let env = |name: &str| (name == EXPORT_NICE).then(|| bad.to_string());
+            assert_eq!(export_niceness(env), Err(()), "{bad:?}");
+        }
+    }
+
+    /// What was not exported is said with why: spans a full queue refused name the knobs that
+    /// keep them; spans the collector did not take name the collector.
+    #[test]
+    fn spans_not_exported_are_said_with_why() {
+        let settings = TraceSettings {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..TraceSettings::default()
+        };
+        let exporter = Exporter::start(&settings).expect("started");
+        let collector = "5 trace span(s) were not exported: the collector was unreachable, too slow, or refused them";
+        assert_eq!(exporter.dropped_why(5, 0), collector);
+        let full = exporter.dropped_why(5, 5);
+        assert!(
+            full.starts_with(
+                "5 trace span(s) were not exported: did not fit in the queue of 32768 spans"
+            ),
+            "{full}"
+        );
+        assert!(
+            full.contains("OTEL_BSP_MAX_QUEUE_SIZE") && full.contains(EXPORT_NICE),
+            "{full}"
+        );
+        let both = exporter.dropped_why(5, 2);
+        assert!(
+            both.contains(": 2 did not fit")
+                && both.ends_with(
+                    "for the others, the collector was unreachable, too slow, or refused them"
+                ),
+            "{both}"
+        );
+        assert_eq!(exporter.finish(), 0);
     }
 }

@@ -1,19 +1,54 @@
 //! What a finished span is made of and how it is encoded, whichever thread encodes it: a span
-//! under construction ([`Built`]), its ids, a plan's step as its spans show it (with what its
-//! usual attempts' spans and its model calls' requests mostly share, encoded once, since a batch
-//! repeats them on every row), and a step attempt's span as a record ([`StepRecord`]) that the
-//! run's thread leaves in the export queue for the export thread to encode. The sink builds
-//! spans from events; the export queue carries them; both share this.
+//! under construction ([`Built`]), its ids, a plan and its steps as their spans show them (with
+//! what a step's usual attempts' spans and its model calls' requests mostly share, encoded once,
+//! since a batch repeats them on every row), and a step attempt's span as a record
+//! ([`StepRecord`]) that the run's thread leaves in the export queue for the export thread to
+//! encode. The sink builds spans from events; the export queue carries them; both share this.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use opentelemetry::trace::SpanContext;
-
-use super::context::RunTrace;
 use super::wire::{self, Attr, Attributes, Kind, Link, Of, Shared, Span, SpanEvent};
 use crate::inference::SchemaMode;
-use crate::orchestrate::events::{CallKind, SpanId, StepOutcome};
+use crate::orchestrate::{CallKind, RunTrace, SpanId, StepOutcome};
+
+/// A plan as its runs' spans show it: its name and steps, and the attributes its root span and
+/// each step's spans always carry, encoded once. Made by a pipeline's first traced run and kept
+/// by the pipeline, so the runs of one plan (a batch's rows) share it.
+#[derive(Debug)]
+pub struct PlanShape {
+    pub name: String,
+    steps: Vec<StepShape>,
+    /// The root span's attributes that name the plan.
+    pub root: Attributes,
+}
+
+impl PlanShape {
+    /// Plan `name` with `steps` (names and types).
+    pub fn new<'a>(name: &str, steps: impl Iterator<Item = (&'a str, &'static str)>) -> PlanShape {
+        PlanShape {
+            name: name.to_string(),
+            steps: steps
+                .map(|(step, kind)| StepShape::new(step, kind))
+                .collect(),
+            root: Attributes::constant(&[
+                ("gen_ai.operation.name", "invoke_workflow"),
+                (SHOWN_AS, "CHAIN"),
+                ("pagantic.plan", name),
+            ]),
+        }
+    }
+
+    /// Where step `name` is among its steps.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.steps.iter().position(|step| step.name == name)
+    }
+
+    /// Its step at `position` (from [`PlanShape::position`]).
+    pub fn step(&self, position: usize) -> &StepShape {
+        &self.steps[position]
+    }
+}
 
 /// The OpenInference span kind (`LLM`, `TOOL`, `AGENT`, `CHAIN`, `RETRIEVER`), which Arize
 /// Phoenix files spans under, set beside the GenAI attributes.
@@ -23,8 +58,6 @@ pub(super) const SHOWN_AS: &str = "openinference.span.kind";
 #[derive(Debug)]
 pub struct StepShape {
     pub name: String,
-    /// Its type, as the plan says it.
-    pub kind: &'static str,
     /// The first part of its spans' names (`step `, `invoke_agent `, `retrieval `).
     span_name: &'static str,
     /// Whether it is an agent (`gen_ai.agent.name` is set whether or not it ran rounds).
@@ -71,7 +104,6 @@ impl StepShape {
         }
         let mut shape = StepShape {
             name: name.to_string(),
-            kind,
             span_name,
             agent: kind == "agent",
             constant,
@@ -271,30 +303,34 @@ impl Attempt {
 }
 
 /// A step attempt's span as a run's thread leaves it for the export thread to encode: its ids
-/// and times, its step (by reference: plan shapes live as long as the process) and what the
-/// attempt came to. Most of a batch's spans are steps', so most of the encoding is done on the
-/// export thread, which takes the time the runs leave, and a run's thread copies a few dozen
-/// bytes into the queue where it would copy a few hundred.
-#[derive(Debug, Clone, Copy)]
+/// and times, its step (by its plan's shape, shared, and its place there) and what the attempt
+/// came to. Most of a batch's spans are steps', so most of the encoding is done on the export
+/// thread, which takes the time the runs leave, and a run's thread copies a few dozen bytes into
+/// the queue where it would copy a few hundred.
+#[derive(Debug, Clone)]
 pub struct StepRecord {
     ids: Ids,
-    step: &'static StepShape,
+    plan: Arc<PlanShape>,
+    step: usize,
     started: u64,
     ended: u64,
     attempt: Attempt,
 }
 
 impl StepRecord {
-    /// The span of `attempt` of `step` with `ids`, from `started` to `ended`.
+    /// The span of `attempt` of the step at `step` in `plan`, with `ids`, from `started` to
+    /// `ended`.
     pub fn new(
         ids: Ids,
-        step: &'static StepShape,
+        plan: Arc<PlanShape>,
+        step: usize,
         attempt: Attempt,
         started: u64,
         ended: u64,
     ) -> StepRecord {
         StepRecord {
             ids,
+            plan,
             step,
             started,
             ended,
@@ -305,7 +341,7 @@ impl StepRecord {
     /// Appends its OTLP span to `framed` as [`wire::frame`] does: a usual attempt's (most) from
     /// what its step's usual spans share, any other encoded in full.
     pub fn frame(&self, framed: &mut Vec<u8>) {
-        let step = self.step;
+        let step = self.plan.step(self.step);
         if step.is_usual(&self.attempt) && !self.ids.parent_is_remote {
             let span = step.usual_span(self.ids, self.started, self.ended);
             span.frame_with(framed, &step.usual_shared);
@@ -314,8 +350,14 @@ impl StepRecord {
         let built = step.span(&self.attempt, self.started, self.ended);
         let span = encode(self.ids, "", built, &[], &[]);
         wire::frame(framed, &span);
-        wire::spare(span);
     }
+}
+
+/// The parent of a run's root span: its span id, and whether it is another process's.
+#[derive(Debug, Clone, Copy)]
+pub struct Parent {
+    pub span_id: u64,
+    pub remote: bool,
 }
 
 /// A span's OpenTelemetry ids.
@@ -333,16 +375,16 @@ impl Ids {
     pub fn of(
         trace: &RunTrace,
         (span, parent): (SpanId, Option<SpanId>),
-        root_parent: Option<&SpanContext>,
+        root_parent: Option<Parent>,
     ) -> Ids {
         let (parent, parent_is_remote) = match parent {
             Some(parent) => (Some(trace.span_id(parent)), false),
-            None => root_parent.map_or((None, false), |p| (Some(p.span_id()), p.is_remote())),
+            None => root_parent.map_or((None, false), |p| (Some(p.span_id), p.remote)),
         };
         Ids {
-            trace: trace.trace_id.to_bytes(),
-            span: trace.span_id(span).to_bytes(),
-            parent: parent.map(|id| id.to_bytes()),
+            trace: trace.trace_id.to_be_bytes(),
+            span: trace.span_id(span).to_be_bytes(),
+            parent: parent.map(u64::to_be_bytes),
             parent_is_remote,
         }
     }
@@ -483,7 +525,8 @@ mod tests {
     #[test]
     fn a_usual_attempt_s_span_framed_from_its_step_s_shared_fields_is_the_full_one() {
         for kind in ["infer", "agent"] {
-            let step: &'static StepShape = Box::leak(Box::new(StepShape::new("ask", kind)));
+            let plan = Arc::new(PlanShape::new("plan", [("ask", kind)].into_iter()));
+            let step = plan.step(0);
             for parent in [Some([1; 8]), None] {
                 let ids = Ids {
                     trace: [7; 16],
@@ -499,7 +542,8 @@ mod tests {
                 };
                 for attempt in [Attempt::USUAL, failed] {
                     let mut framed = Vec::new();
-                    StepRecord::new(ids, step, attempt, 10, 20).frame(&mut framed);
+                    let record = StepRecord::new(ids, Arc::clone(&plan), 0, attempt, 10, 20);
+                    record.frame(&mut framed);
                     let mut full = Vec::new();
                     wire::frame(
                         &mut full,

@@ -14,96 +14,41 @@
 //! the events' (the ledger's) numbers.
 
 use std::borrow::Cow;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use opentelemetry::Context;
-use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
+use opentelemetry::trace::{
+    SpanContext, SpanId as OtelSpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState,
+};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision, ShouldSample};
 
-use super::content::bounded;
-use super::context::{RunTrace, TraceParent};
-use super::export::Queue;
+use super::content::{self, bounded};
+use super::export::{Lane, Queue};
 use super::span::{
-    Asked, Attempt, Built, Ids, SHOWN_AS, StepRecord, StepShape, encode, span_flags,
+    Asked, Attempt, Built, Ids, Parent, PlanShape, SHOWN_AS, StepRecord, StepShape, encode,
+    span_flags,
 };
 use super::wire::{self, Attr, Attributes, Kind, Link, Of, SpanEvent};
-use crate::core::{Failure, FailureCode};
-use crate::orchestrate::events::{CallKind, Event, EventData, SpanId, StepOutcome, ToolOutcome};
-use crate::orchestrate::record::Lifecycle;
-
-/// Where a new run's trace comes from.
-pub enum Origin {
-    /// The session's own run: it continues the session's parent (`TRACEPARENT`) when there is one.
-    Session,
-    /// A run of its own (a batch row, a test case, a request, a chat turn): it continues
-    /// `remote` (a request's `traceparent`) or starts a trace, linked to `link` (the session's
-    /// span: a batch's rows link to the batch).
-    Own {
-        remote: Option<TraceParent>,
-        link: Option<SpanContext>,
-    },
-    /// A run nested in another's step (a sub-plan): the same trace, a child of that step's span.
-    Nested(SpanContext),
-}
+use crate::core::{Failure, FailureCode, TraceParent};
+use crate::orchestrate::{
+    CallKind, Event, EventData, Lifecycle, Origin, RunTrace, SpanId, StepOutcome, ToolOutcome,
+    TraceShape,
+};
 
 /// What a run is, for its root span: its plan, and attributes its caller gave (a batch row's
 /// id, a test case's variant).
-#[derive(Debug, Clone)]
-pub struct RunInfo {
-    pub plan: &'static PlanShape,
-    pub attributes: Vec<(&'static str, String)>,
-}
-
-impl Default for RunInfo {
-    /// A run that said nothing of its plan.
-    fn default() -> RunInfo {
-        static NO_PLAN: LazyLock<PlanShape> = LazyLock::new(PlanShape::default);
-        RunInfo {
-            plan: &NO_PLAN,
-            attributes: Vec::new(),
-        }
-    }
-}
-
-/// Every plan shape this process has traced, each built once and kept for the life of the
-/// process, so a step's span can be left to the export thread naming its step by reference. A
-/// process traces few plans: a batch's one, the ones a server serves, a watched file's versions.
-static SHAPES: Mutex<Vec<&'static PlanShape>> = Mutex::new(Vec::new());
-
-/// The shape of plan `name` with `steps` (names and types), built the first time the process
-/// sees it. A pipeline keeps what this gives it, so the runs of one plan (a batch's rows) ask
-/// once.
-pub fn plan_shape<'a, I>(name: &str, steps: I) -> &'static PlanShape
-where
-    I: IntoIterator<Item = (&'a str, &'static str)>,
-    I::IntoIter: Clone,
-{
-    let steps = steps.into_iter();
-    let mut shapes = SHAPES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(shape) = shapes.iter().find(|shape| shape.is(name, steps.clone())) {
-        return shape;
-    }
-    let shape: &'static PlanShape = Box::leak(Box::new(PlanShape::new(name, steps)));
-    shapes.push(shape);
-    shape
-}
-
-/// A plan as its runs' spans show it: its name and steps, and the attributes its root span and
-/// each step's spans always carry, encoded once. Shared by the runs of one plan (a batch's
-/// rows), not built for each.
 #[derive(Debug, Default)]
-pub struct PlanShape {
-    pub name: String,
-    steps: Vec<StepShape>,
-    /// The root span's attributes that name the plan.
-    root: Attributes,
+struct RunInfo {
+    /// None for a run that said nothing of its plan.
+    plan: Option<Arc<PlanShape>>,
+    attributes: Vec<(&'static str, String)>,
 }
 
-/// Turns events into spans; see the module docs.
-pub struct Tracer {
+/// Turns events into spans; see the module docs. Shared by the session's exporter and its
+/// traced runs.
+pub struct Sink {
     queue: Arc<Queue>,
     sampler: Box<dyn ShouldSample>,
     /// The parent of the session's own run (`TRACEPARENT`).
@@ -119,17 +64,21 @@ pub struct Tracer {
 
 /// One run's trace, kept by the run's events: its ids, and its spans in progress when it is
 /// sampled.
-pub struct TracedRun {
-    pub trace: RunTrace,
+pub struct Traced {
+    sink: Arc<Sink>,
+    trace: RunTrace,
+    /// Where its spans are queued.
+    lane: Lane,
     /// None for a run not sampled: it exports nothing.
     spans: Option<Mutex<RunSpans>>,
 }
 
 /// A sampled run's spans in progress.
 struct RunSpans {
-    /// The root span's parent: the caller's remote span, or the step a sub-plan runs in.
-    parent: Option<SpanContext>,
-    link: Option<SpanContext>,
+    /// The root span's parent: the caller's span (remote), or the step a sub-plan runs in.
+    parent: Option<Parent>,
+    /// The span the root span links to (a batch row's: the batch's).
+    link: Option<TraceParent>,
     info: Option<RunInfo>,
     /// When the run started (Unix nanoseconds): its events' `at_ms` count from here.
     started: u64,
@@ -169,7 +118,7 @@ struct Open {
     args: Option<String>,
 }
 
-impl Tracer {
+impl Sink {
     pub fn new(
         queue: Arc<Queue>,
         sampler: Box<dyn ShouldSample>,
@@ -177,7 +126,7 @@ impl Tracer {
         session_name: String,
         capture_content: bool,
     ) -> Self {
-        Tracer {
+        Sink {
             queue,
             sampler,
             session_parent,
@@ -197,46 +146,27 @@ impl Tracer {
     }
 
     /// The trace of a run that starts now; a sampled run's spans are kept from here on.
-    pub fn open_run(&self, origin: Origin) -> TracedRun {
-        let (parent, link) = match origin {
-            Origin::Session => (
-                self.session_parent
-                    .as_ref()
-                    .map(TraceParent::remote_context),
-                None,
-            ),
-            Origin::Own { remote, link } => {
-                (remote.as_ref().map(TraceParent::remote_context), link)
-            }
-            Origin::Nested(step) => (Some(step), None),
+    pub fn open_run(self: &Arc<Self>, origin: Origin) -> Traced {
+        let (parent, link, remote) = match origin {
+            Origin::Session => (self.session_parent.clone(), None, true),
+            Origin::Own { remote, link } => (remote, link, true),
+            Origin::Nested(step) => (Some(step), None, false),
         };
         let trace_id = match &parent {
-            Some(parent) => parent.trace_id(),
-            None => self.ids.new_trace_id(),
+            Some(parent) => parent.trace_id,
+            None => u128::from_be_bytes(self.ids.new_trace_id().to_bytes()),
         };
         let sampled = match &parent {
-            Some(step) if !step.is_remote() => step.is_sampled(),
-            _ => {
-                let context = parent
-                    .as_ref()
-                    .map(|p| Context::new().with_remote_span_context(p.clone()));
-                let decision = self.sampler.should_sample(
-                    context.as_ref(),
-                    trace_id,
-                    "invoke_workflow",
-                    &SpanKind::Internal,
-                    &[],
-                    &[],
-                );
-                decision.decision == SamplingDecision::RecordAndSample
-            }
+            Some(step) if !remote => step.sampled,
+            remote => self.samples(remote.as_ref(), trace_id),
         };
-        let state = parent
-            .as_ref()
-            .map_or_else(TraceState::default, |p| p.trace_state().clone());
+        let state = parent.as_ref().map(|p| p.state.clone()).unwrap_or_default();
         let spans = sampled.then(|| {
             Mutex::new(RunSpans {
-                parent,
+                parent: parent.map(|parent| Parent {
+                    span_id: parent.span_id,
+                    remote,
+                }),
                 link,
                 info: None,
                 started: wire::nanos(SystemTime::now()),
@@ -246,10 +176,35 @@ impl Tracer {
                 ended: false,
             })
         });
-        TracedRun {
-            trace: RunTrace::new(self.ids.new_span_id(), trace_id, sampled, state),
+        let seed = u64::from_be_bytes(self.ids.new_span_id().to_bytes());
+        Traced {
+            sink: Arc::clone(self),
+            trace: RunTrace::new(seed, trace_id, sampled, state),
+            lane: self.queue.lane(),
             spans,
         }
+    }
+
+    /// Whether the sampler keeps trace `trace_id`, whose first span continues `remote` (another
+    /// process's span) or has no parent.
+    fn samples(&self, remote: Option<&TraceParent>, trace_id: u128) -> bool {
+        let context = remote.map(|parent| {
+            let state = TraceState::from_str(&parent.state).unwrap_or_default();
+            let flags = TraceFlags::default().with_sampled(parent.sampled);
+            let span_id = OtelSpanId::from(parent.span_id);
+            let parent =
+                SpanContext::new(TraceId::from(parent.trace_id), span_id, flags, true, state);
+            Context::new().with_remote_span_context(parent)
+        });
+        let decision = self.sampler.should_sample(
+            context.as_ref(),
+            TraceId::from(trace_id),
+            "invoke_workflow",
+            &SpanKind::Internal,
+            &[],
+            &[],
+        );
+        decision.decision == SamplingDecision::RecordAndSample
     }
 
     /// Whether spans carry prompts, answers, tool arguments and results.
@@ -264,7 +219,7 @@ impl Tracer {
 
     /// Takes one of `run`'s events: opens the span it starts, or queues the span it ends (a
     /// span is sent as soon as it ends, so a long run shows its finished steps while it runs).
-    pub fn receive(&self, run: &TracedRun, event: &Event) {
+    fn receive(&self, run: &Traced, event: &Event) {
         if !shapes_spans(&event.data) {
             return;
         }
@@ -291,11 +246,8 @@ impl Tracer {
         };
         drop(spans);
         match ended {
-            Ended::Encoded(span) => {
-                self.queue.push(&span);
-                wire::spare(span);
-            }
-            Ended::Step(record) => self.queue.push_step(record),
+            Ended::Encoded(span) => self.queue.push(run.lane, &span),
+            Ended::Step(record) => self.queue.push_step(run.lane, record),
         }
     }
 
@@ -309,12 +261,12 @@ impl Tracer {
     ) -> Vec<u8> {
         let info = run.info.take().unwrap_or_default();
         let mut attributes = Attributes::new(Of::Span);
-        let plan = info.plan.name.as_str();
-        let name = if plan.is_empty() {
-            ("", self.session_name.as_str())
-        } else {
-            attributes.extend(&info.plan.root);
-            ("invoke_workflow ", plan)
+        let name = match info.plan.as_deref() {
+            Some(plan) => {
+                attributes.extend(&plan.root);
+                ("invoke_workflow ", plan.name.as_str())
+            }
+            None => ("", self.session_name.as_str()),
         };
         let status = match end {
             Lifecycle::Error => "error",
@@ -339,14 +291,14 @@ impl Tracer {
             error,
         };
         let link = run.link.as_ref().map(|link| Link {
-            trace_id: link.trace_id().to_bytes(),
-            span_id: link.span_id().to_bytes(),
-            flags: span_flags(u32::from(link.trace_flags().to_u8()), link.is_remote()),
+            trace_id: link.trace_id.to_be_bytes(),
+            span_id: link.span_id.to_be_bytes(),
+            flags: span_flags(u32::from(link.sampled), false),
         });
         export(
             trace,
             (SpanId::RUN, None),
-            run.parent.as_ref(),
+            run.parent,
             built,
             &run.notes,
             link.as_slice(),
@@ -449,8 +401,11 @@ impl Tracer {
             attributes.add("gen_ai.response.finish_reasons", Attr::Strs(&[reason]));
         }
         if let Some(content) = content.as_deref().filter(|_| self.capture_content) {
-            attributes.str("gen_ai.input.messages", &content.input);
-            attributes.str("gen_ai.output.messages", &content.output);
+            let input = content::input_messages(&content.messages);
+            attributes.str("gen_ai.input.messages", &input);
+            let finish_reason = finish_reason.unwrap_or_default();
+            let output = content::output_messages(content, finish_reason);
+            attributes.str("gen_ai.output.messages", &output);
         }
         Some(Built {
             name: ("chat ", model),
@@ -502,37 +457,6 @@ impl Tracer {
     }
 }
 
-impl PlanShape {
-    fn new<'a>(name: &str, steps: impl Iterator<Item = (&'a str, &'static str)>) -> PlanShape {
-        PlanShape {
-            name: name.to_string(),
-            steps: steps
-                .map(|(step, kind)| StepShape::new(step, kind))
-                .collect(),
-            root: Attributes::constant(&[
-                ("gen_ai.operation.name", "invoke_workflow"),
-                (SHOWN_AS, "CHAIN"),
-                ("pagantic.plan", name),
-            ]),
-        }
-    }
-
-    /// Whether it is plan `name` with `steps`.
-    fn is<'a>(&self, name: &str, mut steps: impl Iterator<Item = (&'a str, &'static str)>) -> bool {
-        self.name == name
-            && self.steps.iter().all(|step| {
-                steps
-                    .next()
-                    .is_some_and(|(other, kind)| other == step.name && kind == step.kind)
-            })
-            && steps.next().is_none()
-    }
-
-    fn step(&self, name: &str) -> Option<&StepShape> {
-        self.steps.iter().find(|step| step.name == name)
-    }
-}
-
 /// A span that an event ended: encoded, or a step attempt's left to the export thread.
 enum Ended {
     Encoded(Vec<u8>),
@@ -551,17 +475,19 @@ fn step_span(
     let Ending { open, at } = ending;
     let started = open.started.unwrap_or(at);
     let step = event.step.as_deref().unwrap_or_default();
-    let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
+    let plan = run.info.as_ref().and_then(|info| info.plan.as_ref());
+    let planned = plan.and_then(|plan| Some((plan, plan.position(step)?)));
     let ids = (event.span, event.parent_span);
-    if let Some(shape) = planned
-        && trace.state_header.is_empty()
+    if let Some((plan, position)) = planned
+        && trace.state.is_empty()
     {
         let ids = Ids::of(trace, ids, None);
-        return Ended::Step(StepRecord::new(ids, shape, attempt, started, at));
+        let plan = Arc::clone(plan);
+        return Ended::Step(StepRecord::new(ids, plan, position, attempt, started, at));
     }
     let unplanned;
     let shape = match planned {
-        Some(shape) => shape,
+        Some((plan, position)) => plan.step(position),
         None => {
             unplanned = StepShape::new(step, "");
             &unplanned
@@ -576,22 +502,31 @@ fn step_span(
 fn export(
     trace: &RunTrace,
     ids: (SpanId, Option<SpanId>),
-    root_parent: Option<&SpanContext>,
+    root_parent: Option<Parent>,
     built: Built,
     events: &[SpanEvent],
     links: &[Link],
 ) -> Vec<u8> {
     let ids = Ids::of(trace, ids, root_parent);
-    encode(ids, &trace.state_header, built, events, links)
+    encode(ids, &trace.state, built, events, links)
 }
 
-impl TracedRun {
-    /// Says what the run runs (its root span's name and attributes); a run not sampled keeps
-    /// nothing.
-    pub fn describe(&self, info: RunInfo) {
+impl crate::orchestrate::TracedRun for Traced {
+    fn trace(&self) -> &RunTrace {
+        &self.trace
+    }
+
+    /// Keeps what the run runs (its root span's name and attributes); a run not sampled keeps
+    /// nothing. A shape another exporter made (none does) is taken as no plan.
+    fn describe(&self, plan: TraceShape, attributes: Vec<(&'static str, String)>) {
         if let Some(Ok(mut spans)) = self.spans.as_ref().map(Mutex::lock) {
-            spans.info = Some(info);
+            let plan = plan.downcast::<PlanShape>().ok();
+            spans.info = Some(RunInfo { plan, attributes });
         }
+    }
+
+    fn receive(&self, event: &Event) {
+        self.sink.receive(self, event);
     }
 }
 
@@ -603,7 +538,7 @@ struct Ending {
     at: u64,
 }
 
-impl Tracer {
+impl Sink {
     /// Under the run's lock: opens the span `event` starts, adds a note or a model call's count
     /// to the run, or takes what the span it ends needs.
     fn settle(&self, event: &Event, run: &mut RunSpans) -> Option<Ending> {
@@ -655,13 +590,13 @@ impl Tracer {
                 })
             }
             _ => {
-                Tracer::note(event, run);
+                Sink::note(event, run);
                 None
             }
         }
     }
 
-    /// The span `event` ends, from the event, what [`Tracer::settle`] took from `run`, and the
+    /// The span `event` ends, from the event, what [`Sink::settle`] took from `run`, and the
     /// plan `run` runs: a step attempt's as [`step_span`] leaves it, a tool call's or a model
     /// call's encoded.
     fn ended(
@@ -687,7 +622,8 @@ impl Tracer {
             } => self.tool_span(event, ending, tool, outcome, *cached, *duration_ms),
             EventData::Inference { .. } => {
                 let step = event.step.as_deref().unwrap_or_default();
-                let planned = run.info.as_ref().and_then(|info| info.plan.step(step));
+                let plan = run.info.as_ref().and_then(|info| info.plan.as_deref());
+                let planned = plan.and_then(|plan| Some(plan.step(plan.position(step)?)));
                 self.chat_span(event, ending.at, planned)?
             }
             _ => return None,
@@ -734,21 +670,35 @@ mod tests {
 
     use super::*;
     use crate::core::TokenUsage;
-    use crate::orchestrate::emit::Events;
-    use crate::orchestrate::events::{Sent, ToolResult};
-    use crate::orchestrate::otel::export;
-    use crate::orchestrate::sinks::Sinks;
+    use crate::orchestrate::{Events, Sent, Sinks, ToolResult, Tracer};
+    use crate::trace::{Exporter, export};
 
-    /// The events of a session whose spans go to the returned queue.
+    /// The events of a session whose spans go to the returned queue, where they stay.
     fn traced(sampler: Sampler) -> (Events, Arc<Queue>) {
-        let queue = Arc::new(Queue::new(&export::Limits::default()));
+        let limits = export::Limits::default();
+        let queue = Arc::new(Queue::new(&limits));
         let name = "pagantic test".to_string();
-        let tracer = Tracer::new(Arc::clone(&queue), Box::new(sampler), None, name, false);
-        let tracer = Arc::new(tracer);
+        let sink = Sink::new(Arc::clone(&queue), Box::new(sampler), None, name, false);
+        let exporter = Exporter {
+            sink: Arc::new(sink),
+            counts: Arc::default(),
+            done: std::sync::Mutex::new(None),
+            max_queue: limits.max_queue,
+            warn: None,
+        };
+        let tracer: Arc<dyn Tracer> = Arc::new(exporter);
         (
             Events::traced(Arc::new(Sinks::default()), Some(tracer)),
             queue,
         )
+    }
+
+    /// What a run of plan `name` with `steps` says of its plan, for [`Events::describe`].
+    fn plan(
+        name: &'static str,
+        steps: &'static [(&'static str, &'static str)],
+    ) -> impl FnOnce(&dyn Tracer) -> TraceShape {
+        move |tracer| tracer.plan_shape(name, &mut steps.iter().copied())
     }
 
     fn spans(queue: &Queue) -> Vec<Decoded> {
@@ -826,7 +776,7 @@ mod tests {
     fn a_run_s_spans_hang_from_their_parents_and_a_sub_plan_from_its_step() {
         let (session, queue) = traced(Sampler::AlwaysOn);
         session.describe(
-            || plan_shape("main", [("solve", "agent"), ("route", "route")]),
+            plan("main", &[("solve", "agent"), ("route", "route")]),
             row_7,
         );
         let solve = session.new_span();
@@ -869,7 +819,7 @@ mod tests {
             EventData::StepStart { attempt: 1 },
         );
         let nested = session.nested_run(route);
-        nested.describe(|| plan_shape("sub", [("inner", "infer")]), Vec::new);
+        nested.describe(plan("sub", &[("inner", "infer")]), Vec::new);
         nested.lifecycle(Lifecycle::Execute);
         let inner = nested.new_span();
         nested.emit(
@@ -932,30 +882,6 @@ mod tests {
         assert_eq!(session.trace_id(), Some(trace_id));
     }
 
-    #[test]
-    fn the_runs_of_one_plan_share_its_shape_and_another_plan_gets_its_own() {
-        let steps = [("a", "infer"), ("b", "tool")];
-        let first = plan_shape("main", steps);
-        assert!(std::ptr::eq(first, plan_shape("main", steps)));
-        for (name, others) in [
-            ("main", vec![("a", "infer")]),
-            ("main", vec![("a", "infer"), ("b", "tool"), ("c", "tool")]),
-            ("main", vec![("a", "infer"), ("b", "agent")]),
-            ("other", vec![("a", "infer"), ("b", "tool")]),
-        ] {
-            let shape = plan_shape(name, others.clone());
-            assert!(!std::ptr::eq(first, shape), "{name} {others:?}");
-            assert!(shape.is(name, others.into_iter()));
-        }
-        // Asked for again after other plans, and from another thread: built once for the process.
-        assert!(std::ptr::eq(first, plan_shape("main", steps)));
-        std::thread::scope(|threads| {
-            let elsewhere = threads.spawn(move || plan_shape("main", steps));
-            let elsewhere = elsewhere.join().expect("the other thread");
-            assert!(std::ptr::eq(first, elsewhere));
-        });
-    }
-
     /// A planned step's span is left to the export thread as a record, except in a trace that
     /// carries state (encoded on the run's thread, with it); both come out as the same span.
     #[test]
@@ -969,7 +895,7 @@ mod tests {
         ];
         let mut steps = Vec::new();
         for run in &runs {
-            run.describe(|| plan_shape("main", [("solve", "agent")]), row_7);
+            run.describe(plan("main", &[("solve", "agent")]), row_7);
             let solve = run.new_span();
             let start = EventData::StepStart { attempt: 2 };
             run.emit(Some("solve"), solve, Some(SpanId::RUN), start);
@@ -1017,7 +943,7 @@ mod tests {
     #[test]
     fn an_unsampled_trace_exports_nothing_but_keeps_its_id() {
         let (session, queue) = traced(Sampler::AlwaysOff);
-        session.describe(|| plan_shape("main", []), Vec::new);
+        session.describe(plan("main", &[]), Vec::new);
         session.lifecycle(Lifecycle::Execute);
         session.lifecycle(Lifecycle::Complete);
         assert!(spans(&queue).is_empty());
