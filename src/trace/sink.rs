@@ -6,10 +6,11 @@
 //! Events arrive after the fact (a model call's event comes when it ended, with its duration),
 //! so spans are built whole and handed to the export queue — encoded, or, a step attempt's, as
 //! a [`StepRecord`] the export thread encodes; ids come from [`RunTrace::span_id`], so a span
-//! names its parent before the parent has ended. Times are the events' own: a run's
-//! start plus an event's `at_ms`, a duration before that for what it ended, so the spans and the
-//! events file agree and no span reads the clock again. A run's spans in progress live with the
-//! run (its `Events` hold its [`TracedRun`]), so runs on other threads share no lock with it and
+//! names its parent before the parent has ended. Times are the events' own: a run's start plus
+//! an event's `at_ms`, a duration before that for what it ended (a step attempt's start is its
+//! end less its `duration_ms`, so its start event takes no lock), so the spans and the events
+//! file agree and no span reads the clock again. A run's spans in progress live with the run
+//! (its `Events` hold its [`Traced`]), so runs on other threads share no lock with it and
 //! nothing is looked up by run id. It counts nothing of its own: tokens, costs and statuses are
 //! the events' (the ledger's) numbers.
 
@@ -96,6 +97,18 @@ impl RunSpans {
     /// The moment `at_ms` into the run.
     fn at(&self, at_ms: f64) -> u64 {
         self.started.saturating_add(nanos_of(at_ms))
+    }
+
+    /// The open span `span`, opened now (with no start) when it was not.
+    fn opened(&mut self, span: SpanId) -> &mut Open {
+        let at = match self.open.iter().position(|(id, _)| *id == span) {
+            Some(at) => at,
+            None => {
+                self.open.push((span, Open::default()));
+                self.open.len() - 1
+            }
+        };
+        &mut self.open[at].1
     }
 
     /// Takes the open span `span` (a default one when it never opened).
@@ -463,17 +476,16 @@ enum Ended {
     Step(StepRecord),
 }
 
-/// The span of a step attempt that `event` ended: a record for the export thread when its step
-/// is in the run's plan and its trace carries no state, else encoded here.
+/// The span of a step attempt that `event` ended, which ran from `started` to `at`: a record
+/// for the export thread when its step is in the run's plan and its trace carries no state,
+/// else encoded here.
 fn step_span(
     trace: &RunTrace,
     event: &Event,
-    ending: Ending,
+    (started, at): (u64, u64),
     run: &RunSpans,
     attempt: Attempt,
 ) -> Ended {
-    let Ending { open, at } = ending;
-    let started = open.started.unwrap_or(at);
     let step = event.step.as_deref().unwrap_or_default();
     let plan = run.info.as_ref().and_then(|info| info.plan.as_ref());
     let planned = plan.and_then(|plan| Some((plan, plan.position(step)?)));
@@ -544,14 +556,6 @@ impl Sink {
     fn settle(&self, event: &Event, run: &mut RunSpans) -> Option<Ending> {
         let at = run.at(event.at_ms);
         match &event.data {
-            EventData::StepStart { .. } => {
-                let open = Open {
-                    started: Some(at),
-                    ..Open::default()
-                };
-                run.open.push((event.span, open));
-                None
-            }
             EventData::ToolStart { args, .. } => {
                 let args = self
                     .capture_content
@@ -576,13 +580,13 @@ impl Sink {
                 at,
             }),
             EventData::Inference { cached, call, .. } => {
-                let parent = event.parent_span.and_then(|parent| {
-                    let found = run.open.iter_mut().find(|(id, _)| *id == parent);
-                    found.map(|(_, open)| open)
-                });
-                if let Some(parent) = parent {
+                let round = matches!(call, CallKind::Round(_));
+                // What a step attempt's span counts of its calls: kept from its first call
+                // that has something to count (most have nothing), until its end.
+                if let Some(parent) = event.parent_span.filter(|_| *cached || round) {
+                    let parent = run.opened(parent);
                     parent.cached_calls += u64::from(*cached);
-                    parent.agent |= matches!(call, CallKind::Round(_));
+                    parent.agent |= round;
                 }
                 Some(Ending {
                     open: Open::default(),
@@ -608,11 +612,14 @@ impl Sink {
     ) -> Option<Ended> {
         let built = match &event.data {
             EventData::StepEnd {
-                outcome, attempt, ..
+                outcome,
+                attempt,
+                duration_ms,
             } => {
                 let open = &ending.open;
                 let attempt = Attempt::of(outcome, *attempt, open.cached_calls, open.agent);
-                return Some(step_span(trace, event, ending, run, attempt));
+                let times = (before(ending.at, *duration_ms), ending.at);
+                return Some(step_span(trace, event, times, run, attempt));
             }
             EventData::ToolEnd {
                 tool,
@@ -634,14 +641,16 @@ impl Sink {
 }
 
 /// Whether `data` opens or ends a span or is noted on the run's: a run's moves short of its end,
-/// route decisions and an agent's start and end shape none, so they take no lock.
+/// a step attempt's start (its end says how long it ran), route decisions and an agent's start
+/// and end shape none, so they take no lock.
 fn shapes_spans(data: &EventData) -> bool {
     match data {
         EventData::Lifecycle { state } => matches!(
             state,
             Lifecycle::Complete | Lifecycle::Error | Lifecycle::Cancelled
         ),
-        EventData::RouteDecision { .. }
+        EventData::StepStart { .. }
+        | EventData::RouteDecision { .. }
         | EventData::AgentStart { .. }
         | EventData::AgentEnd { .. } => false,
         _ => true,
