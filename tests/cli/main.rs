@@ -109,25 +109,39 @@ pub fn pagantic_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 /// the cache and shares one on purpose (its own `PAGANTIC_CACHE_DIR` or `--cache`): scripted
 /// plans must not answer each other's calls, or the user's cache answer them.
 ///
-/// The developer's settings that would change what a run loads or fetches are cleared, so every
-/// machine runs the same thing: the ONNX Runtime library, the hub address and offline switch,
-/// and the Python used for pulls. `PAGANTIC_HOME` is kept: the tests use the models the README's
-/// `models pull` stored there.
+/// The command starts from a sealed environment (see [`sealed`]), so every machine runs the
+/// same thing whatever the developer's shell or the CI job exports.
 pub fn command(cache: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_pagantic"));
+    sealed(&mut command).env("PAGANTIC_CACHE_DIR", cache);
     command
-        .env("NO_COLOR", "1")
-        .env("PAGANTIC_CACHE_DIR", cache);
-    for setting in [
-        "ORT_DYLIB_PATH",
-        "HF_ENDPOINT",
-        "HF_HUB_OFFLINE",
-        "PAGANTIC_PYTHON",
-    ] {
-        command.env_remove(setting);
+}
+
+/// The variables a command the suite starts takes from the suite's own environment: where
+/// programs are found, the home and temporary directories, and `PAGANTIC_HOME` (the tests use
+/// the models the README's `models pull` stored there).
+const PASSED_ENV: [&str; 4] = ["PATH", "HOME", "TMPDIR", "PAGANTIC_HOME"];
+
+/// `command` with an empty environment but [`PASSED_ENV`] and `NO_COLOR=1`; a test adds its
+/// own variables after. Nothing else reaches it: not a developer's `OTEL_*` exporter or sampler
+/// (which would send the suite's traces to a real collector, or switch them off), `TRACEPARENT`,
+/// `GITHUB_STEP_SUMMARY` (every `pagantic test` would append to a CI job's summary), `RUST_LOG`,
+/// proxies, an ONNX Runtime library, a hub address, an offline switch or a Python for pulls.
+pub fn sealed(command: &mut Command) -> &mut Command {
+    command.env_clear().env("NO_COLOR", "1");
+    for name in PASSED_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
     }
     command
 }
+
+/// An address that refuses every connection, for a server that is not there: port 1 (tcpmux)
+/// is in the range only a privileged process may bind and nothing listens on it, so no other
+/// test or program can take it between a test choosing it and the run connecting, as it could
+/// a port freed by a dropped listener.
+pub const REFUSING_ADDRESS: &str = "127.0.0.1:1";
 
 /// How long one command a test runs may take before the test fails: generous, so a starved
 /// machine (or a real model on its CPU) passes, and bounded, so a command that hangs fails its

@@ -678,7 +678,7 @@ fn a_command_tool_cannot_read_pagantics_environment() {
         false => Command::new(&pagantic),
     };
     let output = crate::output_of(
-        command
+        crate::sealed(&mut command)
             .args([
                 "run",
                 "parent-environ.yaml",
@@ -686,7 +686,6 @@ fn a_command_tool_cannot_read_pagantics_environment() {
                 "script=cat /proc/$PPID/environ",
             ])
             .current_dir(dir.path())
-            .env("NO_COLOR", "1")
             .env("HOME", dir.path())
             .env("PAGANTIC_TEST_API_KEY", secret),
     );

@@ -270,10 +270,9 @@ fn at_a_terminal_the_chat_asks_before_each_call_and_runs_only_what_you_allow() {
         env!("CARGO_BIN_EXE_pagantic")
     );
     let cache = crate::fresh_cache_dir();
-    let mut child = std::process::Command::new("script")
+    let mut child = crate::sealed(&mut std::process::Command::new("script"))
         .args(["-qec", &chat, "/dev/null"])
         .current_dir(crate::root())
-        .env("NO_COLOR", "1")
         .env("PAGANTIC_CACHE_DIR", &cache)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
