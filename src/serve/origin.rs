@@ -149,6 +149,90 @@ mod tests {
         );
     }
 
+    /// The near misses of an allowed origin are refused: a guard that matched by prefix,
+    /// suffix or host name alone, ignored the scheme, port or userinfo, or took an IPv4-mapped
+    /// address for the loopback one would admit one of these.
+    #[test]
+    fn near_misses_of_an_allowed_origin_are_refused() {
+        let open = policy("127.0.0.1:8080", &["http://localhost:3000"], &[]);
+        for allowed in [
+            "http://localhost:3000",
+            "HTTP://LocalHost:3000",
+            "http://localhost:3000/",
+        ] {
+            assert_eq!(
+                open.admit(Some(allowed), Some("localhost")),
+                Ok(()),
+                "{allowed}"
+            );
+        }
+        for origin in [
+            "http://localhost:3000.evil.example",
+            "http://localhost:30000",
+            "http://localhost:300",
+            "http://localhost",
+            "https://localhost:3000",
+            "http://evil.localhost:3000",
+            "http://user@localhost:3000",
+            "http://localhost.:3000",
+            "http://localhost:3000@evil.example",
+            "http://127.0.0.1:3000",
+            "http://[::1]:3000",
+            "http://localhost:3000 ",
+            "",
+        ] {
+            assert_eq!(
+                open.admit(Some(origin), Some("localhost")),
+                Err(Foreign::Origin(origin.to_string())),
+                "{origin:?}"
+            );
+        }
+    }
+
+    /// The near misses of a loopback or named host are refused: prefixes and suffixes of the
+    /// name, a name with a trailing dot or userinfo, a port that is not a number, and the
+    /// IPv4-mapped or unspecified forms of an address.
+    #[test]
+    fn near_misses_of_an_allowed_host_are_refused() {
+        let local = policy("127.0.0.1:8080", &[], &[]);
+        for host in [
+            "localhost.evil.example",
+            "localhost.evil.example:8080",
+            "evil-localhost",
+            "127.0.0.1.nip.io",
+            "127.0.0.1:80a",
+            "localhost:8080:8080",
+            "user@localhost",
+            "[::ffff:127.0.0.1]:8080",
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "128.0.0.1",
+        ] {
+            assert_eq!(
+                local.admit(None, Some(host)),
+                Err(Foreign::Host(host.to_string())),
+                "{host}"
+            );
+        }
+        let pinned = policy("0.0.0.0:8080", &[], &["pagantic.svc"]);
+        for host in [
+            "pagantic.svc.evil.example",
+            "evil.pagantic.svc",
+            "pagantic.sv",
+            "pagantic.svc.",
+            "pagantic.svc:80a",
+            "user@pagantic.svc",
+            "",
+        ] {
+            assert_eq!(
+                pinned.admit(None, Some(host)),
+                Err(Foreign::Host(host.to_string())),
+                "{host}"
+            );
+        }
+        assert_eq!(pinned.admit(None, Some("PAGANTIC.SVC:8080")), Ok(()));
+    }
+
     #[test]
     fn named_origins_and_hosts_are_admitted() {
         let open = policy(

@@ -301,6 +301,61 @@ fn a_cassette_can_be_imported_into_the_cache_counting_what_it_held() {
     assert_eq!(replayed, first);
 }
 
+/// A cassette holding one key twice (an edit, or two cassettes concatenated) is refused by
+/// `cache import` and by `--cassette`, naming the file, the line and the line it repeats: which
+/// of two answers to replay cannot be guessed. Nothing is imported.
+#[test]
+fn a_cassette_with_a_key_given_twice_is_refused_naming_its_lines() {
+    let dir = workspace(str::to_string);
+    let (recorded, _, _) = batch(dir.path(), &["--record", "c.jsonl"]);
+    assert_eq!(recorded.code, 0, "{}", recorded.stderr);
+    let cassette = read(&dir.path().join("c.jsonl"));
+    let lines: Vec<&str> = cassette.lines().collect();
+    let entries = lines.len() - 1;
+    let mut twice = vec![format!(
+        r#"{{"pagantic_cassette":1,"entries":{}}}"#,
+        entries + 1
+    )];
+    twice.extend(lines[1..].iter().map(|line| line.to_string()));
+    twice.push(lines[1].to_string());
+    std::fs::write(dir.path().join("twice.jsonl"), twice.join("\n") + "\n").expect("written");
+    let repeated = entries + 2;
+
+    let import = pagantic_in(
+        dir.path(),
+        &["cache", "import", "twice.jsonl", "--cache", "cache"],
+    );
+    assert_eq!(import.code, 2, "{}", import.stderr);
+    assert!(
+        import
+            .stderr
+            .contains(&format!("twice.jsonl:{repeated}: the key ")),
+        "{}",
+        import.stderr
+    );
+    assert!(
+        import.stderr.contains("is already on line 2"),
+        "{}",
+        import.stderr
+    );
+    let (from_cache, _, _) = batch(dir.path(), &["--cache", "cache", "--cache-only"]);
+    assert_ne!(
+        from_cache.code, 0,
+        "nothing was imported: {}",
+        from_cache.stderr
+    );
+
+    let (replay, _, _) = batch(dir.path(), &["--cassette", "twice.jsonl"]);
+    assert_eq!(replay.code, 2, "{}", replay.stderr);
+    assert!(
+        replay
+            .stderr
+            .contains(&format!("twice.jsonl:{repeated}: the key ")),
+        "{}",
+        replay.stderr
+    );
+}
+
 #[test]
 fn per_node_caches_merge_into_one_that_answers_every_row() {
     let dir = workspace(str::to_string);

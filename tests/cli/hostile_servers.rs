@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -291,6 +291,38 @@ fn a_server_holding_calls_past_max_wait_fails_them_as_transient() {
     assert!(statuses.contains(&json!("ok")) && statuses.contains(&json!("error")));
 }
 
+/// A 429's `Retry-After` within `rate_limit.max_wait` is honoured end to end: the call asks
+/// again only after the seconds the server named, and the run completes with that answer. (The
+/// gap is a lower bound, which a loaded machine only widens.)
+#[test]
+fn a_retry_after_is_waited_out_before_the_server_is_asked_again() {
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&arrivals);
+    let server = Stub::start(move |n, _, _| {
+        seen.lock().expect("the arrivals").push(Instant::now());
+        match n {
+            0 => Answer::json(429, r#"{"error":{"message":"slow down"}}"#).with("retry-after", "2"),
+            _ => Answer::json(200, &completion("after the wait", "5")),
+        }
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base_url = format!("http://127.0.0.1:{}/v1", server.port);
+    let one_step = "  - { name: answer, type: infer, model: remote, template: \"{{ inputs.text }}\", max_tokens: 4 }\n";
+    plan(dir.path(), &base_url, "", one_step);
+    let run = run_in(dir.path(), &["run", "plan.yaml", "--format", "json"], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let record: Value = serde_json::from_str(&run.stdout).expect("the record");
+    assert_eq!(
+        step(&record, "answer")["output"],
+        "after the wait",
+        "{record}"
+    );
+    let arrivals = arrivals.lock().expect("the arrivals");
+    assert_eq!(arrivals.len(), 2, "asked once more");
+    let gap = arrivals[1] - arrivals[0];
+    assert!(gap >= Duration::from_secs(2), "asked again after {gap:?}");
+}
+
 /// A 200 that is not an answer — not JSON, no choice, not UTF-8 — is the server's bug: the call
 /// is not retried and the run fails for good (exit 1, `retryable: false`), so a scheduler does
 /// not run it again forever. A server that refuses connections may be restarting: exit 75.
@@ -321,11 +353,8 @@ fn a_malformed_success_fails_for_good_and_a_refused_connection_may_pass() {
         assert_eq!(record["error"]["retryable"], false, "{record}");
         assert_eq!(server.requests(), 1, "not retried");
     }
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    let port = closed.local_addr().expect("its address").port();
-    drop(closed);
     let dir = tempfile::tempdir().expect("temp dir");
-    let base_url = format!("http://127.0.0.1:{port}/v1");
+    let base_url = format!("http://{}/v1", crate::REFUSING_ADDRESS);
     plan(dir.path(), &base_url, "", one_step);
     let run = run_in(dir.path(), &["run", "plan.yaml", "--format", "json"], &[]);
     assert_eq!(run.code, 75, "{}", run.stderr);

@@ -207,6 +207,17 @@ mod tests {
         );
         let blank = GroupKey::parse("{{ row.b | default('') }}").expect("a template");
         assert_eq!(blank.of(&row(json!({})), 1, &templates), Ok(None));
+        let padded = GroupKey::parse("{{ row.a }}").expect("a template");
+        assert_eq!(
+            padded.of(&row(json!({ "a": " \t aero-14 \n" })), 1, &templates),
+            Ok(Some(json!("aero-14"))),
+            "the same product however it is padded is one group"
+        );
+        assert_eq!(
+            padded.of(&row(json!({ "a": " \n " })), 1, &templates),
+            Ok(None),
+            "a key of only whitespace is no key"
+        );
         let failure = GroupKey::parse("{{ row.a }}")
             .expect("a template")
             .of(&row(json!({})), 3, &templates)
@@ -227,5 +238,31 @@ mod tests {
             "the same key, the same shard"
         );
         assert_eq!(shard_of("anything", 1), 0);
+        assert_eq!(shard_of("anything", 0), 0, "no shards is one");
+    }
+
+    /// `shard_of` of five keys' canonical text over 7 shards, as every earlier version gave it.
+    const PINNED_SHARDS_OF_7: [usize; 5] = [2, 4, 6, 0, 4];
+
+    /// The shard a group lands in is pinned (a part written by one version is resumed and
+    /// merged by the next), and groups spread over every shard: a function that sent every
+    /// group to one shard, or ignored the key's text, fails here.
+    #[test]
+    fn groups_spread_over_every_shard_and_the_assignment_is_pinned() {
+        let pinned: Vec<usize> = ["\"aero-14\"", "\"zen-3\"", "5", "true", "null"]
+            .iter()
+            .map(|canonical| shard_of(canonical, 7))
+            .collect();
+        assert_eq!(pinned, PINNED_SHARDS_OF_7);
+        for count in [2, 3, 4, 16] {
+            let mut sizes = vec![0usize; count];
+            for n in 0..64 * count {
+                sizes[shard_of(&format!("\"product-{n}\""), count)] += 1;
+            }
+            assert!(
+                sizes.iter().all(|&size| size >= 32),
+                "{count} shards: {sizes:?}"
+            );
+        }
     }
 }
