@@ -16,8 +16,16 @@ use serde_json::{Value, json};
 use crate::serve::{Server, client, wait_for_metric};
 use crate::{command, fresh_cache_dir, root};
 
-/// How long the stdio server may take to exit once its stdin is closed.
+/// How long the server may take to answer one MCP request, or the stdio server to exit once
+/// its stdin is closed: a server that hangs fails its test instead of hanging the suite.
 const PATIENCE: Duration = Duration::from_secs(60);
+
+/// `request`'s answer, within [`PATIENCE`].
+async fn within<T>(what: &str, request: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, request)
+        .await
+        .unwrap_or_else(|_| panic!("{what} got no answer within {PATIENCE:?}"))
+}
 
 /// The token the servers here are started with.
 const TOKEN: &str = "open-sesame";
@@ -35,7 +43,7 @@ fn mcp_server(plans: &[&str], token: bool) -> Server {
 /// An MCP client of the server's `/mcp`, initialized.
 async fn mcp_client(server: &Server) -> RunningService<RoleClient, ()> {
     let transport = StreamableHttpClientTransport::from_uri(server.url("/mcp"));
-    ().serve(transport)
+    within("the MCP handshake", ().serve(transport))
         .await
         .expect("the MCP handshake succeeds")
 }
@@ -49,7 +57,9 @@ fn arguments(value: Value) -> JsonObject {
 
 async fn call(client: &RunningService<RoleClient, ()>, tool: &str, given: Value) -> CallToolResult {
     let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments(given));
-    client.call_tool(params).await.expect("a tool result")
+    within(tool, client.call_tool(params))
+        .await
+        .expect("a tool result")
 }
 
 /// The text of a tool result's content.
@@ -147,7 +157,9 @@ async fn an_mcp_client_lists_and_calls_the_served_plans() {
     assert_eq!(name, Some("pagantic"));
     assert!(info.capabilities.tools.is_some());
 
-    let tools = client.list_all_tools().await.expect("tools listed");
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .expect("tools listed");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
     assert_eq!(names, ["echo", "failing", "profile"]);
     let echo = &tools[0];
@@ -190,12 +202,11 @@ async fn an_mcp_client_lists_and_calls_the_served_plans() {
     assert!(said.starts_with("CONFIG_INVALID_INPUT: "), "{said}");
     assert!(said.contains("missing input `question`"), "{said}");
 
-    let unknown = client
-        .call_tool(CallToolRequestParams::new("ecko"))
+    let unknown = within("ecko", client.call_tool(CallToolRequestParams::new("ecko")))
         .await
         .expect_err("an unknown tool is a protocol error");
     assert!(unknown.to_string().contains("no plan `ecko`"), "{unknown}");
-    client.cancel().await.expect("closed");
+    within("closing", client.cancel()).await.expect("closed");
 
     for line in [
         r#"pagantic_runs_total{plan="echo",status="complete"} 1"#,
@@ -299,15 +310,19 @@ async fn serve_mcp_stdio_speaks_on_stdin_and_stdout_until_closed() {
         .expect("pagantic starts");
     let stdin = child.stdin.take().expect("stdin piped");
     let stdout = child.stdout.take().expect("stdout piped");
-    let client = ().serve((stdout, stdin)).await.expect("the MCP handshake");
-    let tools = client.list_all_tools().await.expect("tools listed");
+    let client = within("the MCP handshake", ().serve((stdout, stdin)))
+        .await
+        .expect("the MCP handshake");
+    let tools = within("tools/list", client.list_all_tools())
+        .await
+        .expect("tools listed");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
     assert_eq!(names, ["echo", "failing"]);
     let echoed = call(&client, "echo", json!({ "question": "hi" })).await;
     assert_eq!(text(&echoed), "echo: hi x1");
     let failed = call(&client, "failing", json!({})).await;
     assert_eq!(failed.is_error, Some(true));
-    client.cancel().await.expect("closed");
+    within("closing", client.cancel()).await.expect("closed");
     let output = tokio::time::timeout(PATIENCE, child.wait_with_output())
         .await
         .expect("the server exits once its stdin is closed")

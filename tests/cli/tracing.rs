@@ -398,21 +398,16 @@ fn a_batch_exports_one_trace_per_row_linked_to_the_batch() {
 
 /// A collector that refuses connections, or accepts them and never answers, costs the run
 /// nothing: it completes (exit 0) and says once on stderr how many spans were not exported.
+/// (A hang fails the test through the command's own limit, not a wall clock.)
 #[test]
 fn a_collector_that_is_not_there_or_never_answers_does_not_fail_the_run() {
-    // A port that was free a moment ago: nothing listens there.
-    let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    let closed = format!("http://{}", refused.local_addr().expect("address"));
-    drop(refused);
     // A listener nobody accepts from: connections sit in its backlog, requests never answered.
     let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
     let black_hole = format!("http://{}", hole.local_addr().expect("address"));
-    for url in [closed, black_hole] {
-        let started = Instant::now();
+    for url in [format!("http://{}", crate::REFUSING_ADDRESS), black_hole] {
         let (run, record) = run_agent(&["--otlp", &url], &[]);
-        assert_eq!(record["status"], "complete");
-        assert_eq!(drop_reports(&run).len(), 1, "{}", run.stderr);
-        assert!(started.elapsed() < Duration::from_secs(60), "{url}");
+        assert_eq!(record["status"], "complete", "{url}");
+        assert_eq!(drop_reports(&run).len(), 1, "{url}: {}", run.stderr);
     }
     drop(hole);
 }

@@ -3,7 +3,8 @@
 # (0.3.36, `--chat_format chatml-function-calling`) serving the embedded GGUF on a loopback port.
 # Runs the plans beside this script — infer, streaming, structured, agent (native, prompt, auto),
 # redundant, a schema the server cannot compile (fail-open) and a rate-limited batch — with the
-# built pagantic and prints a matrix: works / degraded-to-MODE / fails.
+# built pagantic and prints a matrix: works / degraded-to-MODE / fails. Exits 1 when a row differs
+# from the matrix docs/models.md documents (naming it), so the documented matrix stays true.
 #
 #   bash tests/compat/run.sh     # needs `pagantic models pull`; the first run builds
 #                                # llama-cpp-python in a virtualenv (15-25 minutes on 2 cores)
@@ -176,4 +177,27 @@ print("| feature | llama-cpp-python 0.3.36 (chatml-function-calling) | answer |"
 print("| --- | --- | --- |")
 for name, result, answer in rows:
     print(f"| {name} | {result} | `{answer}` |")
+
+# The matrix in docs/models.md is what this script promises: every row's verdict must be the
+# documented one, or the script exits 1 naming the rows that differ. A verdict is the result up
+# to its details in parentheses ("works", "degraded-to-prompt"), and for a failure the reason too
+# ("fails (no tool call)"), so an agent that fails for another reason breaks the promise.
+def verdict(result):
+    head, _, rest = result.partition(" (")
+    return f"{head} ({rest.split(')')[0]})" if head == "fails" and rest else head
+docs = open("docs/models.md").read().splitlines()
+top = next(i for i, line in enumerate(docs) if line.startswith("| feature | llama-cpp-python"))
+promised = {}
+for line in docs[top + 2:]:
+    if not line.startswith("|"):
+        break
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    promised[cells[0]] = cells[1]
+found = {name: result for name, result, _ in rows}
+broken = [f"{name}: documented {verdict(promised[name])!r}, got {verdict(found.get(name, 'missing'))!r}"
+          for name in promised if verdict(found.get(name, "missing")) != verdict(promised[name])]
+broken += [f"{name}: not in the documented matrix" for name in found if name not in promised]
+for line in broken:
+    print(f"compat: {line}", file=sys.stderr)
+sys.exit(1 if broken else 0)
 PY
