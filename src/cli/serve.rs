@@ -28,7 +28,8 @@ use super::{EXIT_INVALID, EXIT_OK};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Plan files, directories (their `*.yaml` / `*.yml` files) or globs; each plan is served
-    /// under its `name`.
+    /// under its `name` (listed with its file at start-up). A directory or glob skips, with a
+    /// note, the test files (`*.test.yaml`) and YAML files that are not plans.
     #[arg(required = true, value_name = "PLANS")]
     plans: Vec<String>,
     /// The address to listen on (port 0: any free port; the one bound is printed on stderr).
@@ -142,7 +143,14 @@ pub fn run(args: &Args) -> Outcome {
         writeln!(
             io::stderr(),
             "warning: skipping {}: not a regular file",
-            path.display()
+            terminal_safe(&path.display().to_string())
+        )?;
+    }
+    for (path, what) in &expanded.not_plans {
+        writeln!(
+            io::stderr(),
+            "pagantic: skipping {}: {what}",
+            terminal_safe(&path.display().to_string())
         )?;
     }
     let paths = &expanded.files;

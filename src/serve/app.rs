@@ -21,7 +21,7 @@ use super::connections::{BodyTooSlow, Connections};
 use super::metrics::{Metrics, Refusal};
 use super::origin::OriginPolicy;
 use super::trace_context::Caller;
-use crate::core::{Failure, FailureCode, text::suggestion};
+use crate::core::{Failure, FailureCode};
 use crate::inference::TokenSink;
 use crate::orchestrate::{
     Event, EventData, Observer, RunRecord, RunRequest, RunStatus, Runner, Watch,
@@ -108,22 +108,13 @@ impl App {
         Arc::clone(&self.admission)
     }
 
-    /// The plan served under `name` (404 naming the closest one otherwise).
+    /// The plan served under `name` (404 naming the served ones otherwise).
     pub fn plan(&self, name: &str) -> Result<Arc<Served>, Refused> {
-        self.catalog.get(name).ok_or_else(|| {
-            let all = self.catalog.all();
-            Refused {
-                status: StatusCode::NOT_FOUND,
-                why: Refusal::NotFound,
-                failure: Failure::new(
-                    FailureCode::ConfigInvalidInput,
-                    format!(
-                        "no plan `{name}` is served ({})",
-                        suggestion(name, "plans", all.keys().map(String::as_str))
-                    ),
-                )
-                .with_help("GET /v1/plans lists the plans served"),
-            }
+        self.catalog.get(name).ok_or_else(|| Refused {
+            status: StatusCode::NOT_FOUND,
+            why: Refusal::NotFound,
+            failure: Failure::new(FailureCode::ConfigInvalidInput, self.catalog.unknown(name))
+                .with_help("GET /v1/plans (or /v1/models) lists the plans served, by name"),
         })
     }
 

@@ -13,9 +13,12 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use crate::core::text::did_you_mean;
 use crate::core::{Failure, FailureCode};
 use crate::orchestrate::{Pipeline, Resources, inputs};
 use crate::plan::build::BuildOptions;
+use crate::plan::suite::is_test_file;
+use crate::plan::yaml::NodeValue;
 use crate::plan::{self, Diagnostic, lock};
 
 /// A plan as served.
@@ -46,11 +49,15 @@ pub struct Expanded {
     /// Matches of a directory or glob that are not regular files (a FIFO, a socket, a device):
     /// reading one could block for ever, so they are skipped, with a warning.
     pub skipped: Vec<PathBuf>,
+    /// Matches of a directory or glob that are YAML files but not plans (a test file, a policy,
+    /// another tool's configuration), each with what it is: skipped, with a note.
+    pub not_plans: Vec<(PathBuf, &'static str)>,
 }
 
 /// The plan files PLANS name: files as they are, every `*.yaml` / `*.yml` regular file of a
 /// directory, the regular files a glob matches; each in the order found, sorted within a
-/// directory or glob.
+/// directory or glob. What a directory or glob matches that is not a plan is set apart (see
+/// [`not_a_plan`]); a file named on its own is always read as a plan.
 pub fn expand(patterns: &[String]) -> Result<Expanded, Failure> {
     let mut expanded = Expanded::default();
     for pattern in patterns {
@@ -87,12 +94,31 @@ pub fn expand(patterns: &[String]) -> Result<Expanded, Failure> {
             continue;
         };
         found.sort();
-        let (files, skipped): (Vec<PathBuf>, Vec<PathBuf>) =
-            found.into_iter().partition(|p| p.is_file());
-        expanded.files.extend(files);
-        expanded.skipped.extend(skipped);
+        for path in found {
+            if !path.is_file() {
+                expanded.skipped.push(path);
+            } else if let Some(what) = not_a_plan(&path) {
+                expanded.not_plans.push((path, what));
+            } else {
+                expanded.files.push(path);
+            }
+        }
     }
     Ok(expanded)
+}
+
+/// What a YAML file a directory or glob matched is, when it is not a plan: a test file (by its
+/// name, `*.test.yaml`), or a YAML mapping without a top-level `steps` (a policy, a lockfile,
+/// another tool's configuration). A file that cannot be read or parsed is taken for a plan, so
+/// that serving it fails with its diagnostics rather than skipping it quietly.
+fn not_a_plan(path: &Path) -> Option<&'static str> {
+    if is_test_file(path) {
+        return Some("a test file (`pagantic test` runs it)");
+    }
+    let bytes = crate::core::file::read_bytes_bounded(path, crate::core::file::TEXT_LIMIT).ok()?;
+    let root = plan::yaml::parse(std::str::from_utf8(&bytes).ok()?).ok()?;
+    let mapping = matches!(root.value, NodeValue::Map(_));
+    (mapping && root.get("steps").is_none()).then_some("not a plan (no top-level `steps`)")
 }
 
 fn is_yaml(path: &Path) -> bool {
@@ -287,6 +313,51 @@ impl Catalog {
     /// The plan served under `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Served>> {
         self.all().get(name).cloned()
+    }
+
+    /// Every served plan's name beside the file it is read from, one per line, aligned: what a
+    /// newcomer who knows a plan by its file needs to call it by name.
+    pub fn mapping(&self) -> String {
+        let all = self.all();
+        let width = all
+            .keys()
+            .map(|name| name.chars().count())
+            .max()
+            .unwrap_or(0);
+        all.values()
+            .map(|served| format!("  {:width$}  {}", served.name, served.path.display()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Why `name` is not served, naming what is: the plan read from a file of that name (a plan
+    /// is served under its `name`, not its file's), the closest name, or every served plan.
+    pub fn unknown(&self, name: &str) -> String {
+        let all = self.all();
+        let by_file = all
+            .values()
+            .find(|served| served.path.file_stem().and_then(|stem| stem.to_str()) == Some(name));
+        if let Some(served) = by_file {
+            return format!(
+                "no plan `{name}` is served: {} is served as `{}` (a plan is served under its `name`)",
+                served.path.display(),
+                served.name
+            );
+        }
+        let mut served: Vec<String> = all
+            .values()
+            .map(|served| format!("`{}` ({})", served.name, served.path.display()))
+            .collect();
+        if served.is_empty() {
+            served.push("none".into());
+        }
+        let closest = did_you_mean(name, all.keys().map(String::as_str))
+            .map(|hint| format!(" ({hint})"))
+            .unwrap_or_default();
+        format!(
+            "no plan `{name}` is served{closest}; served plans: {}",
+            served.join(", ")
+        )
     }
 
     /// Checks again every plan whose files changed since last seen, and swaps in those that pass;

@@ -140,10 +140,10 @@ where
     let catalog = Arc::new(catalog);
     let (app, connections, stop_runs) = start(runner, &catalog, &options, &reporter);
     let in_flight = app.admission();
-    let names: Vec<String> = catalog.all().keys().cloned().collect();
     reporter.line(&format!(
-        "listening on http://{bound} — serving {}",
-        names.join(", ")
+        "listening on http://{bound} — serving {} by name (POST /v1/plans/NAME/runs, or \"model\": NAME):\n{}",
+        plans(catalog.all().len()),
+        catalog.mapping()
     ));
     let (drain, drained) = oneshot::channel::<()>();
     let serving = tokio::spawn(Arc::clone(&connections).serve(
@@ -212,8 +212,9 @@ where
     let (app, _, stop_runs) = start(runner, &catalog, &options, &reporter);
     let names: Vec<String> = catalog.all().keys().cloned().collect();
     reporter.line(&format!(
-        "serving {} as MCP tools on stdin/stdout",
-        names.join(", ")
+        "serving {} as MCP tools on stdin/stdout:\n{}",
+        names.join(", "),
+        catalog.mapping()
     ));
     let served = tokio::select! {
         served = mcp::serve_stdio(mcp::PlanTools::new(app)) => served,
@@ -222,6 +223,15 @@ where
     stop_runs.send_replace(true);
     reporter.line("stopped");
     served
+}
+
+/// "1 plan", "9 plans".
+fn plans(count: usize) -> String {
+    if count == 1 {
+        "1 plan".into()
+    } else {
+        format!("{count} plans")
+    }
 }
 
 /// Aborts a spawned task when dropped.

@@ -81,52 +81,19 @@ pub async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let caller = Caller::of(request_id.map(|Extension(RequestId(id))| id), &headers);
-    let prepared = (|| {
-        let body = App::json_body(body)?;
-        let request: ChatRequest = serde_json::from_value(body).map_err(|e| {
-            invalid(
-                format!("not a chat completion request: {e}"),
-                "send {\"model\": PLAN, \"messages\": [{\"role\": \"user\", \"content\": \"…\"}]}",
-            )
-        })?;
-        let served = app.plan(&request.model)?;
-        let message_input = served
-            .pipeline
-            .inputs
-            .iter()
-            .find(|(_, spec)| spec.kind == InputType::String)
-            .map(|(name, _)| name.clone())
-            .ok_or_else(|| {
-                invalid(
-                    format!("plan `{}` has no string input for the message", served.name),
-                    "declare a string input; the last message is bound to the first one",
-                )
-            })?;
-        let Some((last, earlier)) = request.messages.split_last() else {
-            return Err(invalid("`messages` is empty", "send at least one message"));
-        };
-        refuse_foreign_roles(&request.messages)?;
-        let message = Map::from_iter([(message_input, Value::String(last.text()))]);
-        let inputs = served
-            .pipeline
-            .bind_object(&Value::Object(message))
-            .map_err(Refused::bad_request)?;
-        let history: Vec<Message> = earlier
-            .iter()
-            .map(|m| Message {
-                role: m.role,
-                content: m.text(),
-                tool_calls: Vec::new(),
-                tool_call_id: None,
-            })
-            .collect();
-        let history = serde_json::to_value(history).unwrap_or_default();
-        Ok((served, inputs, history, request.stream))
-    })();
-    let (served, inputs, history, stream) = match prepared {
+    let request = match chat_request(body) {
+        Ok(request) => request,
+        Err(refused) => return refuse(&app, refused),
+    };
+    let served = match app.plan(&request.model) {
+        Ok(served) => served,
+        Err(refused) => return model_not_found(&app, refused),
+    };
+    let (inputs, history) = match prepare(&served, &request) {
         Ok(prepared) => prepared,
         Err(refused) => return refuse(&app, refused),
     };
+    let stream = request.stream;
     let permit = match app.admit().await {
         Ok(permit) => permit,
         Err(refused) => return refuse(&app, refused),
@@ -167,6 +134,65 @@ pub async fn completions(
     with_trace_id(json_response(status, &body), &record)
 }
 
+/// The body as a chat completion request (400 when it is not JSON or not one).
+fn chat_request(body: Result<Bytes, BytesRejection>) -> Result<ChatRequest, Refused> {
+    let body = App::json_body(body)?;
+    serde_json::from_value(body).map_err(|e| {
+        invalid(
+            format!("not a chat completion request: {e}"),
+            "send {\"model\": PLAN, \"messages\": [{\"role\": \"user\", \"content\": \"…\"}]}",
+        )
+    })
+}
+
+/// The plan's inputs from the last message and the history from the ones before it.
+fn prepare(served: &Served, request: &ChatRequest) -> Result<(Value, Value), Refused> {
+    let message_input = served
+        .pipeline
+        .inputs
+        .iter()
+        .find(|(_, spec)| spec.kind == InputType::String)
+        .map(|(name, _)| name.clone())
+        .ok_or_else(|| {
+            invalid(
+                format!("plan `{}` has no string input for the message", served.name),
+                "declare a string input; the last message is bound to the first one",
+            )
+        })?;
+    let Some((last, earlier)) = request.messages.split_last() else {
+        return Err(invalid("`messages` is empty", "send at least one message"));
+    };
+    refuse_foreign_roles(&request.messages)?;
+    let message = Map::from_iter([(message_input, Value::String(last.text()))]);
+    let inputs = served
+        .pipeline
+        .bind_object(&Value::Object(message))
+        .map_err(Refused::bad_request)?;
+    let history: Vec<Message> = earlier
+        .iter()
+        .map(|m| Message {
+            role: m.role,
+            content: m.text(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        })
+        .collect();
+    Ok((inputs, serde_json::to_value(history).unwrap_or_default()))
+}
+
+/// An unknown plan on an OpenAI route, in OpenAI's shape (`model_not_found`, 404), its message
+/// naming the plans served, so that an OpenAI client shows why.
+fn model_not_found(app: &App, refused: Refused) -> Response {
+    app.metrics.refused(refused.why);
+    let error = json!({
+        "message": refused.failure.message,
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    });
+    json_response(refused.status, &json!({ "error": error }))
+}
+
 /// `GET /v1/models`: every served plan as a model.
 pub async fn models(State(app): State<App>) -> Response {
     let data: Vec<Value> = app.catalog.all().values().map(model).collect();
@@ -177,16 +203,7 @@ pub async fn models(State(app): State<App>) -> Response {
 pub async fn one_model(State(app): State<App>, Path(id): Path<String>) -> Response {
     match app.plan(&id) {
         Ok(served) => json_response(StatusCode::OK, &model(&served)),
-        Err(refused) => {
-            app.metrics.refused(refused.why);
-            let error = json!({
-                "message": refused.failure.message,
-                "type": "invalid_request_error",
-                "param": "model",
-                "code": "model_not_found",
-            });
-            json_response(refused.status, &json!({ "error": error }))
-        }
+        Err(refused) => model_not_found(&app, refused),
     }
 }
 

@@ -44,6 +44,7 @@ mod semantics3;
 mod serve;
 mod serve_approve;
 mod serve_mcp;
+mod serve_names;
 mod session;
 mod streaming;
 mod suite;
