@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CaseResult, VariantResult};
+use crate::core::FailureCode;
 
 /// How a case did over its repeats (present only when it ran more than once).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,8 +22,13 @@ pub struct Repeats {
     pub pass_at_k: bool,
     /// It passed every time (pass^k).
     pub pass_every_time: bool,
-    /// It passed some runs and failed others.
+    /// It passed some runs and failed others for a reason of their own (a run whose model call
+    /// the cache or cassette did not hold is not a sample: see `missed`).
     pub flaky: bool,
+    /// How many runs failed only because a model call was not in the cache or cassette replayed
+    /// (CACHE_MISS): a cassette recorded without `--repeat` holds the first repeat only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub missed: usize,
     /// The run (from 1) whose details the case shows: the first that failed, else the first.
     pub shown: usize,
 }
@@ -38,6 +44,7 @@ pub fn combine(mut runs: Vec<CaseResult>) -> Option<CaseResult> {
     let passes: Vec<bool> = runs.iter().map(|run| run.passed).collect();
     let scores: Vec<f64> = runs.iter().map(|run| run.score).collect();
     let shown = passes.iter().position(|passed| !passed).unwrap_or(0);
+    let missed = runs.iter().filter(|run| missed_the_cache(run)).count();
     let tokens = runs.iter().map(|run| run.tokens).sum();
     let duration_ms = runs.iter().map(|run| run.duration_ms).sum::<f64>() / count as f64;
     let cost = runs
@@ -60,12 +67,24 @@ pub fn combine(mut runs: Vec<CaseResult>) -> Option<CaseResult> {
         runs: count,
         pass_at_k: passed_runs > 0,
         pass_every_time: passed_runs == count,
-        flaky: passed_runs > 0 && passed_runs < count,
+        flaky: passed_runs > 0 && passed_runs + missed < count,
+        missed,
         passes,
         scores,
         shown: shown + 1,
     });
     Some(case)
+}
+
+/// Whether a run failed because a model call was not in the cache or cassette it replayed.
+fn missed_the_cache(run: &CaseResult) -> bool {
+    run.error
+        .as_ref()
+        .is_some_and(|error| error.code == FailureCode::CacheMiss)
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 impl CaseResult {
@@ -134,6 +153,15 @@ impl VariantResult {
     /// The cases that passed some runs and failed others.
     pub fn flaky_cases(&self) -> usize {
         self.cases.iter().filter(|c| c.flaky()).count()
+    }
+
+    /// The runs that failed because the cache or cassette replayed did not hold a call.
+    pub fn missed_runs(&self) -> usize {
+        self.cases
+            .iter()
+            .filter_map(|c| c.repeats.as_ref())
+            .map(|r| r.missed)
+            .sum()
     }
 
     /// The share of cases that passed at least once (pass@k).
@@ -221,6 +249,30 @@ mod tests {
         assert_eq!((case.score, case.tokens, case.duration_ms), (0.5, 20, 10.0));
         assert_eq!(case.cost, Some(2.0));
         assert_eq!((case.passed_runs(), case.metric_scores.len()), (2, 4));
+    }
+
+    /// Replaying a cassette recorded without `--repeat`: the later repeats miss the cassette.
+    /// Such a case fails (its answer is not there) but is not flaky: the misses are no samples.
+    #[test]
+    fn runs_that_missed_the_cassette_are_not_flaky() {
+        let mut missed = run("m", false, 0.0);
+        missed.error = Some(crate::core::Failure::new(
+            FailureCode::CacheMiss,
+            "no cached answer",
+        ));
+        let case = combine(vec![run("m", true, 1.0), missed.clone(), missed]).expect("a case");
+        let repeats = case.repeats.clone().expect("repeats");
+        assert!(!case.passed && !case.flaky(), "{repeats:?}");
+        assert_eq!((repeats.missed, repeats.shown), (2, 2));
+        let mut failed = run("m", false, 0.0);
+        failed.error = None;
+        let mut missed = run("m", false, 0.0);
+        missed.error = Some(crate::core::Failure::new(FailureCode::CacheMiss, "none"));
+        let mixed = combine(vec![run("m", true, 1.0), failed, missed]).expect("a case");
+        assert!(
+            mixed.flaky(),
+            "a run that failed on its own still makes it flaky"
+        );
     }
 
     #[test]

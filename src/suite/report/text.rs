@@ -152,6 +152,12 @@ impl<'a> Table<'a> {
             self.variant_row(out, &format!("pass@{k}"), |v| percent(v.pass_at_k()));
             self.variant_row(out, &format!("pass^{k}"), |v| percent(v.pass_every_time()));
             self.variant_row(out, "flaky", |v| v.flaky_cases().to_string());
+            if self.suite.variants.iter().any(|v| v.missed_runs() > 0) {
+                // Runs a replay could not answer: a cassette recorded without `--repeat K`.
+                self.variant_row(out, "runs not in the cache", |v| {
+                    v.missed_runs().to_string()
+                });
+            }
             self.variant_row(out, "pass rate spread", |v| {
                 let spread = v.pass_rate_spread();
                 format!("{:.2} ± {:.2}", spread.mean, spread.std_dev)
