@@ -7,12 +7,29 @@ use serde_json::{Map, Value, json};
 const MAX_DEPTH: usize = 16;
 
 /// The simplest value the schema describes: the first `const`/`enum`/`examples`/`default`, else a
-/// value of its (first) type with required properties filled in and minimum lengths met.
-pub fn example_for_schema(schema: &Value) -> Value {
-    example(schema, schema, 0)
+/// value of its (first) type with required properties filled in and minimum lengths met; `text`
+/// in every free-text string (one without `pattern` or `format`, whose length bounds `text`
+/// meets), else the shortest string allowed. With `text`, it is what an echo answers when asked
+/// for JSON, so that a dry run's structured answers and agents' final answers say what they were
+/// asked.
+pub fn example_with_text(schema: &Value, text: &str) -> Value {
+    Example { root: schema, text }.of(schema, 0)
 }
 
-fn example(root: &Value, schema: &Value, depth: usize) -> Value {
+/// A schema being exemplified, and the text its free strings get.
+struct Example<'a> {
+    root: &'a Value,
+    text: &'a str,
+}
+
+impl Example<'_> {
+    fn of(&self, schema: &Value, depth: usize) -> Value {
+        example(self, schema, depth)
+    }
+}
+
+fn example(at: &Example<'_>, schema: &Value, depth: usize) -> Value {
+    let root = at.root;
     if depth > MAX_DEPTH {
         return Value::Null;
     }
@@ -26,7 +43,7 @@ fn example(root: &Value, schema: &Value, depth: usize) -> Value {
     {
         return root
             .pointer(pointer)
-            .map_or(Value::Null, |target| example(root, target, depth + 1));
+            .map_or(Value::Null, |target| at.of(target, depth + 1));
     }
     if let Some(value) = object.get("const") {
         return value.clone();
@@ -49,7 +66,7 @@ fn example(root: &Value, schema: &Value, depth: usize) -> Value {
             .and_then(Value::as_array)
             .and_then(|a| a.first())
         {
-            return example(root, first, depth + 1);
+            return at.of(first, depth + 1);
         }
     }
     let ty = match object.get("type") {
@@ -75,7 +92,7 @@ fn example(root: &Value, schema: &Value, depth: usize) -> Value {
             {
                 if let Some(name) = name.as_str() {
                     let property = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
-                    out.insert(name.to_string(), example(root, property, depth + 1));
+                    out.insert(name.to_string(), at.of(property, depth + 1));
                 }
             }
             Value::Object(out)
@@ -84,7 +101,7 @@ fn example(root: &Value, schema: &Value, depth: usize) -> Value {
             let count = object.get("minItems").and_then(Value::as_u64).unwrap_or(0);
             let item = object
                 .get("items")
-                .map_or(Value::Null, |i| example(root, i, depth + 1));
+                .map_or(Value::Null, |i| at.of(i, depth + 1));
             Value::Array(vec![item; usize::try_from(count.min(16)).unwrap_or(0)])
         }
         "integer" => json!(number("minimum").map_or(0, |m| m.ceil() as i64)),
@@ -97,7 +114,14 @@ fn example(root: &Value, schema: &Value, depth: usize) -> Value {
                 .and_then(Value::as_u64)
                 .unwrap_or(0)
                 .min(64);
-            Value::String("x".repeat(usize::try_from(length).unwrap_or(0)))
+            let chars = at.text.chars().count() as u64;
+            let free = !object.contains_key("pattern") && !object.contains_key("format");
+            let fits = chars >= length && number("maxLength").is_none_or(|max| chars as f64 <= max);
+            if free && fits && !at.text.is_empty() {
+                Value::String(at.text.to_string())
+            } else {
+                Value::String("x".repeat(usize::try_from(length).unwrap_or(0)))
+            }
         }
     }
 }
@@ -119,7 +143,7 @@ mod tests {
             json!({ "oneOf": [{ "type": "integer" }, { "type": "string" }] }),
         ];
         for schema in schemas {
-            let instance = example_for_schema(&schema);
+            let instance = example_with_text(&schema, "");
             assert!(
                 jsonschema::is_valid(&schema, &instance),
                 "{instance} does not satisfy {schema}"
@@ -128,8 +152,23 @@ mod tests {
     }
 
     #[test]
+    fn free_strings_carry_the_text_and_constrained_ones_do_not() {
+        let schema = json!({ "type": "object", "required": ["final", "code", "short", "kind"],
+            "properties": {
+                "final": { "type": "string" },
+                "code": { "type": "string", "pattern": "^[A-Z]+$" },
+                "short": { "type": "string", "maxLength": 2 },
+                "kind": { "enum": ["a", "b"] } } });
+        let instance = example_with_text(&schema, "What is 6 * 7?");
+        assert_eq!(
+            instance,
+            json!({ "final": "What is 6 * 7?", "code": "", "short": "", "kind": "a" })
+        );
+    }
+
+    #[test]
     fn self_referencing_schemas_stop() {
         let schema = json!({ "$ref": "#" });
-        assert_eq!(example_for_schema(&schema), Value::Null);
+        assert_eq!(example_with_text(&schema, ""), Value::Null);
     }
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::core::step_clock::StepClock;
 use crate::core::{Failure, Message, Price, TokenUsage, ToolCall, ToolDefinition, TraceParent};
 
-pub use example::example_for_schema;
+pub use example::example_with_text;
 // `LocalModel`, `LocalSettings`, `LocalLoads`, `missing_local_engine`, and where the build has
 // the local engine, `LocalConfig` and `LocalEngine`.
 pub use local::*;

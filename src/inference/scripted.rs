@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{
     CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Pacing, Request, Response,
-    Timings, TokenSink, example_for_schema,
+    Timings, TokenSink, example_with_text,
 };
 use crate::core::{Failure, FailureCode, Role, TokenUsage, ToolCall, text};
 
@@ -131,7 +131,10 @@ impl ScriptedEngine {
             return Ok(reply.clone());
         }
         if let Some(schema) = &request.json_schema {
-            return Ok(ScriptedReply::Text(example_for_schema(schema).to_string()));
+            let text = if self.config.echo { last_user } else { "" };
+            return Ok(ScriptedReply::Text(
+                example_with_text(schema, text).to_string(),
+            ));
         }
         if self.config.echo {
             return Ok(ScriptedReply::Text(last_user.to_string()));
