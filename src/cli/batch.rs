@@ -25,6 +25,9 @@ enum Action {
     /// by a kill) and no --input shows its row elsewhere, or results conflict; 2 when a part is
     /// unreadable or not a regular file, has no record (unless --unchecked), or the parts come
     /// from different inputs or plans.
+    #[command(
+        after_help = "Example:\n  pagantic batch merge out/part-*-of-4.jsonl --input input.jsonl --out merged.jsonl"
+    )]
     Merge(MergeArgs),
 }
 

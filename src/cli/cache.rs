@@ -26,21 +26,25 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Action {
     /// Entries and their size by kind, the file's size, and the hits and misses of recent runs.
+    #[command(after_help = "Example:\n  pagantic cache stats --format json")]
     Stats {
         /// `text`, or `json` for scripts.
         #[arg(long, value_enum, default_value_t = StatsFormat::Text)]
         format: StatsFormat,
     },
     /// Delete the entries no run has used for a while.
+    #[command(after_help = "Example:\n  pagantic cache prune --older-than 30d")]
     Prune {
         /// Delete entries unused for this long: `30d`, `12h`, `90m`, `1h30m`.
         #[arg(long, value_name = "AGE", value_parser = parse_age)]
         older_than: u64,
     },
     /// Delete every entry.
+    #[command(after_help = "Example:\n  pagantic cache clear --cache /tmp/pagantic-cache")]
     Clear,
     /// Load the entries of cassettes (written by --record) that the cache does not hold; an
     /// entry under a key it holds with another value is counted, and the held one kept.
+    #[command(after_help = "Example:\n  pagantic cache import plans/classify.cassette.jsonl")]
     Import {
         /// Cassette files; every one is checked before any is loaded.
         #[arg(required = true, value_name = "FILE")]
@@ -48,6 +52,9 @@ enum Action {
     },
     /// Load the entries of other cache directories (one per node or worker, say) that the cache
     /// does not hold, as import does; they are only read.
+    #[command(
+        after_help = "Example:\n  pagantic cache merge node-0/ node-1/ --cache ~/.cache/pagantic/cache"
+    )]
     Merge {
         /// Cache directories (or their cache.db files) of the same schema version.
         #[arg(required = true, value_name = "DIR")]

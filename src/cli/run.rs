@@ -154,9 +154,19 @@ pub struct BatchArgs {
 
 pub fn run(args: &Args) -> Outcome {
     let batch = args.batch.batch.is_some();
+    // Whether a streamed answer left stdout mid-line: at a terminal, a step's progress line then
+    // starts a line of its own instead of running on from the answer.
+    let open_line = Arc::new(AtomicBool::new(false));
     // A batch shows its own progress line; one run shows a line per step.
-    let observer: Option<Observer> =
-        (!args.quiet && !batch).then(|| Box::new(progress) as Observer);
+    let observer: Option<Observer> = (!args.quiet && !batch).then(|| {
+        let open_line = Arc::clone(&open_line);
+        Box::new(move |event: &Event| {
+            if io::stdout().is_terminal() && open_line.swap(false, Ordering::Relaxed) {
+                let _ = writeln!(io::stdout());
+            }
+            progress(event);
+        }) as Observer
+    });
     let session = open_session(SessionOptions {
         events_file: args.events.clone(),
         observer,
@@ -177,11 +187,15 @@ pub fn run(args: &Args) -> Outcome {
     let streamed = Arc::new(AtomicBool::new(false));
     let stream: Option<TokenSink> = streaming.then(|| {
         let streamed = Arc::clone(&streamed);
+        let open_line = Arc::clone(&open_line);
         Arc::new(move |piece: &str| {
             streamed.store(true, Ordering::Relaxed);
             let mut stdout = io::stdout().lock();
             let _ = stdout.write_all(for_stdout(piece).as_bytes());
             let _ = stdout.flush();
+            if !piece.is_empty() {
+                open_line.store(!piece.ends_with('\n'), Ordering::Relaxed);
+            }
         }) as TokenSink
     });
     let pipeline = build(
@@ -199,8 +213,10 @@ pub fn run(args: &Args) -> Outcome {
     let inputs = bind(&session, &pipeline, &args.given)?;
     let record = session.run(&pipeline, inputs, Map::new());
     if streamed.load(Ordering::Relaxed) {
-        // The answer is already on stdout; end its line.
-        writeln!(io::stdout())?;
+        // The answer is already on stdout; end its line (unless a progress line did).
+        if open_line.load(Ordering::Relaxed) {
+            writeln!(io::stdout())?;
+        }
         print_failure_and_completed(&record, args.format)?;
     } else {
         print_record(&record, args.format)?;
