@@ -274,6 +274,21 @@ fn render(entries: &Entries) -> String {
     text
 }
 
+/// Writes `entries` to `path` as a cassette (atomically, as `--record` does); how many it holds.
+pub fn write(
+    path: &Path,
+    entries: impl IntoIterator<Item = (Key, Stored)>,
+) -> Result<usize, CassetteError> {
+    let entries: Entries = entries.into_iter().collect();
+    file::write_atomic(path, render(&entries).as_bytes()).map_err(|source| {
+        CassetteError::Unwritable {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok(entries.len())
+}
+
 /// What `--record FILE` collects: every entry the command read from the cache or stored in it,
 /// written to the file once, when the command ends.
 pub struct Recorder {
@@ -330,13 +345,7 @@ impl Recorder {
             .lock()
             .map(|entries| entries.clone())
             .unwrap_or_default();
-        file::write_atomic(&self.path, render(&entries).as_bytes()).map_err(|source| {
-            CassetteError::Unwritable {
-                path: self.path.clone(),
-                source,
-            }
-        })?;
-        Ok(Some(entries.len()))
+        write(&self.path, entries).map(Some)
     }
 
     /// The file it writes.

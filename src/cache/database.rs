@@ -400,17 +400,7 @@ impl MergeBound {
 
     /// The entry of `row` (None: its fields are not an entry's), counted against the bound.
     fn read(&mut self, path: &Path, row: &rusqlite::Row<'_>) -> Result<Option<Entry>, CacheError> {
-        let entry = (|| {
-            Ok::<_, rusqlite::Error>(Entry {
-                key: Key(row.get(0)?),
-                stored: Stored {
-                    kind: row.get(1)?,
-                    value: row.get(2)?,
-                    tokens: read_tokens(row, 3)?,
-                    duration_ms: row.get(4)?,
-                },
-            })
-        })();
+        let entry = entry_of_row(row);
         let bytes = match &entry {
             Ok(entry) => (entry.stored.kind.len() + entry.stored.value.len()) as u64,
             Err(_) => 0,
@@ -502,6 +492,21 @@ fn check_unversioned_layout(connection: &Connection) -> Result<(), CacheError> {
         }
     }
     Ok(())
+}
+
+/// Every entry, as [`entry_of_row`] reads it.
+const SELECT_ENTRIES: &str = "SELECT key, kind, value, tokens, duration_ms FROM entries";
+
+fn entry_of_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
+    Ok(Entry {
+        key: Key(row.get(0)?),
+        stored: Stored {
+            kind: row.get(1)?,
+            value: row.get(2)?,
+            tokens: read_tokens(row, 3)?,
+            duration_ms: row.get(4)?,
+        },
+    })
 }
 
 impl Database {
@@ -757,8 +762,7 @@ impl Database {
     pub fn merge(&self, other: &Path) -> Result<Imported, CacheError> {
         let source = open_other(other, &self.path)?;
         let mut bound = MergeBound::of(other);
-        let mut statement =
-            source.prepare("SELECT key, kind, value, tokens, duration_ms FROM entries")?;
+        let mut statement = source.prepare(SELECT_ENTRIES)?;
         let mut rows = statement.query([])?;
         let entries = std::iter::from_fn(|| {
             let row = match rows.next() {
@@ -769,6 +773,18 @@ impl Database {
             Some(bound.read(other, row))
         });
         self.load(entries)
+    }
+
+    /// Every entry it holds (what a cassette of the whole cache is made of).
+    pub fn entries(&self) -> Result<Vec<Entry>, CacheError> {
+        self.flush();
+        let reader = self
+            .reader
+            .lock()
+            .map_err(|_| CacheError::ConnectionPoisoned)?;
+        let mut statement = reader.connection.prepare(SELECT_ENTRIES)?;
+        let rows = statement.query_map([], entry_of_row)?;
+        rows.map(|row| row.map_err(CacheError::from)).collect()
     }
 
     fn load(

@@ -89,6 +89,18 @@ pub fn default_dir() -> PathBuf {
     }
 }
 
+/// Writes `entries` to `path` as a cassette, sorted by key as `--record` writes one; how many
+/// it holds (a key given twice is written once, its last value).
+pub fn write_cassette(
+    path: &std::path::Path,
+    entries: impl IntoIterator<Item = Entry>,
+) -> Result<usize, CassetteError> {
+    cassette::write(
+        path,
+        entries.into_iter().map(|entry| (entry.key, entry.stored)),
+    )
+}
+
 /// The entries of the cassette at `path`, as [`Entry`] values to import (every line checked).
 pub fn read_cassette(path: &std::path::Path) -> Result<Vec<Entry>, CassetteError> {
     Ok(cassette::read(path)?

@@ -17,6 +17,21 @@ use crate::{command, fresh_cache_dir, root};
 /// How long any observable point may take to appear.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The lines a child prints on its (piped) stderr, as they come, read by a thread of their own
+/// that ends with the child's stderr.
+pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A running `pagantic serve`, killed when dropped.
 pub struct Server {
     child: Child,
@@ -40,15 +55,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("pagantic starts");
-        let stderr = child.stderr.take().expect("stderr piped");
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stderr_lines(&mut child);
         let mut server = Server {
             child,
             base: String::new(),

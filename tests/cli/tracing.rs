@@ -26,7 +26,7 @@ use crate::{Run, pagantic_with};
 
 /// A span as the collector received it.
 #[derive(Debug, Clone)]
-struct Span {
+pub struct Span {
     name: String,
     trace_id: String,
     span_id: String,
@@ -50,15 +50,16 @@ impl Span {
     }
 }
 
-/// A collector on a loopback port that keeps every span it is sent.
-struct Collector {
+/// A collector on a loopback port that keeps every span it is sent (the docs' examples send
+/// theirs to one too).
+pub struct Collector {
     port: u16,
     spans: Arc<Mutex<Vec<Span>>>,
     _runtime: tokio::runtime::Runtime,
 }
 
 impl Collector {
-    fn start() -> Collector {
+    pub fn start() -> Collector {
         let spans = Arc::new(Mutex::new(Vec::new()));
         let router = Router::new()
             .route("/v1/traces", post(receive))
@@ -71,11 +72,11 @@ impl Collector {
         }
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn spans(&self) -> Vec<Span> {
+    pub fn spans(&self) -> Vec<Span> {
         self.spans.lock().expect("the spans").clone()
     }
 

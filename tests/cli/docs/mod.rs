@@ -1,202 +1,26 @@
-//! Docs are tests. Over `README.md`, `CHANGELOG.md` and `docs/*.md`: every example plan and test
-//! file validates, every command a shell example runs exists and takes the flags it is given,
-//! and every relative link points at a file (and heading) that exists. The synopsis in
-//! `docs/cli.md` names exactly the flags each command's `--help` lists, the README stays a front
-//! door (at most 300 lines), and the lists of diagnostic and failure codes in `docs/` match the
-//! codes the code can emit.
+//! Docs are tests. Over `README.md`, `CHANGELOG.md` and `docs/*.md` (read as CommonMark, see
+//! [`markdown`]): every example runs as written, or is marked with why it cannot run here
+//! ([`examples`]); every command a shell example names exists and takes the flags it is given;
+//! every relative link points at a file (and heading) that exists; every number the README and
+//! the docs state about the repository is checked ([`claims`]). The synopsis in `docs/cli.md`
+//! names exactly the flags each command's `--help` lists, the README stays a front door (at most
+//! 300 lines), and the lists of diagnostic and failure codes in `docs/` match the codes the code
+//! can emit.
+
+mod claims;
+mod examples;
+mod markdown;
+mod sandbox;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use markdown::{fenced_blocks, heading_anchors, links, markdown_files, read};
 
 use crate::{pagantic, root};
 
 /// Most lines the README may have.
 const README_MAX_LINES: usize = 300;
-
-/// The Markdown files the checks read, relative to the repository root: the README, the
-/// changelog and every page of `docs/`.
-fn markdown_files() -> Vec<PathBuf> {
-    let mut files = vec![PathBuf::from("README.md"), PathBuf::from("CHANGELOG.md")];
-    let mut pages: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .expect("docs/")
-        .map(|entry| entry.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
-        .map(|path| Path::new("docs").join(path.file_name().expect("a file name")))
-        .collect();
-    pages.sort();
-    files.extend(pages);
-    files
-}
-
-fn read(file: &Path) -> String {
-    std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
-}
-
-/// A fenced code block: its info string (`yaml`, `sh`, …), its text, and the line its fence is
-/// on (1-based).
-struct Block {
-    info: String,
-    body: String,
-    line: usize,
-}
-
-/// The fenced code blocks of a Markdown text (fences of three or more backticks).
-fn fenced_blocks(text: &str) -> Vec<Block> {
-    let mut blocks = Vec::new();
-    let mut open: Option<(String, usize, String)> = None;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        match &mut open {
-            None => {
-                if let Some(info) = trimmed.strip_prefix("```") {
-                    open = Some((info.trim().to_string(), i + 1, String::new()));
-                }
-            }
-            Some((info, start, body)) => {
-                if trimmed.starts_with("```") {
-                    blocks.push(Block {
-                        info: std::mem::take(info),
-                        body: std::mem::take(body),
-                        line: *start,
-                    });
-                    open = None;
-                } else {
-                    body.push_str(line);
-                    body.push('\n');
-                }
-            }
-        }
-    }
-    blocks
-}
-
-/// The text outside fenced code blocks, line by line (`None` for a line inside one), so that
-/// headings and links are only looked for in the prose.
-fn prose_lines(text: &str) -> Vec<Option<&str>> {
-    let mut inside = false;
-    text.lines()
-        .map(|line| {
-            if line.trim_start().starts_with("```") {
-                inside = !inside;
-                None
-            } else if inside {
-                None
-            } else {
-                Some(line)
-            }
-        })
-        .collect()
-}
-
-/// A line without its inline code spans (`` `a` ``, ``` ``a `b` c`` ```).
-fn without_code_spans(line: &str) -> String {
-    let mut out = String::new();
-    let mut rest = line;
-    while let Some(start) = rest.find('`') {
-        out.push_str(&rest[..start]);
-        let ticks = rest[start..].chars().take_while(|&c| c == '`').count();
-        let fence = "`".repeat(ticks);
-        let after = &rest[start + ticks..];
-        match after.find(&fence) {
-            Some(end) => rest = &after[end + ticks..],
-            None => {
-                rest = after;
-                break;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The anchors GitHub gives a Markdown file's headings: lower case, everything but letters,
-/// digits, spaces, `-` and `_` dropped, spaces made `-`; a repeated anchor gets `-1`, `-2`, ….
-fn heading_anchors(text: &str) -> BTreeSet<String> {
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let mut anchors = BTreeSet::new();
-    for line in prose_lines(text).into_iter().flatten() {
-        let hashes = line.chars().take_while(|&c| c == '#').count();
-        if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
-            continue;
-        }
-        let slug: String = line[hashes..]
-            .trim()
-            .to_lowercase()
-            .chars()
-            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
-            .map(|c| if c == ' ' { '-' } else { c })
-            .collect();
-        let count = seen.entry(slug.clone()).or_insert(0);
-        anchors.insert(if *count == 0 {
-            slug
-        } else {
-            format!("{slug}-{count}")
-        });
-        *count += 1;
-    }
-    anchors
-}
-
-#[test]
-fn example_plans_and_test_files_validate() {
-    // The examples sit in a `plans/` directory holding the repository's plans and their data,
-    // beside its prompts and corpus, as the docs' plans and test files do, so their relative
-    // paths resolve.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let plans = dir.path().join("plans");
-    std::fs::create_dir_all(&plans).expect("plans dir");
-    for shared in ["prompts", "corpus"] {
-        std::os::unix::fs::symlink(root().join(shared), dir.path().join(shared)).expect("linked");
-    }
-    for entry in std::fs::read_dir(root().join("plans")).expect("plans/") {
-        let entry = entry.expect("entry");
-        std::os::unix::fs::symlink(entry.path(), plans.join(entry.file_name())).expect("linked");
-    }
-    let mut counts: BTreeMap<PathBuf, (usize, usize)> = BTreeMap::new();
-    let mut invalid = Vec::new();
-    for (n, file) in markdown_files().into_iter().enumerate() {
-        for block in fenced_blocks(&read(&file)) {
-            if block.info != "yaml" {
-                continue;
-            }
-            let count = counts.entry(file.clone()).or_default();
-            let name = if block.body.contains("\nsteps:") {
-                count.0 += 1;
-                format!("example-{n}-{}.yaml", block.line)
-            } else if block.body.contains("\ncases:") {
-                count.1 += 1;
-                format!("example-{n}-{}.test.yaml", block.line)
-            } else {
-                continue;
-            };
-            let path = plans.join(name);
-            std::fs::write(&path, &block.body).expect("written");
-            let run = pagantic(&["validate", path.to_str().expect("utf-8")]);
-            if run.code != 0 {
-                invalid.push(format!(
-                    "{}:{}: the example is invalid:\n{}\n{}",
-                    file.display(),
-                    block.line,
-                    block.body,
-                    run.stderr
-                ));
-            }
-        }
-    }
-    assert!(invalid.is_empty(), "{}", invalid.join("\n"));
-    let readme = counts
-        .get(Path::new("README.md"))
-        .copied()
-        .unwrap_or_default();
-    assert!(readme.0 >= 1, "the README shows at least one plan");
-    let plans_shown: usize = counts.values().map(|c| c.0).sum();
-    let tests_shown: usize = counts.values().map(|c| c.1).sum();
-    assert!(
-        plans_shown >= 2,
-        "the docs show plans ({plans_shown} found)"
-    );
-    assert!(tests_shown >= 1, "the docs show at least one test file");
-}
 
 /// What `pagantic COMMAND… --help` lists: its flags (short and long, without `-h`, `--help`,
 /// `-V`, `--version`) and its subcommands (without `help`).
@@ -368,11 +192,17 @@ fn shell_examples_run_commands_that_exist_with_flags_they_take() {
     let mut checked = 0;
     for file in markdown_files() {
         for block in fenced_blocks(&read(&file)) {
-            if !matches!(block.info.as_str(), "sh" | "bash" | "shell" | "console") {
+            if !matches!(block.lang.as_str(), "sh" | "bash" | "shell" | "console") {
                 continue;
             }
             let joined = block.body.replace("\\\n", " ");
             for (i, line) in joined.lines().enumerate() {
+                // A console block's commands are its `$ ` lines; the others are what they print.
+                let line = match (block.lang.as_str(), line.strip_prefix("$ ")) {
+                    ("console", Some(command)) => command,
+                    ("console", None) => continue,
+                    _ => line,
+                };
                 let line = line.split(" #").next().unwrap_or_default();
                 if line.trim_start().starts_with('#') {
                     continue;
@@ -428,36 +258,30 @@ fn relative_links_point_at_files_and_headings_that_exist() {
     for file in markdown_files() {
         let text = read(&file);
         let dir = file.parent().unwrap_or(Path::new(""));
-        for (i, line) in prose_lines(&text).into_iter().enumerate() {
-            let Some(line) = line else { continue };
-            let line = without_code_spans(line);
-            for piece in line.split("](").skip(1) {
-                let Some(target) = piece.split(')').next() else {
-                    continue;
-                };
-                if target.contains("://") || target.starts_with("mailto:") {
-                    continue;
-                }
-                checked += 1;
-                let at = format!("{}:{}", file.display(), i + 1);
-                let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
-                let linked = if path.is_empty() {
-                    file.clone()
-                } else {
-                    dir.join(path)
-                };
-                if !root().join(&linked).exists() {
-                    problems.push(format!("{at}: `{target}`: no file {}", linked.display()));
-                    continue;
-                }
-                if !anchor.is_empty() && linked.extension().is_some_and(|e| e == "md") {
-                    let anchors = heading_anchors(&read(&linked));
-                    if !anchors.contains(anchor) {
-                        problems.push(format!(
-                            "{at}: `{target}`: {} has no heading with the anchor `#{anchor}`",
-                            linked.display()
-                        ));
-                    }
+        for link in links(&text) {
+            let target = link.target.as_str();
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let at = format!("{}:{}", file.display(), link.line);
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let linked = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path)
+            };
+            if !root().join(&linked).exists() {
+                problems.push(format!("{at}: `{target}`: no file {}", linked.display()));
+                continue;
+            }
+            if !anchor.is_empty() && linked.extension().is_some_and(|e| e == "md") {
+                let anchors = heading_anchors(&read(&linked));
+                if !anchors.contains(anchor) {
+                    problems.push(format!(
+                        "{at}: `{target}`: {} has no heading with the anchor `#{anchor}`",
+                        linked.display()
+                    ));
                 }
             }
         }
@@ -473,17 +297,6 @@ fn the_readme_is_a_front_door() {
         lines <= README_MAX_LINES,
         "README.md has {lines} lines, more than {README_MAX_LINES}: move detail into docs/"
     );
-}
-
-#[test]
-fn heading_anchors_follow_github() {
-    let anchors = heading_anchors(
-        "# A, b\n## `RUST_BACKTRACE` and c\n```sh\n# not a heading\n```\n## run --batch\n## A, b\n",
-    );
-    let expected: BTreeSet<String> = ["a-b", "a-b-1", "rust_backtrace-and-c", "run---batch"]
-        .map(String::from)
-        .into();
-    assert_eq!(anchors, expected);
 }
 
 #[test]
@@ -555,4 +368,40 @@ fn documented_failure_codes_match_the_taxonomy() {
             code.retryable()
         );
     }
+}
+
+/// Every command's `--help` ends with an example of it, which names the command and only flags
+/// the command takes.
+#[test]
+fn every_command_s_help_has_an_example_it_takes() {
+    let leaves = leaf_commands();
+    let mut problems = Vec::new();
+    for (command, flags) in &leaves {
+        let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+        args.push("--help");
+        let run = pagantic(&args);
+        let name = command.join(" ");
+        let Some(example) = run
+            .stdout
+            .split("\nExample:\n")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+        else {
+            problems.push(format!("`pagantic {name} --help` has no `Example:`"));
+            continue;
+        };
+        let prefix = format!("  pagantic {name}");
+        if !example.starts_with(&prefix) {
+            problems.push(format!("`pagantic {name}`: its example is `{example}`"));
+            continue;
+        }
+        for flag in flags_in(&example[prefix.len()..]) {
+            if !flags.contains(&flag) {
+                problems.push(format!(
+                    "`pagantic {name}`: its example's `{flag}` is not a flag of it"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
