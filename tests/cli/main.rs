@@ -140,6 +140,20 @@ pub fn sealed(command: &mut Command) -> &mut Command {
     command
 }
 
+/// `program` (a shell, `script`) for running the binary as `binary` would be run: from a
+/// sealed environment (see [`sealed`]) with what `binary` sets or removes.
+pub fn runner_like(binary: &Command, program: &str) -> Command {
+    let mut runner = Command::new(program);
+    sealed(&mut runner);
+    for (name, value) in binary.get_envs() {
+        match value {
+            Some(value) => runner.env(name, value),
+            None => runner.env_remove(name),
+        };
+    }
+    runner
+}
+
 /// An address that refuses every connection, for a server that is not there: port 1 (tcpmux)
 /// is in the range only a privileged process may bind and nothing listens on it, so no other
 /// test or program can take it between a test choosing it and the run connecting, as it could

@@ -57,14 +57,7 @@ fn run_line(dir: &Path, line: &str) -> Run {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let binary = command(&fresh_cache_dir());
-    let mut bash = Command::new("bash");
-    for (name, value) in binary.get_envs() {
-        match value {
-            Some(value) => bash.env(name, value),
-            None => bash.env_remove(name),
-        };
-    }
+    let mut bash = crate::runner_like(&command(&fresh_cache_dir()), "bash");
     let output = output_of(
         bash.args(["-e", "-c", line])
             .env("PATH", path)
@@ -236,13 +229,7 @@ fn at_terminal(dir: &Path, line: &str, env: &[(&str, &str)]) -> String {
         .env_remove("NO_COLOR")
         .env("TERM", "xterm")
         .envs(env.iter().copied());
-    let mut pty = Command::new("script");
-    for (name, value) in script.get_envs() {
-        match value {
-            Some(value) => pty.env(name, value),
-            None => pty.env_remove(name),
-        };
-    }
+    let mut pty = crate::runner_like(&script, "script");
     let line = format!("{} {line}", env!("CARGO_BIN_EXE_pagantic"));
     let output = output_of(pty.args(["-qec", &line, "/dev/null"]).current_dir(dir));
     String::from_utf8_lossy(&output.stdout).into_owned()

@@ -193,28 +193,14 @@ impl Harness {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let mut paths = vec![bin];
         paths.extend(std::env::split_paths(&path));
-        // The binary's usual test environment (colours off, the developer's model settings
-        // cleared), given to bash, whose example scripts run it.
-        let binary = crate::command(cache);
-        let mut bash = Command::new("bash");
-        bash.args(["-e", "-o", "pipefail", "-c"]);
-        for (name, value) in binary.get_envs() {
-            match value {
-                Some(value) => bash.env(name, value),
-                None => bash.env_remove(name),
-            };
-        }
-        bash.env("PATH", std::env::join_paths(paths).expect("a PATH"))
+        // The binary's usual test environment (sealed: colours off, none of the reader's trace
+        // or model settings), given to bash, whose example scripts run it.
+        let mut bash = crate::runner_like(&crate::command(cache), "bash");
+        bash.args(["-e", "-o", "pipefail", "-c"])
+            .env("PATH", std::env::join_paths(paths).expect("a PATH"))
             .envs(READER_ENV)
             .current_dir(dir)
             .process_group(0);
-        // The reader's own trace settings would send the examples' spans somewhere.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy().into_owned();
-            if name.starts_with("OTEL_") || name == "TRACEPARENT" || name == "TRACESTATE" {
-                bash.env_remove(name);
-            }
-        }
         if !self.recording {
             bash.env("PAGANTIC_CACHE_ONLY", "1")
                 // No model is ever pulled: pip cannot be found.
