@@ -140,16 +140,16 @@ pub fn sealed(command: &mut Command) -> &mut Command {
     command
 }
 
-/// `program` (a shell, `script`) for running the binary as `binary` would be run: from a
-/// sealed environment (see [`sealed`]) with what `binary` sets or removes.
+/// `program` (a shell, `script`) for running the binary with the environment of `binary`, a
+/// command from [`command`]: sealed, so the variables it sets are its whole environment (one
+/// it removed after sealing, such as `NO_COLOR`, is simply not there).
 pub fn runner_like(binary: &Command, program: &str) -> Command {
     let mut runner = Command::new(program);
-    sealed(&mut runner);
+    runner.env_clear();
     for (name, value) in binary.get_envs() {
-        match value {
-            Some(value) => runner.env(name, value),
-            None => runner.env_remove(name),
-        };
+        if let Some(value) = value {
+            runner.env(name, value);
+        }
     }
     runner
 }
