@@ -186,8 +186,12 @@ pub struct ModelInfo {
     pub engine: &'static str,
     /// Whether `json_schema` and `grammar` are enforced while decoding.
     pub constrained_decoding: bool,
-    /// What its calls cost, when the plan declares a price ([`Priced`]); None: unpriced.
+    /// What its calls cost, when the plan declares a price ([`Declared`]); None: unpriced.
     pub price: Option<Price>,
+    /// The model's key in the plan's `models:` ([`Declared`]), which tells two models of one
+    /// plan apart where their engine and file are the same; None for an engine used on its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The most tokens one call may hold, prompt and answer together, when the engine knows
     /// (a local model's `context_length`, else its GGUF file's, once read; an `openai` model's
     /// declared `context_window`).
@@ -226,20 +230,25 @@ pub trait Engine: Send + Sync {
     }
 }
 
-/// An engine with a declared price: answers as the engine it wraps, and says what its calls cost
-/// in its [`ModelInfo`].
-pub struct Priced {
+/// An engine as a plan declares it: answers as the engine it wraps, and its [`ModelInfo`] says
+/// its key in the plan's `models:` and, when the plan gives one, its price.
+pub struct Declared {
     engine: Arc<dyn Engine>,
-    price: Price,
+    key: String,
+    price: Option<Price>,
 }
 
-impl Priced {
-    pub fn new(engine: Arc<dyn Engine>, price: Price) -> Self {
-        Priced { engine, price }
+impl Declared {
+    pub fn new(engine: Arc<dyn Engine>, key: &str, price: Option<Price>) -> Self {
+        Declared {
+            engine,
+            key: key.to_string(),
+            price,
+        }
     }
 }
 
-impl Engine for Priced {
+impl Engine for Declared {
     fn infer(&self, request: Request) -> EngineFuture<'_> {
         self.engine.infer(request)
     }
@@ -249,9 +258,11 @@ impl Engine for Priced {
     }
 
     fn model_info(&self) -> ModelInfo {
+        let inner = self.engine.model_info();
         ModelInfo {
-            price: Some(self.price),
-            ..self.engine.model_info()
+            price: self.price.or(inner.price),
+            key: Some(self.key.clone()),
+            ..inner
         }
     }
 
@@ -265,13 +276,13 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_priced_engine_answers_as_its_engine_and_states_its_price() {
+    async fn a_declared_engine_answers_as_its_engine_and_states_its_key_and_price() {
         let price = Price {
             prompt_per_million: 1.0,
             completion_per_million: 2.0,
         };
         let inner: Arc<dyn Engine> = Arc::new(ScriptedEngine::new(ScriptedConfig::echo()));
-        let priced = Priced::new(Arc::clone(&inner), price);
+        let priced = Declared::new(Arc::clone(&inner), "writer", Some(price));
         let request = Request {
             messages: vec![Message::user("hello there")],
             ..Request::default()
@@ -283,6 +294,7 @@ mod tests {
             priced.model_info(),
             ModelInfo {
                 price: Some(price),
+                key: Some("writer".into()),
                 ..inner.model_info()
             }
         );

@@ -218,6 +218,7 @@ impl Engine for ScriptedEngine {
             engine: "scripted",
             constrained_decoding: false,
             price: None,
+            key: None,
             context_window: None,
         }
     }

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, Message, Timestamp, TokenUsage, ToolCall};
-use crate::inference::{Response, SchemaMode, TokenSink};
+use crate::inference::{ModelInfo, Response, SchemaMode, TokenSink};
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,12 +88,18 @@ pub enum EventData {
     /// child of the call's span.
     ModelLoad {
         model: String,
+        /// The model's key in the plan's `models:`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model_key: Option<String>,
         engine: &'static str,
         duration_ms: f64,
     },
     /// A model call.
     Inference {
         model: String,
+        /// The model's key in the plan's `models:` (beside `model`, its engine's name for it).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model_key: Option<String>,
         engine: &'static str,
         duration_ms: f64,
         usage: TokenUsage,
@@ -206,15 +212,15 @@ pub enum StepOutcome {
 impl EventData {
     /// The `inference` event of a model call stopped `after` it started, before it answered.
     pub fn cut_off(
-        model: String,
-        engine: &'static str,
+        info: ModelInfo,
         after: std::time::Duration,
         call: CallKind,
         sent: Sent,
     ) -> EventData {
         EventData::Inference {
-            model,
-            engine,
+            model: info.name,
+            model_key: info.key,
+            engine: info.engine,
             duration_ms: after.as_secs_f64() * 1000.0,
             usage: TokenUsage::default(),
             tokens_per_second: None,
@@ -601,6 +607,7 @@ mod tests {
     ) -> EventData {
         EventData::Inference {
             model: "m".into(),
+            model_key: None,
             engine: "scripted",
             duration_ms: 4.0,
             usage: TokenUsage::default(),

@@ -233,6 +233,7 @@ impl StepContext {
         if !load.is_zero() {
             let data = EventData::ModelLoad {
                 model: info.name.clone(),
+                model_key: info.key.clone(),
                 engine: info.engine,
                 duration_ms: load.as_secs_f64() * 1000.0,
             };
@@ -270,10 +271,9 @@ impl StepContext {
         // A call stopped before it answered (the run cancelled, the step's timeout) still
         // leaves its event, marked `cut_off`.
         let cut_off = OnDrop::new({
-            let (model, engine, call, sent) =
-                (info.name.clone(), info.engine, call.clone(), sent.clone());
+            let (info, call, sent) = (info.clone(), call.clone(), sent.clone());
             move || {
-                let data = EventData::cut_off(model, engine, started.elapsed(), call, sent);
+                let data = EventData::cut_off(info, started.elapsed(), call, sent);
                 self.events
                     .emit(Some(&self.step), span, Some(self.span), data);
             }
@@ -333,6 +333,7 @@ impl StepContext {
             .then(|| usage.completion_tokens as f64 / (duration_ms / 1000.0));
         let data = EventData::Inference {
             model: info.name,
+            model_key: info.key,
             engine: info.engine,
             duration_ms,
             usage,
@@ -452,7 +453,7 @@ mod tests {
 
     use super::*;
     use crate::core::{Price, ToolCall};
-    use crate::inference::{Priced, ScriptedConfig, ScriptedEngine, ScriptedReply};
+    use crate::inference::{Declared, ScriptedConfig, ScriptedEngine, ScriptedReply};
     use crate::orchestrate::ledger::RunLedger;
 
     /// One unit per prompt token, two per completion token.
@@ -471,7 +472,7 @@ mod tests {
         }
     }
 
-    fn priced(replies: &[&str]) -> Priced {
+    fn priced(replies: &[&str]) -> Declared {
         let engine = ScriptedEngine::new(ScriptedConfig {
             replies: replies
                 .iter()
@@ -479,7 +480,7 @@ mod tests {
                 .collect(),
             ..ScriptedConfig::default()
         });
-        Priced::new(Arc::new(engine), PRICE)
+        Declared::new(Arc::new(engine), "priced", Some(PRICE))
     }
 
     fn request(text: &str) -> Request {
@@ -516,6 +517,7 @@ mod tests {
                 engine: "mistralrs",
                 constrained_decoding: true,
                 price: None,
+                key: None,
                 context_window: None,
             }
         }

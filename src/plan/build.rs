@@ -23,7 +23,7 @@ use super::tools::{ToolEnv, ToolKind};
 use crate::cache::{CachedEngine, CallCache};
 use crate::core::{Cost, Failure, FailureCode, Memo};
 use crate::corpora::{ChunkOptions, Corpus, CorpusSource, Document, JsonlOptions};
-use crate::inference::{Engine, Priced, ScriptedConfig, ScriptedEngine, TokenSink};
+use crate::inference::{Declared, Engine, ScriptedConfig, ScriptedEngine, TokenSink};
 use crate::model_store::Notice;
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
 use crate::orchestrate::tools::{Approval, Approvals, ToolAction, ToolCache, ToolRuntime};
@@ -202,13 +202,16 @@ impl Builder<'_> {
             spec.kind()
                 .build(&self.model_env(name, spec.kind().cached()))?
         };
-        // A declared price stays with the model in a dry run too: the stand-in's usage then
-        // gives a (rough) cost, and `max_cost` is exercised as in the real run.
-        let model = match (model, spec.kind().price()) {
-            (BuiltModel::Language(engine), Some(price)) => {
-                BuiltModel::Language(Arc::new(Priced::new(engine, price)))
-            }
-            (model, _) => model,
+        // A language model's calls name its key; a declared price stays with the model in a
+        // dry run too: the stand-in's usage then gives a (rough) cost, and `max_cost` is
+        // exercised as in the real run.
+        let model = match model {
+            BuiltModel::Language(engine) => BuiltModel::Language(Arc::new(Declared::new(
+                engine,
+                name,
+                spec.kind().price(),
+            ))),
+            model => model,
         };
         self.models.insert(name.to_string(), model.clone());
         Ok(model)

@@ -368,6 +368,7 @@ impl Sink {
     ) -> Option<Built<'a>> {
         let EventData::Inference {
             model,
+            model_key,
             engine,
             duration_ms,
             usage,
@@ -388,6 +389,7 @@ impl Sink {
         let asked = Asked {
             engine,
             model: Cow::Borrowed(model),
+            model_key: model_key.as_deref().map(Cow::Borrowed),
             call: Cow::Borrowed(call),
             temperature: sent.temperature,
             max_tokens: sent.max_tokens,
@@ -742,6 +744,7 @@ mod tests {
     fn chat(events: &Events, step: &str, span: SpanId, parent: SpanId) {
         let data = EventData::Inference {
             model: "m".into(),
+            model_key: Some("writer".into()),
             engine: "scripted",
             duration_ms: 2.0,
             usage: TokenUsage {
@@ -858,6 +861,7 @@ mod tests {
         let chat = named(&spans, "chat m");
         assert_eq!(chat.parent_span_id, agent.span_id);
         assert_eq!(chat.kind, 3, "a client span");
+        assert_eq!(attribute(chat, "pagantic.model.key"), text("writer"));
         assert_eq!(
             attribute(chat, "gen_ai.usage.output_tokens"),
             Some(Any::IntValue(3))

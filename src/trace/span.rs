@@ -214,6 +214,8 @@ impl StepShape {
 pub struct Asked<'a> {
     pub engine: &'static str,
     pub model: Cow<'a, str>,
+    /// The model's key in the plan's `models:`.
+    pub model_key: Option<Cow<'a, str>>,
     pub call: Cow<'a, CallKind>,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
@@ -230,6 +232,9 @@ impl Asked<'_> {
             other => attributes.add("gen_ai.provider.name", Attr::Joined("pagantic.", other)),
         }
         attributes.str("gen_ai.request.model", &self.model);
+        if let Some(key) = &self.model_key {
+            attributes.str("pagantic.model.key", key);
+        }
         match &*self.call {
             CallKind::Single => attributes.str("pagantic.call", "call"),
             CallKind::Agent(name) => attributes.add("pagantic.call", Attr::Joined("agent ", name)),
@@ -253,6 +258,7 @@ impl Asked<'_> {
         Asked {
             engine: self.engine,
             model: Cow::Owned(self.model.into_owned()),
+            model_key: self.model_key.map(|key| Cow::Owned(key.into_owned())),
             call: Cow::Owned(self.call.into_owned()),
             temperature: self.temperature,
             max_tokens: self.max_tokens,
@@ -483,6 +489,7 @@ mod tests {
         let asked = |model: &'static str, call: CallKind| Asked {
             engine: "local",
             model: Cow::Borrowed(model),
+            model_key: Some(Cow::Borrowed("writer")),
             call: Cow::Owned(call),
             temperature: Some(0.2),
             max_tokens: Some(64),

@@ -43,6 +43,7 @@ mod run;
 mod schema;
 mod semantics;
 mod semantics3;
+mod semantics4;
 mod serve;
 mod serve_approve;
 mod serve_mcp;

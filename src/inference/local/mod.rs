@@ -97,6 +97,7 @@ impl Engine for LocalModel {
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
+            key: None,
             context_window: self.settings.context_window(self.load.trained()),
         }
     }

@@ -606,6 +606,7 @@ impl Engine for OpenAiEngine {
             engine: "openai",
             constrained_decoding: true,
             price: None,
+            key: None,
             context_window: self.config.context_window,
         }
     }

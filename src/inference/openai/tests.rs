@@ -758,6 +758,7 @@ fn model_info_names_the_model() {
             engine: "openai",
             constrained_decoding: true,
             price: None,
+            key: None,
             context_window: None,
         }
     );

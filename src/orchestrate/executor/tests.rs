@@ -380,6 +380,7 @@ impl crate::inference::Engine for SlowToLoad {
             engine: "test",
             constrained_decoding: false,
             price: None,
+            key: None,
             context_window: None,
         }
     }

@@ -606,6 +606,7 @@ mod tests {
                 engine: "scripted",
                 constrained_decoding: false,
                 price: None,
+                key: None,
                 context_window: None,
             }
         }

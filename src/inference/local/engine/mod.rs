@@ -486,6 +486,7 @@ impl Engine for LocalEngine {
             engine: "mistralrs",
             constrained_decoding: self.settings.decoder_constraints,
             price: None,
+            key: None,
             context_window: self.settings.context_window(self.weights.context_length),
         }
     }
