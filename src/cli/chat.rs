@@ -410,7 +410,7 @@ fn stdin_lines() -> Receiver<io::Result<String>> {
 /// `→ tool {arguments}` when a tool starts, `← tool ok|failed|refused|cancelled (ms)` when it ends.
 fn show_tool_event(event: &Event) {
     let line = match &event.data {
-        EventData::ToolStart { tool, args } => format!("  → {tool} {args}"),
+        EventData::ToolStart { tool, args, .. } => format!("  → {tool} {args}"),
         EventData::ToolEnd {
             tool,
             outcome,

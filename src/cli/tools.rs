@@ -4,8 +4,10 @@
 //! An MCP server is connected to, and each tool it lists is shown (`TOOL.NAME`) with whether its
 //! `allow` offers it and the hash of its schema, as are the allowed names it does not list. The
 //! policy's verdict on each tool is the one `validate` and `run` give (`allowed_tools`,
-//! `allowed_capabilities`), and a plan they refuse under `--policy` exits 2 here too. What a
-//! server sent (its tools' names, its stderr) reaches the terminal escaped.
+//! `allowed_capabilities`, `require_sandbox`), and a plan they refuse under `--policy` exits 2
+//! here too. What a server sent (its tools' names, its stderr) reaches the terminal escaped. For
+//! a tool that starts processes, its sandbox: what it is granted, what this machine enforces, and
+//! why not where it does not.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -21,12 +23,13 @@ use crate::orchestrate::tools::SideEffects;
 use crate::orchestrate::{Resources, Standalone};
 use crate::plan::tools::{McpTool, ToolEnv, ToolSpec};
 use crate::plan::{self, EffectivePolicy, Plan};
+use crate::tool::Enforcement;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ToolsFormat {
     /// One line per tool: its name, what it may change, and its availability.
     Text,
-    /// One JSON object per line: `name`, `side_effects`, `availability` and `reason` (and for an MCP server's tools `allowed`, `schema_sha256` and `input_schema`).
+    /// One JSON object per line: `name`, `side_effects`, `availability` and `reason`, `sandbox` for a tool that starts processes (`network`, `filesystem`, `processes`: `granted`, `enforced` or `not_enforced`, and `why_not`), and for an MCP server's tools `allowed`, `schema_sha256` and `input_schema`.
     Json,
 }
 
@@ -62,6 +65,9 @@ struct ToolLine {
     /// Why it is unavailable or refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// For a tool that starts processes: what its sandbox enforces here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<Enforcement>,
     /// For a tool of an MCP server (`TOOL.SERVER_TOOL`): whether `allow` offers it to models.
     #[serde(skip_serializing_if = "Option::is_none")]
     allowed: Option<bool>,
@@ -100,7 +106,12 @@ pub fn run(args: &Args) -> Outcome {
                 let json = serde_json::to_string(line).map_err(io::Error::from)?;
                 writeln!(stdout, "{json}")?;
             }
-            ToolsFormat::Text => writeln!(stdout, "{}", terminal_safe(&text_line(line)))?,
+            ToolsFormat::Text => {
+                writeln!(stdout, "{}", terminal_safe(&text_line(line)))?;
+                if let Some(sandbox) = &line.sandbox {
+                    writeln!(stdout, "  sandbox: {}", sandbox.summary())?;
+                }
+            }
         }
     }
     stdout.flush()?;
@@ -147,16 +158,25 @@ fn tool_lines(plan: &Plan, policy: &EffectivePolicy, resources: &Resources) -> V
                 dir: &dir,
                 dry_run: false,
                 mcp: &resources.mcp,
+                sandboxes: &resources.sandboxes,
             };
             let refused = policy.tool_refusal(name, spec.kind());
             if let ToolSpec::Mcp(server) = spec {
-                return mcp_lines(server, &env, refused);
+                return mcp_lines(server, &env, refused, policy);
             }
-            let (side_effects, unavailable) = match spec.kind().build(&env) {
-                Ok(tool) => (tool.side_effects, tool.action.unavailable()),
-                Err(failure) => (Default::default(), Some(failure.message)),
+            let (side_effects, unavailable, sandbox) = match spec.kind().build(&env) {
+                Ok(tool) => (
+                    tool.side_effects,
+                    tool.action.unavailable(),
+                    tool.enforcement().cloned(),
+                ),
+                Err(failure) => (Default::default(), Some(failure.message), None),
             };
-            vec![line(name.clone(), side_effects, refused, unavailable)]
+            let refused = refused.or_else(|| policy.sandbox_refusal(sandbox.as_ref()));
+            vec![ToolLine {
+                sandbox,
+                ..line(name.clone(), side_effects, refused, unavailable)
+            }]
         })
         .collect()
 }
@@ -178,6 +198,7 @@ fn line(
         side_effects,
         availability,
         reason,
+        sandbox: None,
         allowed: None,
         schema_sha256: None,
         input_schema: None,
@@ -187,8 +208,20 @@ fn line(
 /// The lines of an MCP server's tools, connecting to it: one per tool it lists (`TOOL.NAME`),
 /// whether `allow` offers it and its schema's hash, and one per allowed name it does not list;
 /// one line for the server when it cannot be reached.
-fn mcp_lines(server: &McpTool, env: &ToolEnv<'_>, refused: Option<String>) -> Vec<ToolLine> {
-    let listed = match server.server(env).list_tools(None) {
+fn mcp_lines(
+    server: &McpTool,
+    env: &ToolEnv<'_>,
+    refused: Option<String>,
+    policy: &EffectivePolicy,
+) -> Vec<ToolLine> {
+    let reached = server.server(env);
+    let sandbox = reached.enforcement().cloned();
+    let refused = refused.or_else(|| policy.sandbox_refusal(sandbox.as_ref()));
+    let line = |name, side_effects, refused, unavailable| ToolLine {
+        sandbox: sandbox.clone(),
+        ..line(name, side_effects, refused, unavailable)
+    };
+    let listed = match reached.list_tools(None) {
         Ok(listed) => listed,
         Err(failure) => {
             let reason = Some(failure.message);

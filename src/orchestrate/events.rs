@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::record::Lifecycle;
 use crate::core::{Cost, Failure, FailureCode, Message, Timestamp, TokenUsage, ToolCall};
 use crate::inference::{ModelInfo, Response, SchemaMode, TokenSink};
+use crate::tool::Enforcement;
 
 /// An id for a span of work (the run, a step attempt, a model or tool call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,7 +150,14 @@ pub enum EventData {
         content: Option<Arc<CallContent>>,
     },
     /// A tool call started.
-    ToolStart { tool: String, args: Value },
+    ToolStart {
+        tool: String,
+        args: Value,
+        /// What the tool's processes may reach and what of that is enforced here (for a tool
+        /// that starts processes: a command, a stdio MCP server).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox: Option<Enforcement>,
+    },
     /// A tool call ended (or was refused before it ran).
     ToolEnd {
         tool: String,
@@ -763,6 +771,7 @@ mod tests {
                 EventData::ToolStart {
                     tool: "calc".into(),
                     args: json!({ "expression": "1+1" }),
+                    sandbox: None,
                 },
                 json!({ "kind": "tool_start", "data": { "tool": "calc", "args": { "expression": "1+1" } } }),
             ),

@@ -12,7 +12,7 @@ use tokio::runtime::{Handle, Runtime};
 use crate::core::{Failure, FailureCode};
 use crate::inference::LocalLoads;
 use crate::model_store::FileHashes;
-use crate::tool::McpServers;
+use crate::tool::{McpServers, Sandboxes};
 
 /// See the module docs; cheap to clone (each part is shared).
 #[derive(Clone)]
@@ -23,6 +23,8 @@ pub struct Resources {
     pub loads: Arc<LocalLoads>,
     /// The model files hashed so far.
     pub hashes: Arc<FileHashes>,
+    /// What this machine's tool sandboxes can enforce, probed at the first tool that asks.
+    pub sandboxes: Arc<Sandboxes>,
 }
 
 impl Resources {
@@ -32,6 +34,7 @@ impl Resources {
             mcp: Arc::new(McpServers::new(runtime)),
             loads: Arc::default(),
             hashes: Arc::default(),
+            sandboxes: Arc::default(),
         }
     }
 }

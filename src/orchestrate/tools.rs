@@ -26,7 +26,9 @@ use super::pipeline::StepContext;
 use crate::cache::{CallCache, Key};
 use crate::core::{Failure, FailureCode, Timestamp};
 use crate::prompt::Templates;
-use crate::tool::{Builtin, CommandSpec, McpServer, files_named, run_command};
+use crate::tool::{
+    Builtin, CommandSpec, Enforcement, McpServer, Sandbox, files_named, run_command,
+};
 
 /// What a tool may change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -106,6 +108,8 @@ pub struct CommandTemplate {
     pub env_allow: Vec<String>,
     /// Whether a templated element may render to something starting with `-`.
     pub allow_dash_values: bool,
+    /// What the program may reach, and how that is enforced.
+    pub sandbox: Sandbox,
 }
 
 impl CommandTemplate {
@@ -264,6 +268,16 @@ impl ToolRuntime {
         })
     }
 
+    /// What its processes may reach and what of that this machine enforces: None for a tool
+    /// that starts no process (a builtin, a dry run's stand-in, an MCP server over HTTP).
+    pub fn enforcement(&self) -> Option<&Enforcement> {
+        match &self.action {
+            ToolAction::Command(command) => Some(&command.sandbox.enforcement),
+            ToolAction::Mcp(call) => call.server.enforcement(),
+            ToolAction::Builtin(_) | ToolAction::DryRun => None,
+        }
+    }
+
     /// Why the tool cannot run here now (`TOOL_UNAVAILABLE`, saying why), if it cannot.
     pub fn unavailable(&self) -> Option<Failure> {
         let reason = self.action.unavailable()?;
@@ -362,6 +376,7 @@ impl ToolRuntime {
         emit(EventData::ToolStart {
             tool: self.name.clone(),
             args: args.clone(),
+            sandbox: self.enforcement().cloned(),
         });
         let started = Instant::now();
         let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
@@ -509,6 +524,7 @@ impl ToolRuntime {
                     max_output_bytes: command.max_output_bytes,
                     working_dir: command.working_dir.clone(),
                     env_allow: command.env_allow.clone(),
+                    sandbox: command.sandbox.clone(),
                 };
                 let output = run_command(&spec).await?;
                 let mut text = output.stdout;
@@ -540,6 +556,7 @@ pub fn record_refusal(
     emit(EventData::ToolStart {
         tool: tool.to_string(),
         args: args.clone(),
+        sandbox: None,
     });
     emit(EventData::ToolEnd {
         tool: tool.to_string(),
@@ -587,6 +604,7 @@ mod tests {
             working_dir: Some(working_dir.to_path_buf()),
             env_allow: Vec::new(),
             allow_dash_values: false,
+            sandbox: Sandbox::none(),
         })
     }
 
@@ -598,6 +616,7 @@ mod tests {
             working_dir: None,
             env_allow: Vec::new(),
             allow_dash_values,
+            sandbox: Sandbox::none(),
         }
     }
 

@@ -206,11 +206,9 @@ impl Builder<'_> {
         // dry run too: the stand-in's usage then gives a (rough) cost, and `max_cost` is
         // exercised as in the real run.
         let model = match model {
-            BuiltModel::Language(engine) => BuiltModel::Language(Arc::new(Declared::new(
-                engine,
-                name,
-                spec.kind().price(),
-            ))),
+            BuiltModel::Language(engine) => {
+                BuiltModel::Language(Arc::new(Declared::new(engine, name, spec.kind().price())))
+            }
             model => model,
         };
         self.models.insert(name.to_string(), model.clone());
@@ -311,6 +309,7 @@ impl Builder<'_> {
             dir: &self.dir,
             dry_run: self.options.dry_run,
             mcp: &self.resources.mcp,
+            sandboxes: &self.resources.sandboxes,
         };
         match self
             .plan
@@ -319,9 +318,29 @@ impl Builder<'_> {
             .get(name)
             .and_then(|spec| spec.kind().build_set(&env))
         {
-            Some(set) => Ok(set?.into_iter().map(Arc::new).collect()),
+            Some(set) => {
+                let set = set?;
+                for tool in &set {
+                    self.contained(tool)?;
+                }
+                Ok(set.into_iter().map(Arc::new).collect())
+            }
             None => Ok(vec![self.tool(name)?]),
         }
+    }
+
+    /// Refuses a tool that starts processes this machine cannot sandbox as it should, under a
+    /// policy with `require_sandbox: true`: it would run with less than its `requires` say.
+    fn contained(&self, tool: &ToolRuntime) -> Result<(), Failure> {
+        let Some(why) = self.plan.policy.sandbox_refusal(tool.enforcement()) else {
+            return Ok(());
+        };
+        Err(Failure::new(
+            FailureCode::ToolNotAllowed,
+            format!("tool `{}` cannot be sandboxed here: {why}", tool.name),
+        )
+        .with_help("run it on a machine that allows what is missing, declare what it needs in `requires`, or drop `require_sandbox`; `pagantic tools PLAN` shows what this machine enforces")
+        .retryable(false))
     }
 }
 
@@ -417,8 +436,10 @@ impl BuildContext for Builder<'_> {
             dir: &self.dir,
             dry_run: self.options.dry_run,
             mcp: &self.resources.mcp,
+            sandboxes: &self.resources.sandboxes,
         };
         let mut tool = spec.kind().build(&env)?;
+        self.contained(&tool)?;
         if spec.kind().access().approval == Approval::Required
             && !matches!(tool.action, ToolAction::DryRun)
         {

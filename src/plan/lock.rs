@@ -308,6 +308,7 @@ fn mcp_pins(
             dir: &dir,
             dry_run: false,
             mcp: &resources.mcp,
+            sandboxes: &resources.sandboxes,
         };
         let listed = server.server(&env).list_tools(None).ok()?;
         let tools = listed

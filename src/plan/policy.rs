@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::steps::StepType;
 use super::tools::{Capability, ToolKind};
 use crate::core::duration::DurationSpec;
+use crate::tool::Enforcement;
 
 /// Limits a plan must respect. Every field is optional; an absent field imposes nothing.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -36,6 +37,9 @@ pub struct PlanPolicy {
     /// Capabilities the plan's tools may require (`filesystem`, `network`, `process`, `environment`): a tool that requires any other — by its `requires`, or by its kind (a command tool is a `process`) — is refused before anything runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_capabilities: Option<Vec<Capability>>,
+    /// When true, every tool that starts a process (a command, a stdio MCP server) must be fully sandboxed on this machine — its network and filesystem restricted unless it `requires` them, and every process it starts contained — or the run is refused before anything runs (`pagantic tools PLAN` shows what this machine enforces). Never runs a tool uncontained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_sandbox: Option<bool>,
     /// Upper bound for any agent step's `max_tool_iterations`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -78,6 +82,7 @@ pub struct EffectivePolicy {
     pub timeout_per_step: Option<Limit<DurationSpec>>,
     pub allowed_tools: Option<Limit<Vec<String>>>,
     pub allowed_capabilities: Option<Limit<Vec<Capability>>>,
+    pub require_sandbox: Option<Limit<bool>>,
     pub max_tool_iterations: Option<Limit<u32>>,
     pub max_tokens: Option<Limit<u64>>,
     pub max_cost: Option<Limit<f64>>,
@@ -96,6 +101,7 @@ impl EffectivePolicy {
             timeout_per_step: stricter(plan.timeout_per_step, file.timeout_per_step, |a, b| b < a),
             allowed_tools: intersect(&plan.allowed_tools, &file.allowed_tools),
             allowed_capabilities: intersect(&plan.allowed_capabilities, &file.allowed_capabilities),
+            require_sandbox: stricter(plan.require_sandbox, file.require_sandbox, |a, b| b && !a),
             max_tool_iterations: stricter(
                 plan.max_tool_iterations,
                 file.max_tool_iterations,
@@ -159,10 +165,28 @@ impl EffectivePolicy {
             timeout_per_step: value(&self.timeout_per_step),
             allowed_tools: value(&self.allowed_tools),
             allowed_capabilities: value(&self.allowed_capabilities),
+            require_sandbox: value(&self.require_sandbox),
             max_tool_iterations: value(&self.max_tool_iterations),
             max_tokens: value(&self.max_tokens),
             max_cost: value(&self.max_cost),
         }
+    }
+
+    /// Why a tool whose processes have the sandbox `enforcement` here is refused: the policy
+    /// requires sandboxes (`require_sandbox: true`) and a limit the tool should be held to cannot
+    /// be enforced on this machine. None for a tool that starts no process.
+    pub fn sandbox_refusal(&self, enforcement: Option<&Enforcement>) -> Option<String> {
+        let required = self
+            .require_sandbox
+            .as_ref()
+            .is_some_and(|limit| limit.value);
+        let gaps = enforcement?.gaps();
+        (required && !gaps.is_empty()).then(|| {
+            format!(
+                "`require_sandbox: true`, and this machine cannot enforce {}",
+                gaps.join("; ")
+            )
+        })
     }
 
     /// Each limit in force, by its field's name, with the policy that set it.
@@ -177,6 +201,7 @@ impl EffectivePolicy {
             ("timeout_per_step", origin(&self.timeout_per_step)),
             ("allowed_tools", origin(&self.allowed_tools)),
             ("allowed_capabilities", origin(&self.allowed_capabilities)),
+            ("require_sandbox", origin(&self.require_sandbox)),
             ("max_tool_iterations", origin(&self.max_tool_iterations)),
             ("max_tokens", origin(&self.max_tokens)),
             ("max_cost", origin(&self.max_cost)),
@@ -292,6 +317,39 @@ mod tests {
                 value: true,
                 origin: PolicyOrigin::Plan
             })
+        );
+    }
+
+    #[test]
+    fn require_sandbox_refuses_a_tool_only_where_a_limit_is_not_enforced() {
+        use crate::tool::sandbox::{Grants, Support};
+        let required = |plan: Option<bool>, file: Option<bool>| {
+            let [plan, file] = [plan, file].map(|value| PlanPolicy {
+                require_sandbox: value,
+                ..PlanPolicy::default()
+            });
+            EffectivePolicy::combine(Some(&plan), Some(&file))
+        };
+        let contained = Enforcement::decide(Grants::default(), &Support::everything());
+        let uncontained = Enforcement::decide(Grants::default(), &Support::none("old kernel"));
+        let strict = required(Some(false), Some(true));
+        assert_eq!(strict.sandbox_refusal(Some(&contained)), None);
+        assert_eq!(
+            strict.sandbox_refusal(None),
+            None,
+            "a tool that starts no process"
+        );
+        let refusal = strict.sandbox_refusal(Some(&uncontained)).expect("refused");
+        assert!(refusal.contains("network: old kernel"), "{refusal}");
+        // A file cannot loosen a plan that requires sandboxes; without either, nothing is refused.
+        assert!(
+            required(Some(true), Some(false))
+                .sandbox_refusal(Some(&uncontained))
+                .is_some()
+        );
+        assert_eq!(
+            required(None, None).sandbox_refusal(Some(&uncontained)),
+            None
         );
     }
 

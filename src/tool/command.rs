@@ -6,7 +6,8 @@
 //! output pipes open. The group is killed with `SIGKILL` when the timeout expires, when the
 //! returned future is dropped (cancellation), and also as soon as the program itself exits, so
 //! a call never leaves background processes behind. A process that moves itself to another group
-//! or session (`setsid`, a daemon) escapes this; containing it needs a sandbox, not a signal.
+//! or session (`setsid`, a daemon) escapes the group; the call's [`Sandbox`] contains it (a PID
+//! namespace whose init is in the group) where this machine allows.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -18,8 +19,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 
+use super::sandbox::{self, Sandbox};
 use crate::core::{Failure, FailureCode};
 
 /// Variables passed to every program whatever `env_allow` says: without `PATH`, a program that
@@ -47,6 +48,8 @@ pub struct CommandSpec {
     /// Names of environment variables passed through from ours; every other variable is
     /// cleared, except `PATH`, which is always passed.
     pub env_allow: Vec<String>,
+    /// What the program may reach, and how that is enforced.
+    pub sandbox: Sandbox,
 }
 
 /// What a command that succeeded printed.
@@ -74,26 +77,27 @@ pub struct CommandOutput {
 ///
 /// Dropping the returned future kills the program's process group.
 pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutput, Failure> {
-    let Some((program, args)) = spec.argv.split_first() else {
+    let Some(program) = spec.argv.first() else {
         return Err(Failure::new(
             FailureCode::ToolInvalidArguments,
             "the command's argv is empty: there is no program to run",
         ));
     };
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_clear()
-        .envs(passed_env(&spec.env_allow))
-        .process_group(0)
-        .kill_on_drop(true);
     if let Some(dir) = &spec.working_dir {
         check_working_dir(program, dir).await?;
-        command.current_dir(dir);
     }
+    let sandbox::Prepared {
+        mut command,
+        temp: _temp,
+    } = spec.sandbox.prepare(
+        &spec.argv,
+        spec.working_dir.as_deref(),
+        passed_env(&spec.env_allow),
+    )?;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
 
     let started = Instant::now();
     let mut child = command
@@ -139,6 +143,10 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutput, Failure> {
     };
     if status.success() {
         Ok(output)
+    } else if status.code() == Some(i32::from(sandbox::launcher::SETUP_FAILED))
+        && output.stderr.starts_with(sandbox::launcher::NAME)
+    {
+        Err(sandbox::setup_failure(program, &output.stderr))
     } else {
         Err(exit_failure(program, status, &output.stderr))
     }
@@ -367,6 +375,7 @@ mod tests {
             max_output_bytes: 65536,
             working_dir: None,
             env_allow: Vec::new(),
+            sandbox: Sandbox::none(),
         }
     }
 

@@ -6,9 +6,8 @@
 //! with a cleared environment (only `PATH` and the allowed variables), in its working directory
 //! and its own process group, its standard error read and capped. A call that runs past its
 //! timeout or is dropped (the run cancelled) kills that process group, and the next call starts
-//! the server again; so does a call after the server exited. What a server does inside its own
-//! process (the files it opens, the hosts it reaches) is its own business: containing that needs
-//! a sandbox.
+//! the server again; so does a call after the server exited. What the server may reach (the
+//! network, files) and the containment of what it starts are its [`Sandbox`]'s, as for a command.
 //!
 //! Client sessions live on the session's async runtime, which [`McpServers`] is given, so a server
 //! outlives the runs and batch rows that share it and can be reached from plan building, which
@@ -40,10 +39,11 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::command::{GroupKiller, check_working_dir, passed_env, spawn_failure, tail};
+use super::sandbox::{Enforcement, Sandbox};
 use crate::core::secret::Secrets;
 use crate::core::{Failure, FailureCode};
 
@@ -76,6 +76,8 @@ pub enum McpTransport {
         working_dir: Option<PathBuf>,
         /// Variables passed through from ours besides `PATH`; all others are cleared.
         env_allow: Vec<String>,
+        /// What the server may reach, and how that is enforced.
+        sandbox: Sandbox,
     },
     /// A streamable HTTP endpoint.
     Http {
@@ -266,6 +268,17 @@ pub struct McpServer {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
 }
 
+impl McpServer {
+    /// What its process may reach and what of that is enforced here: None for a server reached
+    /// over HTTP, which pagantic does not start.
+    pub fn enforcement(&self) -> Option<&Enforcement> {
+        match &self.spec.transport {
+            McpTransport::Stdio { sandbox, .. } => Some(&sandbox.enforcement),
+            McpTransport::Http { .. } => None,
+        }
+    }
+}
+
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpServer")
@@ -284,6 +297,8 @@ struct Session {
 
 /// A stdio server's process: its group, the child and the end of what it wrote on stderr.
 struct ServerProcess {
+    /// The private temporary directory its sandbox lets it write, removed with it.
+    _temp: Option<tempfile::TempDir>,
     group: Mutex<GroupKiller>,
     /// None once the server was let go (see [`McpServers`]'s drop).
     child: Mutex<Option<Child>>,
@@ -574,7 +589,11 @@ impl McpServer {
                 argv,
                 working_dir,
                 env_allow,
-            } => self.start(argv, working_dir.as_ref(), env_allow).await,
+                sandbox,
+            } => {
+                self.start(argv, working_dir.as_ref(), env_allow, sandbox)
+                    .await
+            }
             McpTransport::Http { url, headers_env } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 config.custom_headers = headers(headers_env)?;
@@ -600,28 +619,28 @@ impl McpServer {
         argv: &[String],
         working_dir: Option<&PathBuf>,
         env_allow: &[String],
+        sandbox: &Sandbox,
     ) -> Result<Session, Failure> {
-        let Some((program, args)) = argv.split_first() else {
+        let Some(program) = argv.first() else {
             return Err(Failure::new(
                 FailureCode::ToolServerFailed,
                 "the MCP server's command is empty: there is no program to start",
             )
             .retryable(false));
         };
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env_clear()
-            .envs(passed_env(env_allow))
-            .process_group(0)
-            .kill_on_drop(true);
         if let Some(dir) = working_dir {
             check_working_dir(program, dir).await?;
-            command.current_dir(dir);
         }
+        let prepared = sandbox.prepare(
+            argv,
+            working_dir.map(PathBuf::as_path),
+            passed_env(env_allow),
+        )?;
+        let mut command = prepared.command;
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = command.spawn().map_err(|error| {
             let failure = spawn_failure(program, &error);
             Failure {
@@ -647,6 +666,7 @@ impl McpServer {
             ));
         };
         let process = ServerProcess {
+            _temp: prepared.temp,
             group: Mutex::new(group),
             child: Mutex::new(Some(child)),
             stderr,

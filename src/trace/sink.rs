@@ -808,6 +808,7 @@ mod tests {
             EventData::ToolStart {
                 tool: "calc".into(),
                 args: json!({ "expression": "1+1" }),
+                sandbox: None,
             },
         );
         let result = ToolResult::of(&json!(2));

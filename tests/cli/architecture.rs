@@ -92,7 +92,7 @@ fn layers_point_downward_only() {
             .and_then(|c| c.as_os_str().to_str())
             .unwrap_or_default();
         let module = top.trim_end_matches(".rs");
-        if matches!(module, "lib" | "main") {
+        if matches!(module, "lib" | "main" | "bin") {
             continue;
         }
         let Some(own) = layer(module) else {

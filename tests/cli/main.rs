@@ -40,6 +40,7 @@ mod retrieval;
 mod robustness;
 mod route;
 mod run;
+mod sandbox;
 mod schema;
 mod semantics;
 mod semantics3;

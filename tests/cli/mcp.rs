@@ -30,7 +30,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// The server: `echo`, `add` (structured), `secret`, `env` (the names of its environment),
 /// `hang` (writes its pid and a child's to `$MCP_TEST_PIDFILE`, then never answers), `die`
 /// (exits mid-call), `flood` (50 MB of text), `wide` (an input schema of 1,001 properties), and
-/// `extra` when `MCP_TEST_EXTRA_TOOL` is set. When its standard input closes it ends, writing
+/// `extra` when `MCP_TEST_EXTRA_TOOL` is set, `connect` (to `127.0.0.1:$MCP_TEST_CONNECT`, saying
+/// whether it could) when that is set. When its standard input closes it ends, writing
 /// `ended` to the file `$MCP_TEST_ENDED` names on its way out.
 #[derive(Clone)]
 struct TestServer;
@@ -77,6 +78,9 @@ fn listed_tools() -> Vec<Tool> {
     ];
     if std::env::var_os("MCP_TEST_EXTRA_TOOL").is_some() {
         tools.push(Tool::new("extra", "Appears later.", empty()));
+    }
+    if std::env::var_os("MCP_TEST_CONNECT").is_some() {
+        tools.push(Tool::new("connect", "Connects to a port.", empty()));
     }
     tools
 }
@@ -140,6 +144,13 @@ impl ServerHandler for TestServer {
                 std::process::exit(3);
             }
             "flood" => text("x".repeat(50_000_000)),
+            "connect" => {
+                let port = std::env::var("MCP_TEST_CONNECT").unwrap_or_default();
+                match std::net::TcpStream::connect(format!("127.0.0.1:{port}")) {
+                    Ok(_) => text("connected".into()),
+                    Err(error) => text(format!("cannot connect: {error}")),
+                }
+            }
             other => {
                 return Err(ErrorData::invalid_params(format!("no tool {other}"), None));
             }
@@ -347,13 +358,15 @@ fn assert_dies(pid: &str) {
 
 #[test]
 fn a_server_that_hangs_is_killed_with_its_process_group_at_the_timeout() {
+    // Without the sandbox, whose PID namespace would hide the pids the server writes (and end
+    // them anyway): the process group alone must take them down.
     let (dir, _) = tool_step_plan("hang", "    timeout: 3s\n    env: [MCP_TEST_PIDFILE]");
     let pidfile = dir.path().join("pids");
     let pidfile = pidfile.to_str().expect("utf-8");
     let (run, record) = run_json(
         dir.path(),
         &["run", "plan.yaml", "--format", "json"],
-        &[("MCP_TEST_PIDFILE", pidfile)],
+        &[("MCP_TEST_PIDFILE", pidfile), ("PAGANTIC_SANDBOX", "off")],
     );
     assert_eq!(run.code, 0, "on_error: continue: {}", run.stderr);
     let failure = failure_of(&record);
@@ -391,7 +404,10 @@ fn a_server_that_dies_mid_call_is_a_clear_error() {
 /// close and ends its own way (this one writes a file on its way out).
 #[test]
 fn a_server_still_running_at_the_end_ends_its_own_way() {
-    let (dir, _) = tool_step_plan("secret", "    env: [MCP_TEST_ENDED]");
+    let (dir, _) = tool_step_plan(
+        "secret",
+        "    env: [MCP_TEST_ENDED]\n    requires: [filesystem]",
+    );
     let ended = dir.path().join("ended");
     let (run, record) = run_json(
         dir.path(),
@@ -455,7 +471,56 @@ fn only_allow_listed_variables_reach_the_server() {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert_eq!(output, "MCP_TEST_SHOWN PATH", "{record}");
+    // `TMPDIR` is the sandbox's private directory, set by pagantic, not passed through.
+    let names: Vec<&str> = output.split(' ').filter(|name| *name != "TMPDIR").collect();
+    assert_eq!(names, ["MCP_TEST_SHOWN", "PATH"], "{record}");
+}
+
+/// A server that does not `require` `network` runs in a network namespace of its own: it cannot
+/// reach a listener on the host's loopback. Switched off (`PAGANTIC_SANDBOX=off`), it can.
+#[test]
+fn a_server_without_network_cannot_reach_the_hosts_loopback() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let port = listener.local_addr().expect("address").port().to_string();
+    let (dir, _) = tool_step_plan("connect", "    env: [MCP_TEST_CONNECT]");
+    let output = |sandbox: &str| {
+        let env = [
+            ("MCP_TEST_CONNECT", port.as_str()),
+            ("PAGANTIC_SANDBOX", sandbox),
+        ];
+        let listed = pagantic_with(
+            dir.path(),
+            &["tools", "plan.yaml", "--format", "json"],
+            &env,
+        );
+        let network = listed.stdout_json_lines()[0]["sandbox"]["network"].clone();
+        let (run, record) = run_json(dir.path(), &["run", "plan.yaml", "--format", "json"], &env);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let said = step(&record, "call")["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (network, said)
+    };
+    let (network, said) = output("on");
+    if network == "enforced" {
+        assert!(said.starts_with("cannot connect"), "{said}");
+        assert_eq!(
+            listener.accept().map(|_| ()).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::WouldBlock),
+            "nothing may have connected"
+        );
+    } else {
+        assert_eq!(network, "not_enforced", "the server's sandbox is shown");
+    }
+    let (network, said) = output("off");
+    assert_eq!(network, "not_enforced");
+    assert_eq!(said, "connected");
+    assert!(
+        listener.accept().is_ok(),
+        "the unsandboxed server connected"
+    );
 }
 
 #[test]
@@ -604,6 +669,8 @@ fn cancelling_a_run_kills_the_server_and_its_process_group() {
         .args(["run", "plan.yaml"])
         .current_dir(dir.path())
         .env("MCP_TEST_PIDFILE", &pidfile)
+        // Without the sandbox, as for the timeout above.
+        .env("PAGANTIC_SANDBOX", "off")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

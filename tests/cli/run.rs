@@ -322,18 +322,24 @@ fn tool_output_is_capped_and_timeouts_kill_the_process_tree() {
     );
     assert!(output.len() < 1100);
 
+    // Without the sandbox, whose PID namespace would both end the grandchild and hide its pid
+    // (tests/cli/sandbox.rs covers that): the process group alone must take it down.
     let dir = tempfile::tempdir().expect("temp dir");
     let pidfile = dir.path().join("grandchild.pid");
-    let hang = pagantic(&[
-        "run",
-        "-i",
-        "text=x",
-        "-i",
-        "mode=hang",
-        "-i",
-        &format!("pidfile={}", pidfile.display()),
-        "tests/plans/tools.yaml",
-    ]);
+    let hang = crate::pagantic_with(
+        &crate::root(),
+        &[
+            "run",
+            "-i",
+            "text=x",
+            "-i",
+            "mode=hang",
+            "-i",
+            &format!("pidfile={}", pidfile.display()),
+            "tests/plans/tools.yaml",
+        ],
+        &[("PAGANTIC_SANDBOX", "off")],
+    );
     assert_eq!(hang.code, 1);
     assert!(
         hang.stderr.contains("error[TOOL_TIMEOUT]"),

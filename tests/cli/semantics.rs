@@ -354,6 +354,7 @@ tools:
     description: Write the late tool.
     argv: [sh, -c, "printf '#!/bin/sh\\necho here\\n' > late.sh && chmod +x late.sh"]
     side_effects: write
+    requires: [filesystem]
   late:
     kind: command
     description: Say here.

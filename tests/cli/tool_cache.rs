@@ -21,6 +21,7 @@ tools:
     side_effects: read
     idempotent: true
     cache: true
+    requires: [filesystem]
   sum: { kind: builtin, builtin: calculator, cache: true }
 steps:
   - name: shout
@@ -34,7 +35,8 @@ steps:
 output: "{{ steps.shout.output }}"
 "#;
 
-/// The script notes every time it runs in `runs.log`, which the test reads.
+/// The script notes every time it runs in `runs.log`, which the test reads (so the tool
+/// `requires: [filesystem]`: its sandbox would keep it from writing there).
 const SCRIPT: &str = "echo run >> runs.log\nprintf '%s\\n' \"$1\" | tr a-z A-Z\n";
 
 fn workspace() -> tempfile::TempDir {

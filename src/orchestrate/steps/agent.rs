@@ -246,6 +246,14 @@ impl Agent {
             Ok(value) => made["result"] = json!(ToolResult::of(value)),
             Err(failure) => made["error"] = json!(failure),
         }
+        if let Some(sandbox) = self
+            .tools
+            .iter()
+            .find(|t| t.name == call.name)
+            .and_then(|tool| tool.enforcement())
+        {
+            made["sandbox"] = json!(sandbox);
+        }
         (made, Message::tool_result(call.id, content))
     }
 

@@ -36,7 +36,10 @@ impl StepHandler for Tool {
             let args = self.arguments(ctx)?;
             let call_id = format!("call_{}", ctx.events.new_span());
             let output = self.tool.call(&args, &call_id, ctx, ctx.span).await?;
-            let detail = json!({ "tool": self.tool.name, "result": ToolResult::of(&output) });
+            let mut detail = json!({ "tool": self.tool.name, "result": ToolResult::of(&output) });
+            if let Some(sandbox) = self.tool.enforcement() {
+                detail["sandbox"] = json!(sandbox);
+            }
             Ok(StepOutput {
                 output,
                 detail: Some(detail),

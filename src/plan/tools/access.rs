@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::orchestrate::tools::Approval;
+use crate::tool::Grants;
 
 /// What a tool may reach beyond its arguments; a policy's `allowed_capabilities` grants them.
 #[derive(
@@ -67,6 +68,15 @@ impl ToolAccess {
         all.sort();
         all.dedup();
         all
+    }
+
+    /// What its sandbox lets it reach: the network and the filesystem when it requires them.
+    pub fn grants(&self, implied: &[Capability]) -> Grants {
+        let required = self.required(implied);
+        Grants {
+            network: required.contains(&Capability::Network),
+            filesystem: required.contains(&Capability::Filesystem),
+        }
     }
 }
 

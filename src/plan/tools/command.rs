@@ -160,6 +160,7 @@ impl ToolKind for CommandTool {
                 working_dir: Some(self.run_dir(env.dir)),
                 env_allow: self.env.clone(),
                 allow_dash_values: self.allow_dash_values,
+                sandbox: self.sandbox(env),
             })
         };
         ToolRuntime::new(

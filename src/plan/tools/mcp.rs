@@ -104,6 +104,7 @@ impl McpTool {
                 argv: command.clone().unwrap_or_default(),
                 working_dir: Some(env.dir.join(self.working_dir.as_deref().unwrap_or("."))),
                 env_allow: self.env.clone(),
+                sandbox: self.sandbox(env),
             },
         };
         McpServerSpec {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::steps::{FieldPath, OutputKind};
 use crate::core::Failure;
 use crate::orchestrate::tools::ToolRuntime;
-use crate::tool::McpServers;
+use crate::tool::{McpServers, Sandbox, Sandboxes};
 
 mod access;
 mod builtin;
@@ -67,6 +67,8 @@ pub struct ToolEnv<'a> {
     pub dry_run: bool,
     /// The session's MCP servers (an `mcp` tool's server is one of them).
     pub mcp: &'a McpServers,
+    /// What this machine's sandboxes can enforce.
+    pub sandboxes: &'a Sandboxes,
 }
 
 /// Implemented by every tool kind's config.
@@ -106,6 +108,12 @@ pub trait ToolKind {
     /// refuse it unless the policy grants these and its `requires`.
     fn implied(&self) -> Vec<Capability> {
         Vec::new()
+    }
+    /// The sandbox its processes start in: what its `requires` grant, enforced where this
+    /// machine can.
+    fn sandbox(&self, env: &ToolEnv<'_>) -> Sandbox {
+        env.sandboxes
+            .for_tool(self.access().grants(&self.implied()))
     }
     /// The run-time tool.
     fn build(&self, env: &ToolEnv<'_>) -> Result<ToolRuntime, Failure>;
