@@ -12,8 +12,8 @@ use super::CallCache;
 use super::key::CallKeys;
 use crate::core::{Failure, FailureCode, TokenUsage, ToolCall};
 use crate::inference::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Pacing, Request, Response,
-    SchemaMode, Timings, TokenSink,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, SchemaMode,
+    Timings, TokenSink,
 };
 
 /// An answer as the cache keeps it.
@@ -102,7 +102,6 @@ impl CachedEngine {
                     original: duration(stored.duration_ms),
                 },
                 schema_mode: answer.schema_mode,
-                rate_limit: Pacing::default(),
             });
         }
         if self.cache.only() {
@@ -110,12 +109,14 @@ impl CachedEngine {
         }
         self.cache.count(false, 0, 0.0);
         let started = Instant::now();
+        let pacing = request.context.pacing.clone();
+        let paced_before = pacing.get();
         let mut response = self.pass_through(request, sink).await?;
         // What the answer took to make: not the model's load, nor a wait for its pace.
         let duration_ms = started
             .elapsed()
             .saturating_sub(response.timings.load)
-            .saturating_sub(response.rate_limit.waited)
+            .saturating_sub(pacing.get().since(paced_before).waited)
             .as_secs_f64()
             * 1000.0;
         let answer = StoredAnswer {

@@ -26,7 +26,7 @@ pub use example::example_with_text;
 // `LocalModel`, `LocalSettings`, `LocalLoads`, `missing_local_engine`, and where the build has
 // the local engine, `LocalConfig` and `LocalEngine`.
 pub use local::*;
-pub use openai::{Compat, OpenAiConfig, OpenAiEngine, Pacing, RateLimit, pacing};
+pub use openai::{Compat, OpenAiConfig, OpenAiEngine, PaceTally, Pacing, RateLimit, pacing};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
 
 /// A decoding constraint given as a grammar (GBNF is translated to Lark before it gets here).
@@ -82,6 +82,9 @@ pub struct CallContext {
     /// The clock of the step attempt making the call: waiting for a model to load or for its
     /// pace is off it.
     pub clock: StepClock,
+    /// Where an engine that paces its model (`openai`) tallies what the call waited for the pace
+    /// and the 429s it was answered; the run reads it when the call ends, answered or failed.
+    pub pacing: PaceTally,
 }
 
 /// Time spent on one call.
@@ -114,10 +117,6 @@ pub struct Response {
     /// given none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_mode: Option<SchemaMode>,
-    /// What the call waited for its model's pace and the 429s it was answered, over all its
-    /// attempts (the `openai` engine's; none from the others).
-    #[serde(skip_serializing_if = "Pacing::is_none")]
-    pub rate_limit: Pacing,
 }
 
 /// How an engine held an answer to a request's JSON schema.

@@ -14,8 +14,8 @@ use regex::Regex;
 use serde_json::{Value, json};
 
 use super::{
-    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Pacing, Request, Response,
-    Timings, TokenSink, example_with_text,
+    CacheStatus, Engine, EngineFuture, EngineIdentity, ModelInfo, Request, Response, Timings,
+    TokenSink, example_with_text,
 };
 use crate::core::{Failure, FailureCode, Role, TokenUsage, ToolCall, text};
 
@@ -196,7 +196,6 @@ impl Engine for ScriptedEngine {
                 timings: Timings::default(),
                 cache: CacheStatus::Unused,
                 schema_mode: None,
-                rate_limit: Pacing::default(),
             })
         })
     }

@@ -24,7 +24,8 @@ use super::traces::TraceShape;
 use crate::core::step_clock::StepClock;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
 use crate::inference::{
-    CacheStatus, CallContext, Engine, Grammar, ModelInfo, Request, Response, SchemaMode, TokenSink,
+    CacheStatus, CallContext, Engine, Grammar, ModelInfo, PaceTally, Request, Response, SchemaMode,
+    TokenSink,
 };
 use crate::prompt::Templates;
 use crate::validate::RetryPolicy;
@@ -207,11 +208,13 @@ impl StepContext {
     }
 
     /// What a model call of this step on span `span` is lent besides what it asks: its trace
-    /// parent, and the clock of the attempt making it.
+    /// parent, the clock of the attempt making it, and a fresh tally of its waits for its
+    /// model's pace.
     fn call_context(&self, span: SpanId) -> CallContext {
         CallContext {
             traceparent: self.events.traceparent(span),
             clock: self.clock.clone(),
+            pacing: PaceTally::default(),
         }
     }
 
@@ -265,6 +268,7 @@ impl StepContext {
             .then(|| request.messages.clone());
         let span = self.events.new_span();
         request.context = self.call_context(span);
+        let pacing = request.context.pacing.clone();
         let started = Instant::now();
         // A run watched alone (a server's client) gets the text of the steps built to stream too.
         let stream = self.streamed(stream);
@@ -284,11 +288,12 @@ impl StepContext {
         };
         cut_off.disarm();
         let answered = answered.map_err(|failure| self.named_miss(failure));
-        // The call's own time: what it waited for the model's rate limit, and for the model to
-        // load, is reported apart.
-        let (rate_limit, load) = answered
+        // The call's own time: what it waited for the model's rate limit (answered or failed),
+        // and for the model to load, is reported apart.
+        let rate_limit = pacing.get();
+        let load = answered
             .as_ref()
-            .map(|r| (r.rate_limit, r.timings.load))
+            .map(|r| r.timings.load)
             .unwrap_or_default();
         let own_time = started
             .elapsed()

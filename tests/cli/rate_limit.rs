@@ -144,6 +144,31 @@ fn batch_with(dir: &Path, port: u16, rate_limit: Option<&str>, rows: usize, more
     pagantic_in(dir, &args)
 }
 
+/// [`batch_against`] without a `rate_limit`, writing its summary: the run, the summary and the
+/// output lines.
+fn unpaced_batch(
+    dir: &Path,
+    port: u16,
+    rows: usize,
+) -> (Run, serde_json::Value, Vec<serde_json::Value>) {
+    let summary = dir.join("summary.json");
+    let run = batch_with(
+        dir,
+        port,
+        None,
+        rows,
+        &["--summary", summary.to_str().expect("utf-8 path")],
+    );
+    let summary = serde_json::from_str(&std::fs::read_to_string(&summary).expect("the summary"))
+        .expect("JSON");
+    let lines = std::fs::read_to_string(dir.join("out.jsonl")).expect("the output");
+    let lines = lines
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    (run, summary, lines)
+}
+
 /// At `-j 8`, 12 rows against a server that accepts 2 requests a second (plus a burst of 2) all
 /// succeed without one refusal when the model is paced at 120 a minute, and the pace shows in
 /// the time taken: 2 at once, then one each half second.
@@ -226,26 +251,14 @@ fn a_dry_run_estimates_the_paced_duration() {
 fn the_summary_counts_the_429s_and_the_time_waited() {
     let server = LimitedServer::start(4, Duration::from_secs(1), Duration::ZERO);
     let dir = tempfile::tempdir().expect("temp dir");
-    let summary = dir.path().join("summary.json");
-    let run = batch_with(
-        dir.path(),
-        server.port,
-        None,
-        8,
-        &["--summary", summary.to_str().expect("utf-8 path")],
-    );
+    let (run, summary, lines) = unpaced_batch(dir.path(), server.port, 8);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let (accepted, refused, _) = server.counts();
     assert_eq!(accepted, 8);
     assert!(refused > 0, "the stub refused some: {}", run.stderr);
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).expect("the summary"))
-            .expect("JSON");
     assert_eq!(summary["rate_limited"], refused as u64, "{summary}");
-    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("the output");
     let refused_rows: u64 = lines
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+        .iter()
         .filter_map(|line| line["rate_limit"]["refused"].as_u64())
         .sum();
     assert_eq!(
@@ -259,6 +272,32 @@ fn the_summary_counts_the_429s_and_the_time_waited() {
         "{summary}"
     );
     assert!(run.stderr.contains("rate limits: "), "{}", run.stderr);
+}
+
+/// A call refused until its retries are spent still books its waits and 429s: against a server
+/// that refuses everything, the row fails retryably (exit 75), its line carries the 429s its
+/// call was answered, and the summary, which adds up the rows' records, counts the same.
+#[test]
+fn a_call_that_fails_in_the_end_still_counts_its_429s_and_waits() {
+    let server = LimitedServer::start(0, Duration::from_secs(1), Duration::ZERO);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (run, summary, lines) = unpaced_batch(dir.path(), server.port, 1);
+    assert_eq!(run.code, 75, "{}", run.stderr);
+    let (accepted, refused, _) = server.counts();
+    assert_eq!(accepted, 0);
+    assert!(refused > 1, "the call was tried again: {refused}");
+    let [line] = &lines[..] else {
+        panic!("one line: {lines:?}")
+    };
+    assert_eq!(line["error"]["code"], "INFERENCE_RATE_LIMITED", "{line}");
+    assert_eq!(line["rate_limit"]["refused"], refused as u64, "{line}");
+    assert_eq!(summary["rate_limited"], refused as u64, "{summary}");
+    assert!(
+        summary["rate_limit_wait_ms"]
+            .as_f64()
+            .is_some_and(|ms| ms > 0.0),
+        "{summary}"
+    );
 }
 
 /// Runs a plan of two calls in turn (the second fed by the first) against the stub, once, its

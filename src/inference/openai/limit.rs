@@ -30,7 +30,7 @@
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota};
@@ -206,26 +206,49 @@ pub fn pacing() -> Pacing {
     }
 }
 
+/// What one model call waited for its model's pace and the 429s it was answered, over all its
+/// attempts: lent to the engine in the call's context, and read by whoever made the call once it
+/// ends, whether it answered or failed (a call refused until its retries or its `max_wait` are
+/// spent waited too). Clones share one tally.
+#[derive(Debug, Clone, Default)]
+pub struct PaceTally(Arc<Mutex<Pacing>>);
+
+impl PaceTally {
+    /// What the call has waited and been refused so far.
+    pub fn get(&self) -> Pacing {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, more: Pacing) {
+        let mut so_far = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *so_far = so_far.and(more);
+    }
+}
+
+impl PartialEq for PaceTally {
+    /// The same call's tally.
+    fn eq(&self, other: &PaceTally) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// One model call's part in its model's pace: the clock of the step making it, which waiting for
-/// the pace is off, and what the call has waited for the pace and the 429s it was answered so
-/// far (over all its attempts).
+/// the pace is off, and the tally of what the call has waited for the pace and the 429s it was
+/// answered so far (over all its attempts).
 pub(super) struct CallPace {
     clock: StepClock,
-    so_far: Pacing,
+    tally: PaceTally,
 }
 
 impl CallPace {
-    /// A call made on `clock`, that has waited for nothing yet.
-    pub(super) fn new(clock: StepClock) -> Self {
-        CallPace {
-            clock,
-            so_far: Pacing::default(),
-        }
+    /// A call made on `clock`, tallying its waits and 429s in `tally`.
+    pub(super) fn new(clock: StepClock, tally: PaceTally) -> Self {
+        CallPace { clock, tally }
     }
 
     /// What the call has waited and been refused so far.
     pub(super) fn so_far(&self) -> Pacing {
-        self.so_far
+        self.tally.get()
     }
 
     /// Awaits `wait`, a wait for the model's pace: off the step's clock, and added to the
@@ -238,7 +261,7 @@ impl CallPace {
         if waited >= Duration::from_millis(1) {
             let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
             WAITED_MICROS.fetch_add(micros, Ordering::Relaxed);
-            self.so_far = self.so_far.and(Pacing {
+            self.tally.add(Pacing {
                 waited,
                 rate_limited: 0,
             });
@@ -393,7 +416,7 @@ impl Limiter {
     /// not "slower", and leaves the spacing as it was.
     pub(super) fn refused(&self, retry_after: Option<Duration>, call: &mut CallPace) {
         RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
-        call.so_far = call.so_far.and(Pacing {
+        call.tally.add(Pacing {
             waited: Duration::ZERO,
             rate_limited: 1,
         });
@@ -467,7 +490,7 @@ mod tests {
 
     /// The pace of a call that no step's clock times.
     fn pace() -> CallPace {
-        CallPace::new(StepClock::default())
+        CallPace::new(StepClock::default(), PaceTally::default())
     }
 
     /// Admits one request of `tokens` for `call`, within a budget too large to run out.
@@ -530,7 +553,7 @@ mod tests {
         limiter.hold(Duration::from_secs(5));
         let before = pacing();
         let clock = StepClock::for_attempt();
-        let mut call = CallPace::new(clock.clone());
+        let mut call = CallPace::new(clock.clone(), PaceTally::default());
         let admitted = clock
             .bound(Duration::from_secs(1), admit(&limiter, 1, &mut call))
             .await;

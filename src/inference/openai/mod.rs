@@ -55,7 +55,7 @@ mod tests;
 mod wire;
 
 pub use dialect::Compat;
-pub use limit::{Pacing, RateLimit, pacing};
+pub use limit::{PaceTally, Pacing, RateLimit, pacing};
 
 use dialect::{Dialect, Remembered};
 use failure::{
@@ -207,17 +207,18 @@ impl OpenAiEngine {
     }
 
     /// Runs `request` as [`complete`](Self::complete) does, timed: what it waited for the
-    /// model's pace and the 429s it was answered go in its `rate_limit`, and the whole call but
-    /// that wait counts as completion.
+    /// model's pace and the 429s it was answered go in the tally of its call context, answered
+    /// or failed, and the whole call but that wait counts as completion.
     async fn timed(&self, request: Request, sink: Option<&TokenSink>) -> Result<Response, Failure> {
         let started = Instant::now();
-        let mut pace = CallPace::new(request.context.clock.clone());
+        let context = &request.context;
+        let mut pace = CallPace::new(context.clock.clone(), context.pacing.clone());
+        let before = pace.so_far();
         let answered = self.masked(self.complete(&request, sink, &mut pace).await);
-        let rate_limit = pace.so_far();
+        let waited = pace.so_far().since(before).waited;
         let mut response = answered?;
-        response.rate_limit = rate_limit;
         response.timings = Timings {
-            completion: started.elapsed().saturating_sub(rate_limit.waited),
+            completion: started.elapsed().saturating_sub(waited),
             ..Timings::default()
         };
         Ok(response)
@@ -585,7 +586,6 @@ impl OpenAiEngine {
             timings: Timings::default(),
             cache: CacheStatus::Unused,
             schema_mode: None,
-            rate_limit: Pacing::default(),
         })
     }
 }

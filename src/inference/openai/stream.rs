@@ -13,7 +13,7 @@ use super::failure::{malformed, too_long};
 use super::wire::{PartialCall, WireReply};
 use super::{MAX_BODY, OpenAiEngine};
 use crate::core::{Failure, TokenUsage};
-use crate::inference::{CacheStatus, Pacing, Response, Timings, TokenSink};
+use crate::inference::{CacheStatus, Response, Timings, TokenSink};
 
 impl OpenAiEngine {
     /// Reads a streamed reply, passing text to `sink` as it arrives.
@@ -124,7 +124,6 @@ impl StreamState {
             timings: Timings::default(),
             cache: CacheStatus::Unused,
             schema_mode: None,
-            rate_limit: Pacing::default(),
         }
     }
 }
