@@ -245,17 +245,6 @@ fn batch_exit_code(end: crate::batch::End) -> u8 {
     }
 }
 
-/// The SHA-256 of the plan's text and of everything its lockfile pins, so that a batch output
-/// knows which plan wrote it.
-fn plan_sha256(session: &Session, plan: &Plan) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    hasher.update(plan.source.text.as_bytes());
-    let lock = crate::plan::lock::Lock::of(plan, session.resources());
-    hasher.update(lock.to_text().as_bytes());
-    crate::model_store::hex(&hasher.finalize())
-}
-
 /// `run --batch`: the plan over every row of the input, each row a run of `session`.
 fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
     let batch = &args.batch;
@@ -294,11 +283,11 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
         limit: batch.limit,
         shard: batch.shard.clone(),
         reshard: batch.reshard,
-        plan_sha256: plan_sha256(session, plan),
+        plan_sha256: crate::plan::lock::plan_sha256(plan, session.resources()),
         map: batch.map.clone(),
         ordered: batch.ordered,
     };
-    let shape = match (&batch.group_by, &plan.raw.reduce) {
+    let shape = match (&batch.group_by, &pipeline.reduce) {
         (Some(key), _) => BatchShape::Reduce(grouping(
             session,
             key,
@@ -306,7 +295,7 @@ fn run_batch(args: &Args, session: &Session, plan: &Plan) -> Outcome {
             batch.fold,
             &options,
         )?),
-        (None, Some(spec)) => map_then_reduce(session, plan, spec, build_options(), &options)?,
+        (None, Some(reduce)) => map_then_reduce(session, reduce, &options)?,
         (None, None) => BatchShape::Map,
     };
     // The preview reads the first rows itself: not from stdin, which the run reads once.
@@ -389,46 +378,29 @@ enum BatchShape {
     ),
 }
 
-/// A plan with `reduce:`: its reduce plan loaded (under the plan's policy) and built, and the
-/// reduce's options (exit 2 when the reduce plan or the key is not valid).
+/// A plan with `reduce:`: its reduce plan, built with it, and the reduce's options (exit 2 when
+/// the key is not valid).
 fn map_then_reduce(
     session: &Session,
-    plan: &Plan,
-    spec: &crate::plan::raw::ReduceSpec,
-    build_options: BuildOptions,
+    reduce: &crate::orchestrate::Reduce,
     options: &crate::batch::BatchOptions,
 ) -> Outcome<BatchShape> {
-    let reduce_path = plan
-        .path
-        .parent()
-        .unwrap_or(std::path::Path::new("."))
-        .join(&spec.plan);
-    let reduce_plan = crate::plan::load_plan(&reduce_path, Some(&plan.handed_down_policy()))
-        .or_else(|diagnostics| {
-            let failure = crate::core::Failure::new(
-                crate::core::FailureCode::ConfigInvalidInput,
-                format!(
-                    "the reduce plan {} is not valid ({} problems)",
-                    reduce_path.display(),
-                    diagnostics.len()
-                ),
-            )
-            .with_help(format!("see `pagantic validate {}`", plan.path.display()));
-            refuse(session, &failure)
-        })?;
-    let reduce = Arc::new(build(session, &reduce_plan, build_options)?);
     let reduce_options = crate::batch::BatchOptions {
-        plan_sha256: plan_sha256(session, &reduce_plan),
+        plan_sha256: (reduce.plan_sha256)(session.resources()),
         ..options.clone()
     };
+    let group_by = &reduce.group_by;
     let grouping = grouping(
         session,
-        &spec.group_by,
-        spec.skip_missing_key,
-        spec.fold,
+        &group_by.key,
+        group_by.skip_missing_key,
+        group_by.fold,
         &reduce_options,
     )?;
-    Ok(BatchShape::MapThenReduce(reduce, grouping))
+    Ok(BatchShape::MapThenReduce(
+        Arc::clone(&reduce.pipeline),
+        grouping,
+    ))
 }
 
 /// A reduce's options: the batch's, grouped by `key` (refused, exit 2, when it is not a key),

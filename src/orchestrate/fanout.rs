@@ -183,6 +183,7 @@ mod tests {
             step_timeout: None,
             max_cost: None,
             trace_shape: Default::default(),
+            reduce: None,
         })
     }
 

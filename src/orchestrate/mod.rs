@@ -58,8 +58,8 @@ pub use events::{
 pub use fanout::{FanOut, Job};
 pub use ledger::{RunLedger, StepLedger};
 pub use pipeline::{
-    Feedback, NestedRun, NestedRuns, Pipeline, Rendered, StepContext, StepFuture, StepHandler,
-    StepNode, StepOutput,
+    Feedback, GroupBy, NestedRun, NestedRuns, Pipeline, Reduce, Rendered, StepContext, StepFuture,
+    StepHandler, StepNode, StepOutput,
 };
 pub use record::{
     AnsweredBy, CacheTally, Lifecycle, RunRecord, RunStatus, StepRecord, StepStatus, VoteRecord,

@@ -20,6 +20,7 @@ use super::events::{CallContent, CallKind, EventData, OnDrop, Sent, SpanId};
 use super::inputs::{self, InputSpec};
 use super::ledger::{Booking, StepLedger};
 use super::record::RunRecord;
+use super::resources::Resources;
 use super::traces::TraceShape;
 use crate::core::step_clock::StepClock;
 use crate::core::{Cost, Failure, FailureCode, Message, TokenUsage};
@@ -48,6 +49,32 @@ pub struct Pipeline {
     /// What the session's trace exporter keeps of the plan for its runs' spans, made by the
     /// first traced run.
     pub trace_shape: OnceLock<TraceShape>,
+    /// The plan's `reduce:`: what a batch of it runs once per group of its rows' lines.
+    pub reduce: Option<Reduce>,
+}
+
+/// A plan's `reduce:`, built with the plan that names it (as a route's sub-plans are): after a
+/// batch has run the plan once per row, the rows' output lines are grouped and this runs once
+/// per group.
+pub struct Reduce {
+    pub pipeline: Arc<Pipeline>,
+    pub group_by: GroupBy,
+    /// The SHA-256 of the reduce plan's text and of everything its lockfile pins, which the
+    /// reduce's output records; worked out only when a batch asks, since pinning reads every
+    /// file the plan uses (the MCP servers' tools with the session's resources).
+    pub plan_sha256: Box<dyn Fn(&Resources) -> String + Send + Sync>,
+}
+
+/// How a reduce groups rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupBy {
+    /// A path into each row (`product`, `output.label`) or a template over it as `row`.
+    pub key: String,
+    /// Leave rows without the key out, instead of grouping them under `null`.
+    pub skip_missing_key: bool,
+    /// Reduce a group of more rows than this in chunks of it, then the partial results, until
+    /// one is left.
+    pub fold: Option<u64>,
 }
 
 impl Pipeline {

@@ -6,7 +6,9 @@
 //! row of the run), and nothing a plan declares but never uses is loaded. `--dry-run` swaps every
 //! model for a scripted echo, every ONNX scorer for the keyword scorer (dense retrieval for
 //! lexical search), and every tool with side effects for a stand-in that reports the call. A
-//! language model with a declared `price` is wrapped so that its calls say what they cost.
+//! language model with a declared `price` is wrapped so that its calls say what they cost. Plans
+//! this one runs — a `plan:` agent's, the `reduce:` plan a batch runs per group — are loaded
+//! and built with it, under its policy and with its options.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -27,7 +29,7 @@ use crate::inference::{Declared, Engine, ScriptedConfig, ScriptedEngine, TokenSi
 use crate::model_store::Notice;
 use crate::orchestrate::steps::{AgentAction, RouteAgent};
 use crate::orchestrate::tools::{Approval, Approvals, ToolAction, ToolCache, ToolRuntime};
-use crate::orchestrate::{Pipeline, Resources, StepHandler, StepNode};
+use crate::orchestrate::{GroupBy, Pipeline, Reduce, Resources, StepHandler, StepNode};
 use crate::prompt::Templates;
 use crate::rerank::{BiEncoder, KeywordScorer, Scorer};
 use crate::validate::RetryPolicy;
@@ -127,6 +129,7 @@ impl Plan {
                 feedback: self.facts[index].feedback,
             });
         }
+        let reduce = builder.reduce()?;
         Ok(Pipeline {
             name: self.raw.name.clone(),
             steps,
@@ -147,6 +150,7 @@ impl Plan {
                 .as_ref()
                 .map(|l| Cost::from_amount(l.value)),
             trace_shape: OnceLock::new(),
+            reduce,
         })
     }
 
@@ -276,29 +280,70 @@ impl Builder<'_> {
     /// arguments as its inputs.
     fn sub_plan(&self, agent: &str, file: &str) -> Result<AgentAction, Failure> {
         let path = self.dir.join(file);
+        let plan = self.nested_plan(&path).map_err(|diagnostics| {
+            let first = diagnostics
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!(
+                    "agent `{agent}`: {} is not a valid plan: {first}",
+                    path.display()
+                ),
+            )
+            .with_help(format!("run `pagantic validate {}`", path.display()))
+        })?;
+        Ok(AgentAction::Plan(Arc::new(
+            plan.build(self.resources, self.nested_options())?,
+        )))
+    }
+
+    /// The plan's `reduce:`, loaded and built as a `plan:` agent's plan is.
+    fn reduce(&self) -> Result<Option<Reduce>, Failure> {
+        let Some(spec) = &self.plan.raw.reduce else {
+            return Ok(None);
+        };
+        let path = self.dir.join(&spec.plan);
+        let plan = self.nested_plan(&path).map_err(|diagnostics| {
+            Failure::new(
+                FailureCode::ConfigInvalidInput,
+                format!(
+                    "the reduce plan {} is not valid ({} problems)",
+                    path.display(),
+                    diagnostics.len()
+                ),
+            )
+            .with_help(format!(
+                "see `pagantic validate {}`",
+                self.plan.path.display()
+            ))
+        })?;
+        let pipeline = Arc::new(plan.build(self.resources, self.nested_options())?);
+        Ok(Some(Reduce {
+            pipeline,
+            group_by: GroupBy {
+                key: spec.group_by.clone(),
+                skip_missing_key: spec.skip_missing_key,
+                fold: spec.fold,
+            },
+            plan_sha256: Box::new(move |resources| super::lock::plan_sha256(&plan, resources)),
+        }))
+    }
+
+    /// A plan this one runs (a `plan:` agent's, the `reduce:` plan), loaded and checked under
+    /// the policy in force here, as `validate` checked it.
+    fn nested_plan(&self, path: &Path) -> Result<Plan, Vec<super::Diagnostic>> {
         let enclosing = [super::canonical(&self.plan.path)];
-        let plan = super::load_within(&path, Some(&self.plan.handed_down_policy()), &enclosing)
-            .map_err(|diagnostics| {
-                let first = diagnostics
-                    .first()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                Failure::new(
-                    FailureCode::ConfigInvalidInput,
-                    format!(
-                        "agent `{agent}`: {} is not a valid plan: {first}",
-                        path.display()
-                    ),
-                )
-                .with_help(format!("run `pagantic validate {}`", path.display()))
-            })?;
-        let options = BuildOptions {
+        super::load_within(path, Some(&self.plan.handed_down_policy()), &enclosing)
+    }
+
+    /// How a plan this one runs is built: as this one, without streaming its answer.
+    fn nested_options(&self) -> BuildOptions {
+        BuildOptions {
             stream: None,
             ..self.options.clone()
-        };
-        Ok(AgentAction::Plan(Arc::new(
-            plan.build(self.resources, options)?,
-        )))
+        }
     }
 
     /// The tools entry `name` offers a model: itself, or the several its kind offers (an MCP

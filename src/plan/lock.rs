@@ -51,6 +51,16 @@ pub struct Lock {
     pub mcp: Option<BTreeMap<String, BTreeMap<String, Value>>>,
 }
 
+/// The SHA-256 of `plan`'s text and of everything its lockfile pins: which plan, and which of
+/// the files it uses, wrote a batch's output.
+pub fn plan_sha256(plan: &Plan, resources: &Resources) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(plan.source.text.as_bytes());
+    hasher.update(Lock::of(plan, resources).to_text().as_bytes());
+    crate::model_store::hex(&hasher.finalize())
+}
+
 /// The lockfile of the plan at `plan`: `PLAN.lock` beside it.
 pub fn lock_path(plan: &Path) -> PathBuf {
     let mut name = plan.as_os_str().to_owned();

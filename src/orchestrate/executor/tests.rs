@@ -146,6 +146,7 @@ fn pipeline(specs: Vec<Spec>, log: &Log) -> Pipeline {
         step_timeout: None,
         max_cost: None,
         trace_shape: Default::default(),
+        reduce: None,
     }
 }
 
@@ -195,6 +196,7 @@ async fn a_chain_passes_each_output_on_as_input() {
         step_timeout: None,
         max_cost: None,
         trace_shape: Default::default(),
+        reduce: None,
     };
     let record = execute(
         &pipeline,
