@@ -20,6 +20,7 @@ mod models;
 mod render;
 mod report;
 mod run;
+mod run_batch;
 mod schema;
 mod serve;
 mod test;

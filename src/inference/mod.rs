@@ -26,7 +26,7 @@ pub use example::example_with_text;
 // `LocalModel`, `LocalSettings`, `LocalLoads`, `missing_local_engine`, and where the build has
 // the local engine, `LocalConfig` and `LocalEngine`.
 pub use local::*;
-pub use openai::{Compat, OpenAiConfig, OpenAiEngine, PaceTally, Pacing, RateLimit, pacing};
+pub use openai::{Compat, OpenAiConfig, OpenAiEngine, PaceTally, Pacing, RateLimit};
 pub use scripted::{ScriptedConfig, ScriptedEngine, ScriptedReply, ScriptedRule};
 
 /// A decoding constraint given as a grammar (GBNF is translated to Lark before it gets here).

@@ -240,3 +240,29 @@ pub struct RunRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,
 }
+
+#[cfg(test)]
+impl RunRecord {
+    /// The record of a run `run_id` that ended with `status` having run no step and spent
+    /// nothing, for a test to fill in.
+    pub fn empty(run_id: &str, status: RunStatus) -> RunRecord {
+        RunRecord {
+            run_id: run_id.into(),
+            request_id: None,
+            trace_id: None,
+            plan: "p".into(),
+            status,
+            output: None,
+            steps: Vec::new(),
+            usage: TokenUsage::default(),
+            cost: None,
+            model_calls: 0,
+            cache: CacheTally::default(),
+            rate_limit: Pacing::default(),
+            duration_ms: 0.0,
+            started_at: Timestamp::now(),
+            ended_at: Timestamp::now(),
+            error: None,
+        }
+    }
+}

@@ -24,12 +24,10 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{
-    BatchOptions, Lines, Progress, Summary, Tally, open_part, origin_of, status_name, steps_of,
-};
-use crate::batch::input;
+use super::line::{GroupLine, Lines, Spent};
+use super::{BatchOptions, End, Progress, Summary, Tally, input, map, open_part, origin_of};
 use crate::batch::output::{Previous, Sink};
-use crate::core::{Cost, Failure, FailureCode, TokenUsage};
+use crate::core::{Cost, Failure, FailureCode};
 use crate::orchestrate::inputs::InputType;
 use crate::orchestrate::{FanOut, Job, Pipeline, RunRecord, RunStatus, Runner, Session};
 use fold::{Chunk, Fold, runs_per_level};
@@ -46,6 +44,9 @@ pub struct GroupOptions {
     pub skip_missing_key: bool,
     /// Reduce groups of more rows than this in chunks of this many (at least 2).
     pub fold: Option<u64>,
+    /// What the output records of the plan that wrote it: the plan's SHA-256 with the grouping
+    /// folded in.
+    pub plan_sha256: String,
 }
 
 /// What a reduce adds to the summary.
@@ -118,7 +119,7 @@ pub async fn run(
         ));
     }
     let batch = &options.batch;
-    let origin = origin_of(batch)?;
+    let origin = origin_of(batch, options.plan_sha256.clone())?;
     let rows = input::open(
         &batch.input,
         batch.id_column.as_deref(),
@@ -154,7 +155,7 @@ pub async fn run(
         done_failed: previous.failed,
         saved,
         log,
-        lines: Lines::new(sink),
+        lines: Lines::new(sink, batch.ordered),
         started_groups: 0,
         stop: false,
         tally: Tally::default(),
@@ -191,24 +192,6 @@ struct OpenGroup {
     in_flight: usize,
     /// Why the group failed, first: it ends with it once its runs in flight are back.
     failed: Option<GroupFailure>,
-}
-
-/// What a group's runs spent.
-#[derive(Default)]
-struct Spent {
-    usage: TokenUsage,
-    cost: Option<Cost>,
-    model_calls: u64,
-    runs: u64,
-}
-
-impl Spent {
-    fn add(&mut self, usage: TokenUsage, cost: Option<Cost>, model_calls: u64) {
-        self.usage += usage;
-        self.cost = Cost::sum(self.cost, cost);
-        self.model_calls += model_calls;
-        self.runs += 1;
-    }
 }
 
 /// Why a group failed: a run of it failed, or a chunk's inputs did not fit the plan.
@@ -325,51 +308,12 @@ impl GroupRuns<'_> {
             self.runner.note_failure();
         }
         self.stop |= status != RunStatus::Complete && self.options.batch.fail_fast;
-        let line = group_line(&self.spill.groups[number], &open, record, error);
-        self.lines
-            .write(open.sequence, line, self.options.batch.ordered)?;
-        let counts = &mut self.tally.counts;
-        counts.elapsed = self.started.elapsed();
-        counts.total = self.total.get().copied();
-        (self.progress)(counts);
+        let group = &self.spill.groups[number];
+        let line = GroupLine::of(group, &open.spent, open.fold.levels(), record, error);
+        self.lines.write(open.sequence, &line)?;
+        self.tally.show(self.started, &self.total, self.progress);
         Ok(())
     }
-}
-
-/// One group's output line: its id (the key's canonical text), key, row count, status, output or
-/// error, and what all its runs spent; `run_id`, `duration_ms` and `steps` are its last run's
-/// (absent when it failed before a run).
-fn group_line(
-    group: &spill::Group,
-    open: &OpenGroup,
-    record: Option<&RunRecord>,
-    error: Option<&Failure>,
-) -> String {
-    let status = status_name(record.map_or(RunStatus::Error, |r| r.status));
-    let mut line = Map::new();
-    line.insert("row".into(), json!(group.id));
-    line.insert("group".into(), group.key.clone().unwrap_or(Value::Null));
-    line.insert("rows".into(), json!(group.rows));
-    if let Some(record) = record {
-        line.insert("run_id".into(), json!(record.run_id));
-    }
-    line.insert("status".into(), json!(status));
-    let output = record.and_then(|r| r.output.clone());
-    line.insert("output".into(), output.unwrap_or(Value::Null));
-    if let Some(error) = error {
-        line.insert("error".into(), json!(error));
-        line.insert("transient".into(), json!(error.transient()));
-    }
-    line.insert("usage".into(), json!(open.spent.usage));
-    line.insert("cost".into(), json!(open.spent.cost));
-    line.insert("model_calls".into(), json!(open.spent.model_calls));
-    line.insert("runs".into(), json!(open.spent.runs));
-    line.insert("fold_levels".into(), json!(open.fold.levels()));
-    if let Some(record) = record {
-        line.insert("duration_ms".into(), json!(record.duration_ms));
-        line.insert("steps".into(), json!(steps_of(record)));
-    }
-    Value::Object(line).to_string()
 }
 
 /// A group's chunk run: the group's number and the chunk.
@@ -481,17 +425,17 @@ pub fn map_output(out: &std::path::Path) -> std::path::PathBuf {
     std::path::PathBuf::from(name)
 }
 
-/// A plan with `reduce:` over a batch: the map (`map`, one run per row, written in input order to
-/// [`map_output`] of the reduce's output), then the reduce of its lines (`reduce`) — one resume
+/// A plan with `reduce:` over a batch: the map (`mapper`, one run per row, written in input order
+/// to [`map_output`] of the reduce's output), then the reduce of its lines (`reduce`) — one resume
 /// (each half resumes its own output) and one summary (the reduce's, with the map's inside). The
 /// reduce runs once the map has run every row (not when it was stopped, or left rows that may
 /// pass on a resume); failed rows' lines reach it with their `status`.
 pub async fn map_then_reduce(
     session: &Session,
-    map: Arc<Pipeline>,
+    mapper: Arc<Pipeline>,
+    map_plan_sha256: String,
     reduce: Arc<Pipeline>,
     options: GroupOptions,
-    map_plan_sha256: String,
     progress: &dyn Fn(&Progress),
 ) -> Result<Summary, Failure> {
     let Some(out) = options.batch.out.clone() else {
@@ -505,12 +449,11 @@ pub async fn map_then_reduce(
     let map_out = map_output(&out);
     let map_options = BatchOptions {
         out: Some(map_out.clone()),
-        plan_sha256: map_plan_sha256,
         ordered: true,
         ..options.batch.clone()
     };
-    let mapped = super::run(session, map, map_options, progress).await?;
-    if matches!(mapped.end, super::End::Preempted | super::End::Retry) {
+    let mapped = map::run(session, mapper, map_options, map_plan_sha256, progress).await?;
+    if matches!(mapped.end, End::Preempted | End::Retry) {
         return Ok(mapped);
     }
     let options = GroupOptions {
@@ -523,7 +466,7 @@ pub async fn map_then_reduce(
         ..options
     };
     let mut summary = run(session, reduce, options, progress).await?;
-    if summary.end == super::End::Complete {
+    if summary.end == End::Complete {
         summary.end = mapped.end;
     }
     summary.map = Some(Box::new(mapped));

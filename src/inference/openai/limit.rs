@@ -21,7 +21,8 @@
 //! a 429 saying `Retry-After: 0`, which means "now"), which every answered request shrinks by a
 //! quarter until it is gone. Time spent waiting here is off
 //! the step's clock (a step's `timeout` is not charged for it), and is added up, with the 429s
-//! seen, for the process ([`pacing`]) and for each call ([`CallPace`]). What the server asks one
+//! seen, for each call ([`CallPace`], in the [`PaceTally`] its maker lends it): its run's record
+//! adds its calls' up. What the server asks one
 //! call to wait (its holds, its 429s' spacing and backoff) is bounded by the call's
 //! [`WaitBudget`] (`max_wait`, default [`DEFAULT_MAX_WAIT`]): a call the server would hold
 //! past it fails at once as `INFERENCE_RATE_LIMITED`, which is transient (a batch exits 75, and
@@ -29,7 +30,6 @@
 
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -154,14 +154,9 @@ const MOST_SPACING: Duration = Duration::from_secs(10);
 /// A spacing narrower than this is dropped.
 const LEAST_SPACING: Duration = Duration::from_millis(20);
 
-/// Microseconds every model of the process has waited for its pace, and the 429s seen.
-static WAITED_MICROS: AtomicU64 = AtomicU64::new(0);
-static RATE_LIMITED: AtomicU64 = AtomicU64::new(0);
-
 /// What models waited for their pace (their `rate_limit`, a server's `Retry-After`, a place
-/// among the requests in flight) and how many 429s they were answered: the process's since it
-/// started ([`pacing`]), one call's (in its response), or a run's (in its record, as
-/// `{waited_ms, refused}`).
+/// among the requests in flight) and how many 429s they were answered: one call's (its event's
+/// `rate_limit_wait_ms`), a run's (in its record, as `{waited_ms, refused}`), or a batch's so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Pacing {
     #[serde(rename = "waited_ms", serialize_with = "whole_millis")]
@@ -195,14 +190,6 @@ impl Pacing {
             waited: self.waited.saturating_sub(earlier.waited),
             rate_limited: self.rate_limited.saturating_sub(earlier.rate_limited),
         }
-    }
-}
-
-/// The process's pacing so far.
-pub fn pacing() -> Pacing {
-    Pacing {
-        waited: Duration::from_micros(WAITED_MICROS.load(Ordering::Relaxed)),
-        rate_limited: RATE_LIMITED.load(Ordering::Relaxed),
     }
 }
 
@@ -252,15 +239,13 @@ impl CallPace {
     }
 
     /// Awaits `wait`, a wait for the model's pace: off the step's clock, and added to the
-    /// call's and the process's time waited when it took a millisecond or more (a request that
-    /// went at once did not wait).
+    /// call's time waited when it took a millisecond or more (a request that went at once did
+    /// not wait).
     async fn paced<F: Future>(&mut self, wait: F) -> F::Output {
         let started = Instant::now();
         let output = self.clock.off(wait).await;
         let waited = started.elapsed();
         if waited >= Duration::from_millis(1) {
-            let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-            WAITED_MICROS.fetch_add(micros, Ordering::Relaxed);
             self.tally.add(Pacing {
                 waited,
                 rate_limited: 0,
@@ -415,7 +400,6 @@ impl Limiter {
     /// second" for as long as the window is full, but one saying `Retry-After: 0` means "now",
     /// not "slower", and leaves the spacing as it was.
     pub(super) fn refused(&self, retry_after: Option<Duration>, call: &mut CallPace) {
-        RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
         call.tally.add(Pacing {
             waited: Duration::ZERO,
             rate_limited: 1,
@@ -551,14 +535,17 @@ mod tests {
     async fn waiting_for_the_pace_is_off_the_step_s_clock() {
         let limiter = Limiter::new(&RateLimit::default());
         limiter.hold(Duration::from_secs(5));
-        let before = pacing();
         let clock = StepClock::for_attempt();
-        let mut call = CallPace::new(clock.clone(), PaceTally::default());
+        let tally = PaceTally::default();
+        let mut call = CallPace::new(clock.clone(), tally.clone());
         let admitted = clock
             .bound(Duration::from_secs(1), admit(&limiter, 1, &mut call))
             .await;
         assert!(admitted.is_some(), "a 1 s step timeout outlasts a 5 s wait");
-        assert!(pacing().since(before).waited >= Duration::from_secs(5));
+        assert!(
+            tally.get().waited >= Duration::from_secs(5),
+            "the maker's tally has it"
+        );
     }
 
     #[tokio::test(start_paused = true)]

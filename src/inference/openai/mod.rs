@@ -55,7 +55,7 @@ mod tests;
 mod wire;
 
 pub use dialect::Compat;
-pub use limit::{PaceTally, Pacing, RateLimit, pacing};
+pub use limit::{PaceTally, Pacing, RateLimit};
 
 use dialect::{Dialect, Remembered};
 use failure::{
